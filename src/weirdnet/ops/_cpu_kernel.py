@@ -1,0 +1,233 @@
+"""Build, cache and call the fused C kernels of ``csrc/weird_scan.c``.
+
+The C file needs no Python or PyTorch headers: it is compiled once per machine with the
+system C compiler (``$CC``, else ``cc``/``gcc``/``clang``) into
+``$WEIRDNET_CACHE_DIR`` (default ``~/.cache/weirdnet``), keyed by the source, the compiler,
+the flags and the CPU, and loaded with :mod:`ctypes`.  ctypes releases the GIL during a
+call, so a pool of Python threads runs disjoint work units in parallel.
+
+If no compiler is found or the build fails, :func:`load` returns ``None`` (with one
+warning) and the pure-PyTorch implementation is used instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("csrc") / "weird_scan.c"
+FLAGS = [
+    "-O3",
+    "-ffp-contract=off",  # no implicit FMA: results independent of vectorisation
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fPIC",
+    "-shared",
+    "-std=c11",
+]
+NATIVE_FLAG = "-march=native"
+# Work below this many elements runs on the calling thread (pool overhead dominates).
+_PARALLEL_MIN_ELEMENTS = 1 << 16
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_load_failed = False
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+
+_i64 = ctypes.c_int64
+_ptr = ctypes.c_void_p
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("WEIRDNET_CACHE_DIR") or Path.home() / ".cache" / "weirdnet"
+    return Path(root) / "kernels"
+
+
+def _find_compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _cpu_signature() -> str:
+    """CPU model and feature flags, so a cache shared between machines stays valid."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor()
+    keep = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features"))]
+    return "\n".join(sorted(set(keep)))
+
+
+def _compile(compiler: str, flags: list[str], target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        cmd = [compiler, *flags, "-o", tmp, str(SOURCE), "-lm"]
+        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+        os.replace(tmp, target)  # atomic: a concurrent reader sees all or nothing
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _build() -> ctypes.CDLL:
+    compiler = _find_compiler()
+    if compiler is None:
+        raise RuntimeError("no C compiler found (set $CC or install gcc)")
+    version = subprocess.run(
+        [compiler, "--version"], capture_output=True, text=True, timeout=60
+    ).stdout
+    errors = []
+    for flags in (FLAGS + [NATIVE_FLAG], FLAGS):
+        key = hashlib.sha256(
+            "\0".join([SOURCE.read_text(), version, " ".join(flags), _cpu_signature()]).encode()
+        ).hexdigest()[:20]
+        target = _cache_dir() / f"weird_scan_{key}.so"
+        try:
+            if not target.exists():
+                _compile(compiler, flags, target)
+            return ctypes.CDLL(str(target))
+        except (OSError, subprocess.SubprocessError) as err:
+            detail = getattr(err, "stderr", "") or ""
+            errors.append(f"{' '.join(flags)}: {err} {detail}".strip())
+    raise RuntimeError("building the C scan kernel failed:\n" + "\n".join(errors))
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    for sfx in ("f32", "f64"):
+        getattr(lib, f"scan_fwd_{sfx}").argtypes = [_ptr, _i64, _i64, _ptr, _i64, _i64, _ptr,
+                                                    _ptr, _ptr] + [_i64] * 7
+        getattr(lib, f"scan_bwd_{sfx}").argtypes = [_ptr, _i64, _i64, _ptr, _i64, _i64, _ptr,
+                                                    _ptr, _ptr, _i64, _i64, _ptr, _ptr,
+                                                    _ptr] + [_i64] * 7
+        getattr(lib, f"scan_extend_{sfx}").argtypes = [_ptr, _i64, _i64, _ptr, _i64, _i64,
+                                                       _ptr, _ptr, _ptr, _ptr, _ptr,
+                                                       _ptr] + [_i64] * 5
+        for kind in ("fwd", "bwd", "extend"):
+            getattr(lib, f"scan_{kind}_{sfx}").restype = ctypes.c_int
+    lib.scan_units.argtypes = [_i64, _i64, _i64]
+    lib.scan_units.restype = _i64
+
+
+def load() -> ctypes.CDLL | None:
+    """The compiled kernel library, building it on first use; ``None`` if unavailable."""
+    global _lib, _load_failed
+    if _lib is not None or _load_failed:
+        return _lib
+    with _lock:
+        if _lib is None and not _load_failed:
+            try:
+                lib = _build()
+                _declare(lib)
+                _lib = lib
+            except RuntimeError as err:
+                _load_failed = True
+                warnings.warn(
+                    f"weirdnet: using the slower pure-PyTorch scan on CPU ({err})", stacklevel=3
+                )
+    return _lib
+
+
+def available() -> bool:
+    """Whether the compiled CPU kernels can be used on this machine."""
+    return load() is not None
+
+
+def _suffix(dtype: torch.dtype) -> str:
+    if dtype == torch.float32:
+        return "f32"
+    if dtype == torch.float64:
+        return "f64"
+    raise TypeError(f"the C scan kernel takes float32 or float64, got {dtype}")
+
+
+def _addr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def _run_units(fn, args_before_range: tuple, n_units: int, n_elements: int) -> None:
+    """Call ``fn(*args, u0, u1)`` over [0, n_units), split across torch's thread count."""
+    threads = max(1, min(torch.get_num_threads(), n_units))
+    if threads == 1 or n_elements < _PARALLEL_MIN_ELEMENTS:
+        if fn(*args_before_range, 0, n_units) != 0:
+            raise MemoryError("weird_scan C kernel: out of memory for its workspace")
+        return
+    bounds = [n_units * i // threads for i in range(threads + 1)]
+    results = list(
+        _get_pool(threads).map(lambda i: fn(*args_before_range, bounds[i], bounds[i + 1]),
+                               range(threads))
+    )
+    if any(r != 0 for r in results):
+        raise MemoryError("weird_scan C kernel: out of memory for its workspace")
+
+
+def _get_pool(threads: int) -> ThreadPoolExecutor:
+    global _pool, _pool_size
+    with _lock:
+        if _pool is None or _pool_size < threads:
+            if _pool is not None:
+                _pool.shutdown(wait=False)
+            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="weird_scan")
+            _pool_size = threads
+    return _pool
+
+
+def _rows(t: torch.Tensor) -> tuple[int, int, int]:
+    """Pointer and (batch, position) strides of a (B, L, D) tensor with unit channel stride."""
+    return t.data_ptr(), t.stride(0), t.stride(1)
+
+
+def fwd(a, v, log_w, mask, split: int, nlev: int) -> torch.Tensor:
+    """Forward scan; see ``scan_torch.fwd`` for the contract.  Returns O (B, L, D)."""
+    lib = load()
+    B, L, D = a.shape
+    out = torch.empty((B, L, D), dtype=a.dtype)
+    fn = getattr(lib, f"scan_fwd_{_suffix(a.dtype)}")
+    n_units = lib.scan_units(B, D, split)
+    args = (*_rows(a), *_rows(v), log_w.data_ptr(), _addr(mask), out.data_ptr(), B, L, D,
+            split, nlev)
+    _run_units(fn, args, n_units, B * L * D)
+    return out
+
+
+def bwd(a, v, log_w, mask, grad, split: int, nlev: int):
+    """Backward scan; returns (da, dv, dlog_w) with dlog_w (nlev, D) in float64."""
+    lib = load()
+    B, L, D = a.shape
+    da = torch.empty((B, L, D), dtype=a.dtype)
+    dv = torch.empty((B, L, D), dtype=a.dtype)
+    dlogw = torch.zeros((B, nlev, D), dtype=torch.float64)
+    fn = getattr(lib, f"scan_bwd_{_suffix(a.dtype)}")
+    n_units = lib.scan_units(B, D, split)
+    args = (*_rows(a), *_rows(v), log_w.data_ptr(), _addr(mask), *_rows(grad), da.data_ptr(),
+            dv.data_ptr(), dlogw.data_ptr(), B, L, D, split, nlev)
+    _run_units(fn, args, n_units, B * L * D)
+    return da, dv, dlogw.sum(0)
+
+
+def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> torch.Tensor:
+    """Decode T tokens at positions t0.. through the ring buffers; returns O (B, T, D)."""
+    lib = load()
+    B, T, D = a.shape
+    out = torch.empty((B, T, D), dtype=a.dtype)
+    fn = getattr(lib, f"scan_extend_{_suffix(a.dtype)}")
+    status = fn(*_rows(a), *_rows(v), log_w.data_ptr(), _addr(valid), ring_m.data_ptr(),
+                ring_h.data_ptr(), ring_u.data_ptr(), out.data_ptr(), B, T, D, nlev, t0)
+    if status != 0:
+        raise MemoryError("weird_scan C kernel: out of memory")
+    return out

@@ -1,0 +1,158 @@
+/*
+ * Fused CPU kernels for the Weird-attention weighted log-step scan (weirdnet).
+ *
+ * Compiled at first use by weirdnet/ops/_cpu_kernel.py and called through ctypes;
+ * no Python or PyTorch headers are needed.  Every function works on raw pointers to
+ * tensors whose last (channel) dimension is contiguous.
+ *
+ * The scan is the running-max ("online softmax") form of DESIGN.md section 8.  The
+ * state of one channel at one position is (m, h, u) with H = e^m * h, U = e^m * u.
+ * Level k (shift s = 2^k, log-weight c_k) combines position i with position i - s:
+ *     m' = m_{i-s} + c_k;  d = m_i - m'
+ *     d >= 0:  (h, u)_i = (h, u)_i + e^{-d} (h, u)_{i-s}
+ *     d <  0:  (h, u)_i = e^{d} (h, u)_i + (h, u)_{i-s};  m_i = m'
+ * A padded (masked) source starts as (NEG, 0, 1): its weight e^{NEG - M} is exactly 0
+ * next to any real token, and a prefix made only of padding yields O = 0/u = 0.
+ *
+ * Work is split into "units": one batch row times one block of LANES channels.  A unit
+ * is copied into a lane-interleaved local buffer (position-major, LANES channels per
+ * row), all levels run there, and the result is written back.  Threads (from Python)
+ * take disjoint unit ranges.  Channels [0, split) are scanned causally, channels
+ * [split, D) anti-causally (suffix scan); the reversal is done by the index mapping
+ * used when loading and storing.
+ *
+ * Determinism: built with -ffp-contract=off, and exp/log are written with plain IEEE
+ * arithmetic, so a value depends only on the values it is computed from, never on
+ * its lane or on vectorisation.  That is what makes the decoding step bitwise equal to
+ * the full causal pass, and every output bitwise independent of later positions.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LANES 16
+
+typedef int64_t i64;
+
+/* ------------------------------------------------------------------ */
+/* exp / log in plain arithmetic (vectorisable, lane-independent).      */
+/* ------------------------------------------------------------------ */
+
+static inline float wn_expf(float x) {
+    /* Cody-Waite reduction + cephes polynomial; < 2 ulp.  exp(x) = 0 for x < -87
+     * (a flush below the normal range), NaN propagates. */
+    float xc = x < -87.0f ? -87.0f : x;
+    xc = xc > 88.0f ? 88.0f : xc;
+    float t = xc * 1.44269504088896341f + 12582912.0f;
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    float nn = n == n ? n : 0.0f;
+    union { uint32_t i; float f; } s;
+    s.i = (uint32_t)((int32_t)nn + 127) << 23;
+    float res = p * s.f;
+    return x < -87.0f ? 0.0f : res;
+}
+
+static inline float wn_logf(float x) {
+    /* log for finite x > 0 (here x = u >= 1). */
+    union { float f; uint32_t i; } v;
+    v.f = x;
+    int32_t e = (int32_t)((v.i >> 23) & 0xff) - 127;
+    v.i = (v.i & 0x007fffffu) | 0x3f800000u; /* mantissa in [1, 2) */
+    float m = v.f;
+    int big = m > 1.41421356f;
+    m = big ? m * 0.5f : m;
+    float ef = (float)(e + big);
+    float f = m - 1.0f;
+    float z = f * f;
+    float y = 7.0376836292e-2f;
+    y = y * f - 1.1514610310e-1f;
+    y = y * f + 1.1676998740e-1f;
+    y = y * f - 1.2420140846e-1f;
+    y = y * f + 1.4249322787e-1f;
+    y = y * f - 1.6668057665e-1f;
+    y = y * f + 2.0000714765e-1f;
+    y = y * f - 2.4999993993e-1f;
+    y = y * f + 3.3333331174e-1f;
+    y = y * f * z;
+    y = y + ef * -2.12194440e-4f;
+    y = y - 0.5f * z;
+    return f + y + ef * 0.693359375f;
+}
+
+static inline double wn_exp(double x) { return exp(x); }
+static inline double wn_log(double x) { return log(x); }
+
+/* ------------------------------------------------------------------ */
+/* Unit geometry                                                         */
+/* ------------------------------------------------------------------ */
+
+/* Units are ordered (block, batch); blocks never straddle the split. */
+static inline i64 n_blocks_of(i64 split, i64 D) {
+    return (split + LANES - 1) / LANES + (D - split + LANES - 1) / LANES;
+}
+
+static inline void unit_geometry(i64 unit, i64 B, i64 D, i64 split, i64 *b, i64 *d0, i64 *nl,
+                                 int *rev) {
+    i64 nf = (split + LANES - 1) / LANES;
+    i64 blk = unit / B;
+    *b = unit % B;
+    if (blk < nf) {
+        *d0 = blk * LANES;
+        *nl = split - *d0 < LANES ? split - *d0 : LANES;
+        *rev = 0;
+    } else {
+        *d0 = split + (blk - nf) * LANES;
+        *nl = D - *d0 < LANES ? D - *d0 : LANES;
+        *rev = 1;
+    }
+}
+
+static void *wn_alloc(size_t bytes) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    return aligned_alloc(64, rounded ? rounded : 64);
+}
+
+/* ------------------------------------------------------------------ */
+/* The kernels, written once (weird_scan_impl.h) for float and double.   */
+/* ------------------------------------------------------------------ */
+
+#define WN_T float
+#define WN_NAME(x) x##_f32
+#define WN_EXP wn_expf
+#define WN_LOG wn_logf
+#define WN_ABS fabsf
+#define WN_NEG -1e30f
+#include "weird_scan_impl.h"
+#undef WN_T
+#undef WN_NAME
+#undef WN_EXP
+#undef WN_LOG
+#undef WN_ABS
+#undef WN_NEG
+
+#define WN_T double
+#define WN_NAME(x) x##_f64
+#define WN_EXP wn_exp
+#define WN_LOG wn_log
+#define WN_ABS fabs
+#define WN_NEG -1e300
+#include "weird_scan_impl.h"
+
+/* Scratch bytes one thread of scan_bwd needs (so Python can report and bound it). */
+i64 scan_bwd_workspace_bytes(i64 L, i64 nlev, i64 elem) {
+    return 3 * (nlev + 2) * L * LANES * elem;
+}
+
+i64 scan_lanes(void) { return LANES; }
+
+i64 scan_units(i64 B, i64 D, i64 split) { return B * n_blocks_of(split, D); }

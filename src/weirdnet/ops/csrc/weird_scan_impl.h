@@ -1,0 +1,250 @@
+/*
+ * Kernel bodies of weird_scan.c, included once per element type.  The includer defines
+ *   WN_T (float or double), WN_NAME(x) (x##_f32 or x##_f64), WN_EXP, WN_LOG, WN_ABS and
+ *   WN_NEG (the log-weight of a padded source).
+ */
+/* One level, out of place: dst[p] = src[p] (+) W * src[p-s]; lanes innermost. */
+static void WN_NAME(level_fwd)(const WN_T *restrict sm, const WN_T *restrict sh,
+                            const WN_T *restrict su, WN_T *restrict dm, WN_T *restrict dh,
+                            WN_T *restrict du, i64 L, i64 s, const WN_T *restrict c) {
+    i64 head = (s < L ? s : L) * LANES;
+    memcpy(dm, sm, head * sizeof(WN_T));
+    memcpy(dh, sh, head * sizeof(WN_T));
+    memcpy(du, su, head * sizeof(WN_T));
+    for (i64 p = s; p < L; p++) {
+        const i64 x = p * LANES, y = (p - s) * LANES;
+        for (int l = 0; l < LANES; l++) {
+            WN_T mi = sm[x + l], mp = sm[y + l] + c[l];
+            WN_T d = mi - mp;
+            WN_T e = WN_EXP(-WN_ABS(d));
+            int keep = d >= 0;
+            WN_T st = keep ? (WN_T)1 : e, sp = keep ? e : (WN_T)1;
+            dh[x + l] = sh[x + l] * st + sh[y + l] * sp;
+            du[x + l] = su[x + l] * st + su[y + l] * sp;
+            dm[x + l] = keep ? mi : mp;
+        }
+    }
+}
+
+/* Load one unit into the lane buffer: (m, h, u) = (A, V, 1), padding (WN_NEG, 0, 1). */
+static void WN_NAME(load_unit)(const WN_T *a, const WN_T *v, i64 asb, i64 asl, i64 vsb, i64 vsl,
+                            const uint8_t *mask, i64 L, i64 b, i64 d0, i64 nl, int rev,
+                            WN_T *m, WN_T *h, WN_T *u) {
+    for (i64 p = 0; p < L; p++) {
+        i64 i = rev ? L - 1 - p : p;
+        int valid = mask ? mask[b * L + i] != 0 : 1;
+        const WN_T *ap = a + b * asb + i * asl + d0, *vp = v + b * vsb + i * vsl + d0;
+        for (int l = 0; l < LANES; l++) {
+            int real = valid && l < nl;
+            m[p * LANES + l] = real ? ap[l < nl ? l : 0] : (l < nl ? WN_NEG : (WN_T)0);
+            h[p * LANES + l] = real ? vp[l < nl ? l : 0] : (WN_T)0;
+            u[p * LANES + l] = (WN_T)1;
+        }
+    }
+}
+
+static void WN_NAME(load_logw)(const WN_T *logw, i64 D, i64 k, i64 d0, i64 nl, WN_T *c) {
+    for (int l = 0; l < LANES; l++) c[l] = l < nl ? logw[k * D + d0 + l] : (WN_T)0;
+}
+
+/* Forward: out = H / U for units [u0, u1).  out is (B, L, D) contiguous. */
+int WN_NAME(scan_fwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i64 vsl,
+                   const WN_T *logw, const uint8_t *mask, WN_T *out, i64 B, i64 L, i64 D,
+                   i64 split, i64 nlev, i64 u0, i64 u1) {
+    size_t n = (size_t)L * LANES;
+    WN_T *buf = (WN_T *)wn_alloc(6 * n * sizeof(WN_T));
+    if (!buf) return 1;
+    WN_T c[LANES];
+    for (i64 unit = u0; unit < u1; unit++) {
+        i64 b, d0, nl;
+        int rev;
+        unit_geometry(unit, B, D, split, &b, &d0, &nl, &rev);
+        WN_T *cur = buf, *nxt = buf + 3 * n;
+        WN_NAME(load_unit)(a, v, asb, asl, vsb, vsl, mask, L, b, d0, nl, rev, cur, cur + n,
+                        cur + 2 * n);
+        for (i64 k = 0; k < nlev; k++) {
+            WN_NAME(load_logw)(logw, D, k, d0, nl, c);
+            WN_NAME(level_fwd)(cur, cur + n, cur + 2 * n, nxt, nxt + n, nxt + 2 * n, L,
+                            (i64)1 << k, c);
+            WN_T *t = cur; cur = nxt; nxt = t;
+        }
+        const WN_T *h = cur + n, *u = cur + 2 * n;
+        for (i64 p = 0; p < L; p++) {
+            i64 i = rev ? L - 1 - p : p;
+            WN_T *op = out + (b * L + i) * D + d0;
+            for (i64 l = 0; l < nl; l++) op[l] = h[p * LANES + l] / u[p * LANES + l];
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+/* One adjoint level, out of place (the mirror of level_fwd):
+ *   acc[l] += sum_p W e^{fm_p + sm_{p+s}} (fh_p s1_{p+s} - fu_p s2_{p+s})   (d log_w, level k)
+ *   dst[p] = src[p] (+) W * src[p+s]
+ * where (fm, fh, fu) is the forward state before this level and (sm, s1, s2) the adjoint
+ * state after the levels above it. */
+static void WN_NAME(level_bwd)(const WN_T *restrict fm, const WN_T *restrict fh,
+                               const WN_T *restrict fu, const WN_T *restrict sm,
+                               const WN_T *restrict s1, const WN_T *restrict s2,
+                               WN_T *restrict dm, WN_T *restrict d1, WN_T *restrict d2, i64 L,
+                               i64 s, const WN_T *restrict c, double *restrict acc) {
+    i64 body = L > s ? L - s : 0;
+    for (i64 p = 0; p < body; p++) {
+        const i64 x = p * LANES, y = (p + s) * LANES;
+        for (int l = 0; l < LANES; l++) {
+            WN_T mq = sm[y + l] + c[l];
+            WN_T w = WN_EXP(mq + fm[x + l]);
+            acc[l] += (double)(w * (fh[x + l] * s1[y + l] - fu[x + l] * s2[y + l]));
+            WN_T mi = sm[x + l];
+            WN_T d = mi - mq;
+            WN_T e = WN_EXP(-WN_ABS(d));
+            int keep = d >= 0;
+            WN_T sa = keep ? (WN_T)1 : e, sb = keep ? e : (WN_T)1;
+            d1[x + l] = s1[x + l] * sa + s1[y + l] * sb;
+            d2[x + l] = s2[x + l] * sa + s2[y + l] * sb;
+            dm[x + l] = keep ? mi : mq;
+        }
+    }
+    i64 tail = (L - body) * LANES;
+    memcpy(dm + body * LANES, sm + body * LANES, tail * sizeof(WN_T));
+    memcpy(d1 + body * LANES, s1 + body * LANES, tail * sizeof(WN_T));
+    memcpy(d2 + body * LANES, s2 + body * LANES, tail * sizeof(WN_T));
+}
+
+/* Adjoint state from the final forward state, in place over it:
+ *   BH = e^bm b1 = G / U,   BU = -e^bm b2 = -G O / U,   bm = -log U
+ * (positions with no real token in reach get bm = NEG and a zero adjoint). */
+static void WN_NAME(adjoint_init)(WN_T *restrict m, WN_T *restrict h, WN_T *restrict u,
+                                  const WN_T *g, i64 gsb, i64 gsl, i64 L, i64 b, i64 d0,
+                                  i64 nl, int rev) {
+    const WN_T half_neg = WN_NEG / 2;
+    WN_T gl[LANES];
+    for (i64 p = 0; p < L; p++) {
+        i64 i = rev ? L - 1 - p : p;
+        const WN_T *gp = g + b * gsb + i * gsl + d0;
+        for (int l = 0; l < LANES; l++) gl[l] = l < nl ? gp[l] : (WN_T)0;
+        for (int l = 0; l < LANES; l++) {
+            i64 x = p * LANES + l;
+            int live = m[x] > half_neg;
+            WN_T gi = live ? gl[l] : (WN_T)0;
+            WN_T o = h[x] / u[x];
+            WN_T lu = WN_LOG(u[x]);
+            m[x] = live ? -(m[x] + lu) : WN_NEG;
+            h[x] = gi;
+            u[x] = gi * o;
+        }
+    }
+}
+
+/* Backward for units [u0, u1): recompute the forward levels (keeping the state before
+ * every level), then run the mirrored scan of the adjoint, accumulating d log_w level by
+ * level.  da, dv: (B, L, D) contiguous.  dlogw: (B, nlev, D) float64, per batch row. */
+int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i64 vsl,
+                      const WN_T *logw, const uint8_t *mask, const WN_T *g, i64 gsb, i64 gsl,
+                      WN_T *da, WN_T *dv, double *dlogw, i64 B, i64 L, i64 D, i64 split,
+                      i64 nlev, i64 u0, i64 u1) {
+    size_t n = (size_t)L * LANES;
+    /* nlev + 1 forward states (the last one becomes an adjoint buffer) + 1 adjoint buffer. */
+    WN_T *buf = (WN_T *)wn_alloc(3 * (size_t)(nlev + 2) * n * sizeof(WN_T));
+    if (!buf) return 1;
+    WN_T c[LANES];
+    double acc[LANES];
+    for (i64 unit = u0; unit < u1; unit++) {
+        i64 b, d0, nl;
+        int rev;
+        unit_geometry(unit, B, D, split, &b, &d0, &nl, &rev);
+        WN_T *st = buf; /* state before level k at st + 3 * k * n */
+        WN_NAME(load_unit)(a, v, asb, asl, vsb, vsl, mask, L, b, d0, nl, rev, st, st + n,
+                           st + 2 * n);
+        for (i64 k = 0; k < nlev; k++) {
+            WN_T *cur = st + 3 * k * n, *nxt = st + 3 * (k + 1) * n;
+            WN_NAME(load_logw)(logw, D, k, d0, nl, c);
+            WN_NAME(level_fwd)(cur, cur + n, cur + 2 * n, nxt, nxt + n, nxt + 2 * n, L,
+                               (i64)1 << k, c);
+        }
+        WN_T *adj = st + 3 * nlev * n, *spare = st + 3 * (nlev + 1) * n;
+        WN_NAME(adjoint_init)(adj, adj + n, adj + 2 * n, g, gsb, gsl, L, b, d0, nl, rev);
+        for (i64 k = nlev - 1; k >= 0; k--) {
+            const WN_T *fw = st + 3 * k * n;
+            WN_NAME(load_logw)(logw, D, k, d0, nl, c);
+            for (int l = 0; l < LANES; l++) acc[l] = 0.0;
+            WN_NAME(level_bwd)(fw, fw + n, fw + 2 * n, adj, adj + n, adj + 2 * n, spare,
+                               spare + n, spare + 2 * n, L, (i64)1 << k, c, acc);
+            WN_T *t = adj; adj = spare; spare = t;
+            double *dst = dlogw + (b * nlev + k) * D + d0;
+            for (i64 l = 0; l < nl; l++) dst[l] = acc[l];
+        }
+        const WN_T *bm = adj, *b1 = adj + n, *b2 = adj + 2 * n;
+        /* dV_j = e^{A_j + bm_j} b1_j,  dA_j = V_j dV_j - e^{A_j + bm_j} b2_j. */
+        for (i64 p = 0; p < L; p++) {
+            i64 i = rev ? L - 1 - p : p;
+            int valid = mask ? mask[b * L + i] != 0 : 1;
+            const WN_T *ap = a + b * asb + i * asl + d0, *vp = v + b * vsb + i * vsl + d0;
+            WN_T *dap = da + (b * L + i) * D + d0, *dvp = dv + (b * L + i) * D + d0;
+            for (i64 l = 0; l < nl; l++) {
+                i64 x = p * LANES + l;
+                WN_T e = valid ? WN_EXP(ap[l] + bm[x]) : (WN_T)0;
+                WN_T gv = e * b1[x];
+                dvp[l] = gv;
+                dap[l] = valid ? vp[l] * gv - e * b2[x] : (WN_T)0;
+            }
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+/* Incremental causal decoding of WN_T tokens at positions t0 .. t0+WN_T-1.
+ * ring{m,h,u}: level k holds 2^k slots of (B, D) at offset (2^k - 1) * B * D; slot
+ * (t mod 2^k) of level k holds the state of position t before level k.  Same combine,
+ * same order as level_fwd: outputs are bitwise those of the full pass. */
+int WN_NAME(scan_extend)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i64 vsl,
+                      const WN_T *logw, const uint8_t *valid_bt, WN_T *ringm, WN_T *ringh, WN_T *ringu,
+                      WN_T *out, i64 B, i64 Tn, i64 D, i64 nlev, i64 t0) {
+    WN_T *m = (WN_T *)wn_alloc(3 * (size_t)D * sizeof(WN_T));
+    if (!m) return 1;
+    WN_T *h = m + D, *u = m + 2 * D;
+    for (i64 tt = 0; tt < Tn; tt++) {
+        const i64 t = t0 + tt;
+        for (i64 b = 0; b < B; b++) {
+            int valid = valid_bt ? valid_bt[b * Tn + tt] != 0 : 1;
+            const WN_T *ap = a + b * asb + tt * asl, *vp = v + b * vsb + tt * vsl;
+            for (i64 d = 0; d < D; d++) {
+                m[d] = valid ? ap[d] : WN_NEG;
+                h[d] = valid ? vp[d] : (WN_T)0;
+                u[d] = (WN_T)1;
+            }
+            for (i64 k = 0; k < nlev; k++) {
+                const i64 s = (i64)1 << k;
+                const i64 off = ((s - 1) + (t & (s - 1))) * B * D + b * D;
+                WN_T *rm = ringm + off, *rh = ringh + off, *ru = ringu + off;
+                const WN_T *c = logw + k * D;
+                if (t >= s) {
+                    for (i64 d = 0; d < D; d++) {
+                        WN_T mi = m[d], mp = rm[d] + c[d];
+                        WN_T hp = rh[d], up = ru[d];
+                        rm[d] = mi;
+                        rh[d] = h[d];
+                        ru[d] = u[d];
+                        WN_T dd = mi - mp;
+                        WN_T e = WN_EXP(-WN_ABS(dd));
+                        int keep = dd >= 0;
+                        WN_T st = keep ? (WN_T)1 : e, sp = keep ? e : (WN_T)1;
+                        h[d] = h[d] * st + hp * sp;
+                        u[d] = u[d] * st + up * sp;
+                        m[d] = keep ? mi : mp;
+                    }
+                } else {
+                    memcpy(rm, m, D * sizeof(WN_T));
+                    memcpy(rh, h, D * sizeof(WN_T));
+                    memcpy(ru, u, D * sizeof(WN_T));
+                }
+            }
+            WN_T *op = out + (b * Tn + tt) * D;
+            for (i64 d = 0; d < D; d++) op[d] = h[d] / u[d];
+        }
+    }
+    free(m);
+    return 0;
+}

@@ -1,0 +1,113 @@
+"""Incremental (token-by-token) causal decoding of the Weird-attention scan.
+
+Level k of the causal scan combines position t with position t - 2^k, using the state of
+t - 2^k *before* level k.  A ring buffer per level holding the last 2^k such states lets
+one new token be processed in O(D log L) time (O(D L) memory in all, about 3 L D numbers),
+with exactly the operations of the full pass: in float32 (and float64) the outputs are
+bitwise identical to ``weird_scan(..., reverse=False)`` on the whole sequence.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .scan import compute_dtype, implementation, resolve_backend
+from .scan_checks import check_float_tensor, check_mask, levels_needed, max_len_for_levels
+
+
+class WeirdScanCache:
+    """Decoding state of one causal ``weird_scan`` (one layer) for a batch of sequences.
+
+    Args:
+        log_w: (K, D) log-weights, as passed to ``weird_scan`` (copied, detached).
+        batch_size: number of sequences B decoded together.
+        max_len: capacity in tokens; at most 2**K.  Defaults to 2**K.
+        backend: None (auto, the same choice ``weird_scan`` makes), "cpu" or "torch".
+
+    Use :meth:`step` for one token, :meth:`extend` for several (e.g. a prompt).
+    """
+
+    def __init__(self, log_w: torch.Tensor, batch_size: int, max_len: int | None = None, *,
+                 dtype: torch.dtype | None = None, backend: str | None = None):
+        check_float_tensor(log_w, "log_w", 2)
+        K, D = log_w.shape
+        limit = max_len_for_levels(K)
+        max_len = limit if max_len is None else int(max_len)
+        if not 1 <= max_len <= limit:
+            raise ValueError(
+                f"max_len must be in [1, {limit}] (log_w has {K} levels), got {max_len}"
+            )
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size, self.dim, self.capacity = int(batch_size), D, max_len
+        self.dtype = compute_dtype(dtype or log_w.dtype)
+        self.device = log_w.device
+        self.backend = resolve_backend(self.device, backend)
+        self.levels = levels_needed(max_len)
+        self.log_w = log_w.detach().to(self.dtype).contiguous()
+        rows = (1 << self.levels) - 1
+        shape = (rows, self.batch_size, D)
+        self._ring = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(3)]
+        self.position = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the ring buffers, in bytes."""
+        return sum(r.numel() * r.element_size() for r in self._ring)
+
+    def reset(self) -> None:
+        """Forget all tokens; the next one is position 0."""
+        self.position = 0
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (B',), e.g. for beam search; B becomes len(index)."""
+        self._ring = [r.index_select(1, index.to(self.device)) for r in self._ring]
+        self.batch_size = self._ring[0].shape[1]
+
+    def extend(self, a: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None):
+        """Consume T tokens. a, v: (B, T, D); mask: optional (B, T) bool.
+
+        Returns O: (B, T, D) in ``a``'s dtype, equal to the full causal pass's outputs at
+        positions ``position .. position + T - 1``.
+        """
+        check_float_tensor(a, "a", 3)
+        check_float_tensor(v, "v", 3)
+        B, T, D = a.shape
+        if v.shape != a.shape:
+            raise ValueError(f"v must have the shape of a {tuple(a.shape)}, got {tuple(v.shape)}")
+        if (B, D) != (self.batch_size, self.dim):
+            raise ValueError(
+                f"expected tokens of shape ({self.batch_size}, T, {self.dim}) for this cache, "
+                f"got {tuple(a.shape)}"
+            )
+        check_mask(mask, B, T)
+        if self.position + T > self.capacity:
+            raise ValueError(
+                f"decoding past the cache's capacity: {self.position} tokens held, {T} more "
+                f"requested, capacity max_len={self.capacity}"
+            )
+        impl = implementation(self.backend)
+        valid = mask
+        if mask is not None and self.backend == "cpu":
+            valid = mask.contiguous().view(torch.uint8)
+        with torch.no_grad():
+            out = impl.extend(self._prepare(a), self._prepare(v), self.log_w, valid,
+                              *self._ring, self.levels, self.position)
+        self.position += T
+        return out.to(a.dtype)
+
+    def step(self, a_t: torch.Tensor, v_t: torch.Tensor, mask_t: torch.Tensor | None = None):
+        """Consume one token. a_t, v_t: (B, D); mask_t: optional (B,) bool. Returns (B, D)."""
+        check_float_tensor(a_t, "a_t", 2)
+        check_float_tensor(v_t, "v_t", 2)
+        if mask_t is not None:
+            check_mask(mask_t.unsqueeze(1) if isinstance(mask_t, torch.Tensor) else mask_t,
+                       a_t.shape[0], 1, "mask_t (as (B, 1))")
+            mask_t = mask_t.unsqueeze(1)
+        return self.extend(a_t.unsqueeze(1), v_t.unsqueeze(1), mask_t)[:, 0]
+
+    def _prepare(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device != self.device:
+            raise ValueError(f"tokens must be on {self.device}, got {x.device}")
+        x = x.to(self.dtype)
+        return x if x.stride(-1) == 1 else x.contiguous()

@@ -1,0 +1,79 @@
+"""Argument checks shared by the scan op, its reference, its decoder and the layers.
+
+Every problem raises a ``ValueError`` that names the argument, what was expected and
+what was given.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def levels_needed(length: int) -> int:
+    """Number of scan levels for a sequence of ``length``: ceil(log2(length)), 0 for L <= 1."""
+    return max(0, int(length) - 1).bit_length()
+
+
+def max_len_for_levels(levels: int) -> int:
+    """Longest sequence ``levels`` scan levels cover: 2**levels."""
+    return 1 << levels
+
+
+def check_float_tensor(x, name: str, rank: int) -> None:
+    """``x`` must be a floating tensor of the given rank."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise ValueError(
+            f"{name} must be a floating-point tensor (float16, bfloat16, float32 or float64), "
+            f"got dtype {x.dtype}"
+        )
+    if x.dim() != rank:
+        raise ValueError(f"{name} must have {rank} dimensions, got shape {tuple(x.shape)}")
+
+
+def check_mask(mask, batch: int, length: int, name: str = "mask") -> None:
+    """``mask`` must be None or a bool tensor of shape (batch, length)."""
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(f"{name} must be a bool tensor (True = real token), got {got}")
+    if tuple(mask.shape) != (batch, length):
+        raise ValueError(
+            f"{name} must have shape (batch, length) = {(batch, length)}, "
+            f"got {tuple(mask.shape)}"
+        )
+
+
+def check_scan_inputs(a, v, log_w, mask=None) -> tuple[int, int, int]:
+    """Validate ``weird_scan`` arguments; returns (B, L, D)."""
+    check_float_tensor(a, "a", 3)
+    check_float_tensor(v, "v", 3)
+    check_float_tensor(log_w, "log_w", 2)
+    if v.shape != a.shape:
+        raise ValueError(f"v must have the shape of a {tuple(a.shape)}, got {tuple(v.shape)}")
+    if v.dtype != a.dtype:
+        raise ValueError(f"a and v must have the same dtype, got {a.dtype} and {v.dtype}")
+    if v.device != a.device or log_w.device != a.device:
+        raise ValueError(
+            f"a, v and log_w must be on one device, got {a.device}, {v.device}, {log_w.device}"
+        )
+    B, L, D = a.shape
+    if log_w.shape[1] != D:
+        raise ValueError(
+            f"log_w must have shape (levels, D={D}), got {tuple(log_w.shape)}"
+        )
+    need = levels_needed(L)
+    if log_w.shape[0] < need:
+        raise ValueError(
+            f"sequence length {L} exceeds the {max_len_for_levels(log_w.shape[0])} positions "
+            f"that log_w's {log_w.shape[0]} levels cover; it needs {need} levels "
+            f"(a layer built with max_len >= {L})"
+        )
+    check_mask(mask, B, L)
+    if mask is not None and mask.device != a.device:
+        raise ValueError(f"mask must be on {a.device}, got {mask.device}")
+    return B, L, D

@@ -1,0 +1,166 @@
+"""Pure-PyTorch running-max weighted scan: the portable implementation.
+
+Same algorithm and same contracts as the fused C kernels (``csrc/weird_scan.c``), written
+with tensor ops so it runs on any device.  It is used on CUDA and wherever the C kernel
+cannot be built.  Every function here takes tensors already in the compute dtype
+(float32 or float64) and works on channel chunks to bound temporary memory.
+
+State per (batch, position, channel): ``(m, h, u)`` with ``H = e^m h``, ``U = e^m u``.
+Padded sources start as ``(NEG, 0, 1)``.  Channels ``[0, split)`` are scanned causally,
+``[split, D)`` anti-causally.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Elements of (B, L, chunk) per temporary the backward may hold at once, times levels.
+_CHUNK_BUDGET = 1 << 25
+
+
+def neg_sentinel(dtype: torch.dtype) -> float:
+    """The log-weight of a padded source: exactly 0 weight next to any real token."""
+    return -1e300 if dtype == torch.float64 else -1e30
+
+
+def combine(m, h, u, mp, hp, up):
+    """Merge partner state ``(mp, hp, up)`` into ``(m, h, u)``; all shapes broadcast.
+
+    Returns the new ``(m, h, u)``.  One exp per element: the larger of the two log-scales
+    is kept and the other side is scaled by ``exp(-|m - mp|)``.  The decoding step uses
+    this very function, which makes it bitwise equal to the full pass.
+    """
+    d = m - mp
+    e = torch.exp(-d.abs())
+    keep = d >= 0
+    one = torch.ones((), dtype=m.dtype, device=m.device)
+    st = torch.where(keep, one, e)
+    sp = torch.where(keep, e, one)
+    return torch.where(keep, m, mp), h * st + hp * sp, u * st + up * sp
+
+
+def initial_state(a, v, mask):
+    """(m, h, u) before any level: (A, V, 1), or (NEG, 0, 1) where ``mask`` is False."""
+    u = torch.ones_like(a)
+    if mask is None:
+        return a, v, u
+    valid = mask.unsqueeze(-1)
+    m = torch.where(valid, a, torch.full((), neg_sentinel(a.dtype), dtype=a.dtype,
+                                         device=a.device))
+    return m, torch.where(valid, v, torch.zeros((), dtype=v.dtype, device=v.device)), u
+
+
+def apply_level(state, s: int, c):
+    """Level with shift ``s`` and log-weight ``c`` (D,), out of place along dim 1."""
+    m, h, u = state
+    mn, hn, un = combine(m[:, s:], h[:, s:], u[:, s:], m[:, :-s] + c, h[:, :-s], u[:, :-s])
+    return (torch.cat([m[:, :s], mn], 1), torch.cat([h[:, :s], hn], 1),
+            torch.cat([u[:, :s], un], 1))
+
+
+def _parts(D: int, split: int):
+    """(channel slice, reverse?) for the causal and the anti-causal channel ranges."""
+    parts = []
+    if split > 0:
+        parts.append((slice(0, split), False))
+    if split < D:
+        parts.append((slice(split, D), True))
+    return parts
+
+
+def _chunks(part: slice, B: int, L: int, nlev: int):
+    width = part.stop - part.start
+    step = max(1, _CHUNK_BUDGET // max(1, B * L * (3 * nlev + 6)))
+    for start in range(part.start, part.stop, step):
+        yield slice(start, min(part.stop, start + step))
+
+
+def _oriented(x, reverse: bool):
+    return None if x is None else (x.flip(1) if reverse else x)
+
+
+def fwd(a, v, log_w, mask, split: int, nlev: int) -> torch.Tensor:
+    """O = H / U.  a, v: (B, L, D); log_w: (>= nlev, D); mask: (B, L) bool or None."""
+    B, L, D = a.shape
+    out = torch.empty_like(a)
+    for part, rev in _parts(D, split):
+        msk = _oriented(mask, rev)
+        for ch in _chunks(part, B, L, 0):
+            state = initial_state(_oriented(a[..., ch], rev), _oriented(v[..., ch], rev), msk)
+            for k in range(nlev):
+                state = apply_level(state, 1 << k, log_w[k, ch])
+            out[..., ch] = _oriented(state[1] / state[2], rev)
+    return out
+
+
+def bwd(a, v, log_w, mask, grad, split: int, nlev: int):
+    """Gradients (dA, dV, dlog_w) of ``sum(grad * fwd(...))``; dlog_w (nlev, D) float64."""
+    B, L, D = a.shape
+    da, dv = torch.empty_like(a), torch.empty_like(a)
+    dlogw = torch.zeros((nlev, D), dtype=torch.float64, device=a.device)
+    for part, rev in _parts(D, split):
+        msk = _oriented(mask, rev)
+        for ch in _chunks(part, B, L, nlev):
+            args = [_oriented(x[..., ch], rev) for x in (a, v, grad)]
+            gA, gV, gw = _bwd_chunk(*args, log_w[:nlev, ch], msk, nlev)
+            da[..., ch], dv[..., ch] = _oriented(gA, rev), _oriented(gV, rev)
+            dlogw[:, ch] = gw
+    return da, dv, dlogw
+
+
+def _bwd_chunk(a, v, g, log_w, mask, nlev: int):
+    """Causal backward of one channel chunk (already oriented)."""
+    neg = neg_sentinel(a.dtype)
+    states = [initial_state(a, v, mask)]
+    for k in range(nlev):
+        states.append(apply_level(states[-1], 1 << k, log_w[k]))
+    fm, fh, fu = states.pop()
+    live = fm > neg / 2
+    g = torch.where(live, g, torch.zeros((), dtype=g.dtype, device=g.device))
+    bm = torch.where(live, -(fm + fu.log()), torch.full_like(fm, neg))
+    b1, b2 = g, g * (fh / fu)
+    dlogw = torch.zeros(log_w.shape, dtype=torch.float64, device=a.device)
+    for k in reversed(range(nlev)):
+        s = 1 << k
+        sm, sh, su = states[k]
+        mq = bm[:, s:] + log_w[k]
+        w = torch.exp(mq + sm[:, :-s])
+        term = w * (sh[:, :-s] * b1[:, s:] - su[:, :-s] * b2[:, s:])
+        dlogw[k] = term.sum((0, 1), dtype=torch.float64)
+        mn, b1n, b2n = combine(bm[:, :-s], b1[:, :-s], b2[:, :-s], mq, b1[:, s:], b2[:, s:])
+        bm = torch.cat([mn, bm[:, -s:]], 1)
+        b1 = torch.cat([b1n, b1[:, -s:]], 1)
+        b2 = torch.cat([b2n, b2[:, -s:]], 1)
+    e = torch.exp(a + bm)
+    if mask is not None:
+        e = torch.where(mask.unsqueeze(-1), e, torch.zeros((), dtype=e.dtype, device=e.device))
+    dv = e * b1
+    return v * dv - e * b2, dv, dlogw
+
+
+def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> torch.Tensor:
+    """Decode tokens t0 .. t0+T-1; same ring layout and contract as the C kernel.
+
+    a, v: (B, T, D); valid: (B, T) bool or None; ring_*: (2^nlev - 1, B, D), where level k
+    owns rows [2^k - 1, 2^(k+1) - 1) and row (2^k - 1) + (t mod 2^k) holds position t's
+    state before level k.
+    """
+    B, T, D = a.shape
+    out = torch.empty_like(a)
+    for tt in range(T):
+        t = t0 + tt
+        msk = None if valid is None else valid[:, tt]
+        m, h, u = initial_state(a[:, tt].unsqueeze(1), v[:, tt].unsqueeze(1),
+                                None if msk is None else msk.unsqueeze(1))
+        m, h, u = m[:, 0], h[:, 0], u[:, 0]
+        for k in range(nlev):
+            s = 1 << k
+            row = (s - 1) + (t & (s - 1))
+            if t >= s:
+                mp, hp, up = ring_m[row] + log_w[k], ring_h[row].clone(), ring_u[row].clone()
+                ring_m[row], ring_h[row], ring_u[row] = m, h, u
+                m, h, u = combine(m, h, u, mp, hp, up)
+            else:
+                ring_m[row], ring_h[row], ring_u[row] = m, h, u
+        out[:, tt] = h / u
+    return out
