@@ -52,7 +52,9 @@ def weird_scan_reference(a, v, log_w, *, reverse=False, mask=None):
         if mask is not None:
             keep = keep & mask.view(B, 1, L, 1)
         logits = logits.masked_fill(~keep, float("-inf"))
-        p = torch.softmax(logits, dim=2)
-        outs.append((p * v.unsqueeze(1)).sum(2))
+        empty = ~keep.any(2, keepdim=True)  # no real token in reach: 0/0
+        p = torch.softmax(logits.masked_fill(empty, 0.0), dim=2)  # NaN-free gradients
+        out = (p * v.unsqueeze(1)).sum(2)
+        outs.append(torch.where(empty.squeeze(2), torch.full_like(out, float("nan")), out))
     out = torch.cat(outs, 1) if outs else a.new_zeros((B, 0, D))
     return out.flip(1) if reverse else out

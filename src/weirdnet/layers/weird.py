@@ -1,0 +1,173 @@
+"""Weird-attention (AIB-attention) and PS-attention layers.
+
+    A = X W_A (+ b_A),  V = X W_V (+ b_V),  O = weird_scan(A, V, log W),  Y = O W_O + b_O
+
+with ``log W = cumsum(w)`` ("cumexp", the papers' default), ``w`` ("exp") or 0 ("ones",
+PS-attention).  ``causal=True`` is the decoder form (prefix scan); ``causal=False`` the
+encoder form: the first ``dim // 2`` channels scan forward and the rest backward, each
+channel with its own column of ``w``.  ``bias=True`` adds the Moss variant's biases to the
+A and V projections.  Initialisation follows Weird-Net §III.G (DESIGN.md §1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from ..ops import WeirdScanCache, levels_needed, weird_scan, weird_scan_bidirectional
+from ..ops.scan_checks import check_float_tensor, check_mask
+from .registry import register
+
+WEIGHT_MODES = ("cumexp", "exp", "ones")
+
+
+@dataclass
+class WeirdAttentionCache:
+    """Decoding state of one causal :class:`WeirdAttention` layer.
+
+    ``scan`` holds the per-level ring buffers; ``position`` is the number of tokens seen.
+    """
+
+    scan: WeirdScanCache
+
+    @property
+    def position(self) -> int:
+        return self.scan.position
+
+    @property
+    def capacity(self) -> int:
+        return self.scan.capacity
+
+
+@register("weird")
+class WeirdAttention(nn.Module):
+    """Weird-attention mixer on (B, L, dim) inputs.
+
+    Args:
+        dim: model width D (channels).
+        causal: True for the decoder (prefix) form, False for the encoder form.
+        max_len: longest sequence accepted; the layer has ceil(log2(max_len)) levels of w.
+        weights: "cumexp" (W = exp(cumsum(w))), "exp" (W = exp(w)) or "ones" (PS-attention).
+        bias: biases on the A and V projections (the Moss variant).
+        n_layers: number of layers N of the model, used by the papers' W_O initialisation.
+    """
+
+    def __init__(self, dim: int, *, causal: bool = True, max_len: int = 4096,
+                 weights: str = "cumexp", bias: bool = False, n_layers: int = 1):
+        super().__init__()
+        if not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"dim must be a positive int, got {dim!r}")
+        if not causal and dim < 2:
+            raise ValueError("the encoder form (causal=False) needs dim >= 2 to split channels")
+        if not isinstance(max_len, int) or max_len < 1:
+            raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+        if weights not in WEIGHT_MODES:
+            raise ValueError(f"weights must be one of {WEIGHT_MODES}, got {weights!r}")
+        if not isinstance(n_layers, int) or n_layers < 1:
+            raise ValueError(f"n_layers must be a positive int, got {n_layers!r}")
+        self.dim, self.causal, self.max_len = dim, bool(causal), max_len
+        self.weights, self.n_layers = weights, n_layers
+        self.levels = max(1, levels_needed(max_len))
+        self.proj_a = nn.Linear(dim, dim, bias=bias)
+        self.proj_v = nn.Linear(dim, dim, bias=bias)
+        self.proj_o = nn.Linear(dim, dim, bias=True)
+        if weights == "ones":
+            self.register_parameter("w", None)
+        else:
+            self.w = nn.Parameter(torch.empty(self.levels, dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The papers' initialisation: W_A, W_V ~ N(0, 1/sqrt(D)), w ~ N(0, 1),
+        W_O ~ N(0, sqrt((1 - 2/D) / (2 N D))), biases 0 (standard deviations)."""
+        D = self.dim
+        for proj in (self.proj_a, self.proj_v):
+            nn.init.normal_(proj.weight, std=1.0 / math.sqrt(D))
+            if proj.bias is not None:
+                nn.init.zeros_(proj.bias)
+        nn.init.normal_(self.proj_o.weight, std=math.sqrt(max(0.0, 1 - 2 / D) / (2 * self.n_layers * D)))
+        nn.init.zeros_(self.proj_o.bias)
+        if self.w is not None:
+            nn.init.normal_(self.w, std=1.0)
+
+    def log_weights(self) -> torch.Tensor:
+        """log W per level and channel: (levels, dim)."""
+        if self.weights == "cumexp":
+            return torch.cumsum(self.w, dim=0)
+        if self.weights == "exp":
+            return self.w
+        return self.proj_o.weight.new_zeros(self.levels, self.dim)
+
+    def _check_input(self, x: torch.Tensor, mask: torch.Tensor | None) -> None:
+        check_float_tensor(x, "x", 3)
+        if x.shape[-1] != self.dim:
+            raise ValueError(f"x must have shape (batch, length, {self.dim}), got {tuple(x.shape)}")
+        if x.shape[1] > self.max_len:
+            raise ValueError(
+                f"sequence length {x.shape[1]} exceeds max_len={self.max_len}; build the layer "
+                f"with max_len >= {x.shape[1]}"
+            )
+        check_mask(mask, x.shape[0], x.shape[1])
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                cache: WeirdAttentionCache | None = None):
+        """x: (B, L, dim); mask: optional (B, L) bool, True = real token.
+
+        Returns y: (B, L, dim).  With ``cache`` (causal only) the L tokens continue the
+        cached sequence and ``(y, cache)`` is returned.
+        """
+        self._check_input(x, mask)
+        a, v = self.proj_a(x), self.proj_v(x)
+        if cache is not None:
+            return self.proj_o(self._decode(a, v, mask, cache)), cache
+        log_w = self.log_weights()
+        if self.causal:
+            o = weird_scan(a, v, log_w, mask=mask)
+        else:
+            o = weird_scan_bidirectional(a, v, log_w, mask=mask, split=self.dim // 2)
+        return self.proj_o(o)
+
+    def init_cache(self, batch_size: int, max_len: int | None = None) -> WeirdAttentionCache:
+        """An empty decoding cache for ``batch_size`` sequences of up to ``max_len`` tokens
+        (default: the layer's max_len).  Holds about 3 * max_len * dim numbers per sequence."""
+        if not self.causal:
+            raise ValueError("incremental decoding needs a causal layer (causal=True)")
+        max_len = self.max_len if max_len is None else max_len
+        if max_len > self.max_len:
+            raise ValueError(f"cache max_len={max_len} exceeds the layer's max_len={self.max_len}")
+        scan = WeirdScanCache(self.log_weights().detach(), batch_size, max_len,
+                              dtype=self.proj_o.weight.dtype)
+        return WeirdAttentionCache(scan)
+
+    def step(self, x_t: torch.Tensor, cache: WeirdAttentionCache,
+             mask_t: torch.Tensor | None = None) -> torch.Tensor:
+        """Decode one token: x_t (B, dim) -> y_t (B, dim); ``cache`` advances by one."""
+        check_float_tensor(x_t, "x_t", 2)
+        mask = None if mask_t is None else mask_t.unsqueeze(1)
+        y, _ = self.forward(x_t.unsqueeze(1), mask, cache=cache)
+        return y[:, 0]
+
+    def _decode(self, a, v, mask, cache: WeirdAttentionCache) -> torch.Tensor:
+        if not self.causal:
+            raise ValueError("incremental decoding needs a causal layer (causal=True)")
+        if not isinstance(cache, WeirdAttentionCache):
+            raise ValueError(f"cache must come from init_cache(), got {type(cache).__name__}")
+        return cache.scan.extend(a, v, mask)
+
+    def extra_repr(self) -> str:
+        form = "causal" if self.causal else "bidirectional"
+        return (f"dim={self.dim}, {form}, max_len={self.max_len}, weights={self.weights!r}, "
+                f"bias={self.proj_a.bias is not None}")
+
+
+@register("ps")
+class PSAttention(WeirdAttention):
+    """PS-attention: Weird-attention with W = 1 (plain softmax-weighted prefix sums)."""
+
+    def __init__(self, dim: int, *, causal: bool = True, max_len: int = 4096,
+                 bias: bool = False, n_layers: int = 1):
+        super().__init__(dim, causal=causal, max_len=max_len, weights="ones", bias=bias,
+                         n_layers=n_layers)

@@ -1,0 +1,49 @@
+"""Shared fixtures: the scan backends under test and small helpers."""
+
+import os
+
+import pytest
+import torch
+
+from weirdnet.ops import _cpu_kernel
+
+# CI sets WEIRDNET_REQUIRE_CPU_KERNEL=1 so a kernel that fails to build is a failure,
+# not a skip; elsewhere a machine without a C compiler skips the "cpu" backend.
+REQUIRE_KERNEL = os.environ.get("WEIRDNET_REQUIRE_CPU_KERNEL") == "1"
+
+
+def backend_params():
+    return [
+        pytest.param("cpu", id="cpu-kernel"),
+        pytest.param("torch", id="torch"),
+    ]
+
+
+@pytest.fixture(params=backend_params())
+def backend(request):
+    if request.param == "cpu" and not _cpu_kernel.available():
+        if REQUIRE_KERNEL:
+            pytest.fail("the C scan kernel could not be built")
+        pytest.skip("no C compiler: the fused CPU kernel is unavailable")
+    return request.param
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64; NaN anywhere gives inf (never passes)."""
+    out, ref = out.double(), ref.double()
+    if torch.isnan(out).any() or torch.isnan(ref).any():
+        return float("inf")
+    denom = ref.norm().item()
+    diff = (out - ref).norm().item()
+    return diff if denom == 0 else diff / denom
+
+
+def random_log_w(levels: int, dim: int, mode: str = "cumexp", dtype=torch.float64,
+                 generator=None) -> torch.Tensor:
+    """log W as each weight mode passes it: cumsum(w), w, or zeros; w ~ N(0, 1)."""
+    w = torch.randn(levels, dim, dtype=dtype, generator=generator)
+    if mode == "cumexp":
+        return w.cumsum(0)
+    if mode == "exp":
+        return w
+    return torch.zeros_like(w)

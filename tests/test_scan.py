@@ -1,0 +1,203 @@
+"""weird_scan against its float64 reference: values, gradients, stability, causality."""
+
+import math
+
+import pytest
+import torch
+from conftest import random_log_w, rel_err
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from weirdnet.ops import levels_needed, weird_scan, weird_scan_bidirectional, weird_scan_reference
+
+LENGTHS = [1, 2, 3, 7, 8, 9, 100, 1000, 4097]
+MODES = ["cumexp", "exp", "ones"]
+
+
+def make_inputs(B, L, D, mode="cumexp", seed=0, masked=True, scale=2.0):
+    """Random float64 (a, v, log_w, mask); the mask drops ~25% of tokens at random."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(B, L, D, dtype=torch.float64, generator=g) * scale
+    v = torch.randn(B, L, D, dtype=torch.float64, generator=g)
+    log_w = random_log_w(max(1, levels_needed(L)), D, mode, generator=g)
+    mask = torch.rand(B, L, generator=g) > 0.25 if masked else None
+    return a, v, log_w, mask
+
+
+def reach_mask(mask, B, L, reverse):
+    """(B, L, 1) True where an output has a real token in its window (reference finite)."""
+    if mask is None:
+        return torch.ones(B, L, 1, dtype=torch.bool)
+    m = mask.flip(1) if reverse else mask
+    reach = m.cumsum(1) > 0
+    return (reach.flip(1) if reverse else reach).unsqueeze(-1)
+
+
+@pytest.mark.parametrize("L", LENGTHS)
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("mode", MODES)
+def test_forward_matches_reference(backend, L, reverse, mode):
+    B, D = (2, 6) if L <= 1000 else (1, 3)
+    a, v, log_w, mask = make_inputs(B, L, D, mode, seed=L)
+    ref = weird_scan_reference(a, v, log_w, reverse=reverse, mask=mask)
+    keep = reach_mask(mask, B, L, reverse).expand_as(ref)
+    for dtype, tol in [(torch.float64, 1e-11), (torch.float32, 2e-5)]:
+        out = weird_scan(a.to(dtype), v.to(dtype), log_w.to(dtype), reverse=reverse, mask=mask,
+                         backend=backend)
+        assert out.dtype == dtype and out.shape == (B, L, D)
+        assert torch.isfinite(out).all(), "padded or unreachable outputs must be finite"
+        assert rel_err(out[keep], ref[keep]) <= tol
+
+
+@pytest.mark.parametrize("L", [1, 2, 3, 7, 9, 100, 1000])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_gradients_match_reference(backend, L, reverse):
+    B, D = 2, 5
+    a, v, log_w, mask = make_inputs(B, L, D, "cumexp", seed=10 + L)
+    keep = reach_mask(mask, B, L, reverse)
+    grad = torch.randn(B, L, D, dtype=torch.float64) * keep  # loss on reachable outputs only
+
+    leaves = [x.clone().requires_grad_() for x in (a, v, log_w)]
+    ref = weird_scan_reference(*leaves, reverse=reverse, mask=mask)
+    ref_grads = torch.autograd.grad(ref.nan_to_num(), leaves, grad)
+    for dtype, tol in [(torch.float64, 1e-10), (torch.float32, 1e-4)]:
+        xs = [x.detach().to(dtype).requires_grad_() for x in (a, v, log_w)]
+        out = weird_scan(*xs, reverse=reverse, mask=mask, backend=backend)
+        grads = torch.autograd.grad(out, xs, grad.to(dtype))
+        for name, got, want in zip(("a", "v", "log_w"), grads, ref_grads):
+            assert got.dtype == dtype
+            assert rel_err(got, want) <= tol, name
+
+
+@pytest.mark.parametrize("reverse", [False, True, None])  # None: bidirectional
+@pytest.mark.parametrize("L", [1, 2, 5, 9])
+def test_gradcheck_float64(backend, reverse, L):
+    g = torch.Generator().manual_seed(L)
+    B, D = 2, 4
+    a = torch.randn(B, L, D, dtype=torch.float64, generator=g, requires_grad=True)
+    v = torch.randn(B, L, D, dtype=torch.float64, generator=g, requires_grad=True)
+    log_w = torch.randn(max(1, levels_needed(L)) + 1, D, dtype=torch.float64, generator=g,
+                        requires_grad=True)
+    mask = torch.rand(B, L, generator=g) > 0.3
+    mask[:, 0] = mask[:, -1] = True  # every output reaches a real token in both directions
+
+    def fn(a, v, log_w):
+        if reverse is None:
+            return weird_scan_bidirectional(a, v, log_w, mask=mask, backend=backend)
+        return weird_scan(a, v, log_w, reverse=reverse, mask=mask, backend=backend)
+
+    assert torch.autograd.gradcheck(fn, (a, v, log_w))
+
+
+def test_bidirectional_is_forward_then_backward_halves(backend):
+    a, v, log_w, mask = make_inputs(3, 77, 9, seed=3)
+    out = weird_scan_bidirectional(a, v, log_w, mask=mask, backend=backend)
+    fwd = weird_scan(a[..., :4], v[..., :4], log_w[:, :4], mask=mask, backend=backend)
+    bwd = weird_scan(a[..., 4:], v[..., 4:], log_w[:, 4:], mask=mask, reverse=True,
+                     backend=backend)
+    assert torch.equal(out, torch.cat([fwd, bwd], -1))
+
+
+def test_backends_agree_and_noncontiguous_inputs(backend):
+    a, v, log_w, _ = make_inputs(2, 300, 40, seed=5)
+    a32, v32 = a.float(), v.float()
+    base = weird_scan(a32, v32, log_w.float(), backend="torch")
+    # strided views: a channel slice of a wider tensor and a transposed layout
+    wide = torch.cat([a32, a32], -1)[..., 40:]
+    vt = v32.transpose(0, 1).contiguous().transpose(0, 1)
+    out = weird_scan(wide, vt, log_w.float(), backend=backend)
+    assert rel_err(out, base) <= 1e-6
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 3e-2),
+                                       (torch.float16, 3e-2)])
+def test_long_sequence_stability_64k(backend, dtype, tol):
+    """L = 65,536 with the papers' initialisation: finite, and close to float64."""
+    L, D = 65536, 64
+    g = torch.Generator().manual_seed(64)
+    x = torch.randn(1, L, D, generator=g)
+    w_a = torch.randn(D, D, generator=g) / math.sqrt(D)
+    w_v = torch.randn(D, D, generator=g) / math.sqrt(D)
+    log_w = torch.randn(16, D, generator=g).cumsum(0)
+    a, v = x @ w_a, x @ w_v
+    want = weird_scan(a.double(), v.double(), log_w.double(), backend=backend)
+    xs = [a.to(dtype).requires_grad_(), v.to(dtype).requires_grad_(), log_w.clone().requires_grad_()]
+    out = weird_scan(*xs, backend=backend)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    assert rel_err(out, want) <= tol
+    out.float().square().mean().backward()
+    for x in xs:
+        assert torch.isfinite(x.grad).all()
+
+
+def test_float32_gradients_at_4096_match_float64(backend):
+    L, D = 4096, 16
+    a, v, log_w, mask = make_inputs(2, L, D, seed=4096, scale=1.0)
+    grad = torch.randn(2, L, D, dtype=torch.float64)
+    results = {}
+    for dtype in (torch.float64, torch.float32):
+        xs = [x.to(dtype).requires_grad_() for x in (a, v, log_w)]
+        out = weird_scan(*xs, backend=backend)
+        results[dtype] = torch.autograd.grad(out, xs, grad.to(dtype))
+    for got, want in zip(results[torch.float32], results[torch.float64]):
+        assert rel_err(got, want) <= 1e-4
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_exact_causality_float32(backend, reverse):
+    """Changing tokens from position t on leaves every earlier output bitwise unchanged
+    (and, for the suffix scan, changing tokens up to t leaves every later output)."""
+    B, L, D, t = 2, 333, 24, 150
+    a, v, log_w, mask = (x if x is None else x.float() if x.dtype != torch.bool else x
+                         for x in make_inputs(B, L, D, seed=7, scale=4.0))
+    a2, v2, mask2 = a.clone(), v.clone(), mask.clone()
+    later = slice(t, None) if not reverse else slice(None, t + 1)
+    a2[:, later] = torch.randn_like(a2[:, later]) * 30  # huge logits: would dominate any max
+    v2[:, later] += 100.0
+    mask2[:, later] = ~mask2[:, later]
+    out1 = weird_scan(a, v, log_w, reverse=reverse, mask=mask, backend=backend)
+    out2 = weird_scan(a2, v2, log_w, reverse=reverse, mask=mask2, backend=backend)
+    earlier = slice(None, t) if not reverse else slice(t + 1, None)
+    assert torch.equal(out1[:, earlier], out2[:, earlier])
+
+
+def test_fully_padded_rows_are_finite_and_get_zero_gradient(backend):
+    a, v, log_w, _ = make_inputs(2, 20, 5, seed=1)
+    mask = torch.zeros(2, 20, dtype=torch.bool)
+    mask[1, 10:] = True
+    xs = [x.float().requires_grad_() for x in (a, v, log_w)]
+    out = weird_scan(*xs, mask=mask, backend=backend)
+    assert torch.isfinite(out).all()
+    assert torch.equal(out[0], torch.zeros_like(out[0]))  # no real token: O = 0
+    out.sum().backward()
+    assert torch.equal(xs[0].grad[~mask], torch.zeros_like(xs[0].grad[~mask]))
+    assert torch.equal(xs[1].grad[~mask], torch.zeros_like(xs[1].grad[~mask]))
+    assert all(torch.isfinite(x.grad).all() for x in xs)
+
+
+def test_ps_attention_is_softmax_weighted_prefix_mean(backend):
+    """W = 1: O_i = sum_{j<=i} softmax(A[:i])_j V_j, the papers' eq. (8)-(9)."""
+    a, v, _, _ = make_inputs(2, 50, 3, seed=2, masked=False)
+    out = weird_scan(a, v, torch.zeros(6, 3, dtype=torch.float64), backend=backend)
+    for i in (0, 1, 17, 49):
+        p = torch.softmax(a[:, : i + 1], dim=1)
+        assert torch.allclose(out[:, i], (p * v[:, : i + 1]).sum(1), rtol=1e-12, atol=1e-12)
+
+
+def test_extra_levels_are_ignored(backend):
+    a, v, log_w, mask = make_inputs(2, 13, 4, seed=9)
+    extra = torch.cat([log_w, torch.randn(3, 4, dtype=torch.float64)])
+    out = weird_scan(a, v, log_w, mask=mask, backend=backend)
+    assert torch.equal(out, weird_scan(a, v, extra, mask=mask, backend=backend))
+
+
+@settings(max_examples=25, deadline=None)
+@given(B=st.integers(1, 3), L=st.integers(1, 70), D=st.integers(1, 20),
+       reverse=st.booleans(), seed=st.integers(0, 2**16))
+def test_property_random_shapes_match_reference(B, L, D, reverse, seed):
+    a, v, log_w, mask = make_inputs(B, L, D, seed=seed)
+    ref = weird_scan_reference(a, v, log_w, reverse=reverse, mask=mask)
+    keep = reach_mask(mask, B, L, reverse).expand_as(ref)
+    out = weird_scan(a.float(), v.float(), log_w.float(), reverse=reverse, mask=mask)
+    assert torch.isfinite(out).all()
+    assert rel_err(out[keep], ref[keep]) <= 2e-5

@@ -1,0 +1,80 @@
+"""Incremental decoding: bitwise equal to the full causal pass, O(log L) levels per token."""
+
+import pytest
+import torch
+from conftest import random_log_w
+
+from weirdnet.ops import WeirdScanCache, weird_scan
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("L", [1, 2, 3, 7, 64, 301])
+def test_step_and_extend_are_bitwise_the_full_pass(backend, dtype, L):
+    g = torch.Generator().manual_seed(L)
+    B, D = 3, 21
+    a = torch.randn(B, L, D, generator=g, dtype=dtype) * 3
+    v = torch.randn(B, L, D, generator=g, dtype=dtype)
+    log_w = random_log_w(9, D, dtype=dtype, generator=g)
+    mask = torch.rand(B, L, generator=g) > 0.2
+    full = weird_scan(a, v, log_w, mask=mask, backend=backend)
+
+    cache = WeirdScanCache(log_w, B, max_len=512, backend=backend)
+    cut = L // 3
+    prefix = cache.extend(a[:, :cut], v[:, :cut], mask[:, :cut])  # a "prompt"
+    steps = [cache.step(a[:, t], v[:, t], mask[:, t]) for t in range(cut, L)]
+    decoded = torch.cat([prefix, *[s.unsqueeze(1) for s in steps]], 1)
+    assert cache.position == L
+    assert torch.equal(decoded, full)
+
+
+def test_bfloat16_tokens_decode_like_the_full_pass(backend):
+    B, L, D = 2, 40, 8
+    a = torch.randn(B, L, D).bfloat16()
+    v = torch.randn(B, L, D).bfloat16()
+    log_w = torch.randn(6, D).cumsum(0)
+    full = weird_scan(a, v, log_w, backend=backend)
+    cache = WeirdScanCache(log_w, B, backend=backend)
+    out = torch.stack([cache.step(a[:, t], v[:, t]) for t in range(L)], 1)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, full)
+
+
+def test_capacity_memory_and_reset():
+    log_w = torch.zeros(10, 16)
+    cache = WeirdScanCache(log_w, 2, max_len=100)
+    assert cache.capacity == 100 and cache.levels == 7
+    assert cache.nbytes == 3 * (2**7 - 1) * 2 * 16 * 4  # about 3 * L * D numbers per row
+    cache.extend(torch.randn(2, 100, 16), torch.randn(2, 100, 16))
+    with pytest.raises(ValueError, match="capacity"):
+        cache.step(torch.randn(2, 16), torch.randn(2, 16))
+    cache.reset()
+    assert cache.position == 0
+    cache.step(torch.randn(2, 16), torch.randn(2, 16))
+
+
+def test_reorder_selects_batch_rows(backend):
+    B, L, D = 3, 12, 5
+    a, v = torch.randn(B, L, D), torch.randn(B, L, D)
+    log_w = torch.randn(4, D).cumsum(0)
+    full = weird_scan(a, v, log_w, backend=backend)
+    cache = WeirdScanCache(log_w, B, backend=backend)
+    cache.extend(a[:, :6], v[:, :6])
+    index = torch.tensor([2, 0])
+    cache.reorder(index)
+    rest = cache.extend(a[index, 6:], v[index, 6:])
+    assert torch.equal(rest, full[index, 6:])
+
+
+def test_cache_argument_errors():
+    log_w = torch.zeros(4, 8)
+    with pytest.raises(ValueError, match="max_len"):
+        WeirdScanCache(log_w, 1, max_len=17)  # 4 levels cover 16 positions
+    with pytest.raises(ValueError, match="batch_size"):
+        WeirdScanCache(log_w, 0)
+    cache = WeirdScanCache(log_w, 2)
+    with pytest.raises(ValueError, match=r"\(2, T, 8\)"):
+        cache.extend(torch.randn(3, 1, 8), torch.randn(3, 1, 8))
+    with pytest.raises(ValueError, match="floating"):
+        cache.step(torch.ones(2, 8, dtype=torch.long), torch.ones(2, 8, dtype=torch.long))
+    with pytest.raises(ValueError, match="mask"):
+        cache.step(torch.randn(2, 8), torch.randn(2, 8), torch.ones(3, dtype=torch.bool))
