@@ -4,11 +4,12 @@ import math
 
 import pytest
 import torch
-from conftest import random_log_w, rel_err
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weirdnet.ops import levels_needed, weird_scan, weird_scan_bidirectional, weird_scan_reference
+
+from conftest import random_log_w, rel_err
 
 LENGTHS = [1, 2, 3, 7, 8, 9, 100, 1000, 4097]
 MODES = ["cumexp", "exp", "ones"]
@@ -121,7 +122,8 @@ def test_long_sequence_stability_64k(backend, dtype, tol):
     log_w = torch.randn(16, D, generator=g).cumsum(0)
     a, v = x @ w_a, x @ w_v
     want = weird_scan(a.double(), v.double(), log_w.double(), backend=backend)
-    xs = [a.to(dtype).requires_grad_(), v.to(dtype).requires_grad_(), log_w.clone().requires_grad_()]
+    xs = [a.to(dtype).requires_grad_(), v.to(dtype).requires_grad_(),
+          log_w.clone().requires_grad_()]
     out = weird_scan(*xs, backend=backend)
     assert out.dtype == dtype and torch.isfinite(out).all()
     assert rel_err(out, want) <= tol

@@ -2,9 +2,10 @@
 
 import pytest
 import torch
-from conftest import random_log_w
 
 from weirdnet.ops import WeirdScanCache, weird_scan
+
+from conftest import random_log_w
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -88,7 +88,8 @@ class WeirdAttention(nn.Module):
             nn.init.normal_(proj.weight, std=1.0 / math.sqrt(D))
             if proj.bias is not None:
                 nn.init.zeros_(proj.bias)
-        nn.init.normal_(self.proj_o.weight, std=math.sqrt(max(0.0, 1 - 2 / D) / (2 * self.n_layers * D)))
+        std_o = math.sqrt(max(0.0, 1 - 2 / D) / (2 * self.n_layers * D))
+        nn.init.normal_(self.proj_o.weight, std=std_o)
         nn.init.zeros_(self.proj_o.bias)
         if self.w is not None:
             nn.init.normal_(self.w, std=1.0)

@@ -69,7 +69,7 @@ def _parts(D: int, split: int):
 
 
 def _chunks(part: slice, B: int, L: int, nlev: int):
-    width = part.stop - part.start
+    """Channel sub-slices of ``part`` small enough for the temporaries of ``nlev`` levels."""
     step = max(1, _CHUNK_BUDGET // max(1, B * L * (3 * nlev + 6)))
     for start in range(part.start, part.stop, step):
         yield slice(start, min(part.stop, start + step))
