@@ -176,6 +176,16 @@ def _run_units(fn, args_before_range: tuple, n_units: int, n_elements: int) -> N
         raise MemoryError("weird_scan C kernel: out of memory for its workspace")
 
 
+def _forget_pool_in_child() -> None:
+    """A forked child (e.g. a DataLoader worker) has no pool threads: start afresh."""
+    global _pool, _pool_size
+    _pool, _pool_size = None, 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 def _get_pool(threads: int) -> ThreadPoolExecutor:
     global _pool, _pool_size
     with _lock:
