@@ -1,0 +1,76 @@
+"""Description of the machine and software a benchmark ran on, for its report."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+
+import torch
+
+
+def cpu_model() -> str:
+    """CPU model name from ``/proc/cpuinfo`` (``platform.processor()`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (affinity), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def load_average() -> list[float] | None:
+    """1, 5 and 15-minute load averages (None where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def _scan_backend(device: torch.device) -> str | None:
+    """``weirdnet.ops.scan_backend_name(device)`` where it exists and works."""
+    try:
+        import weirdnet.ops as ops
+    except Exception:  # noqa: BLE001 - reported as unknown
+        return None
+    name_of = getattr(ops, "scan_backend_name", None)
+    try:
+        return str(name_of(device)) if name_of else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def machine_info(device: torch.device, command: list[str], allocator: str) -> dict:
+    """Machine, software and invocation facts, JSON-serialisable."""
+    from weirdnet import __version__
+
+    info = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join(command),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "usable_cores": usable_cores(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "weirdnet": __version__,
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+        "scan_backend": _scan_backend(device),
+        "allocator": allocator,
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info

@@ -1,0 +1,108 @@
+"""Peak extra memory of one forward+backward.
+
+CPU: measured in a fresh child process per (method, shape) (:mod:`._memchild`), which
+applies the allocator setting of :mod:`.alloc` before importing torch, allocates the
+inputs and ``grad_out``, records its resident set size (RSS, ``/proc/self/statm``) as the
+baseline, runs forward+backward once and reads its peak RSS.  Extra = peak - baseline.
+A fresh process makes the number independent of what ran before; with freed memory kept
+in the heap, peak RSS is the true high-water mark.
+
+Peak RSS is ``VmHWM`` of ``/proc/self/status`` (the high-water mark of this process's own
+address space), reset to the current RSS right after the baseline is taken (writing ``5``
+to ``/proc/self/clear_refs``).  ``getrusage``'s ``ru_maxrss`` is only the fallback where
+those files do not exist: Linux folds the parent's peak RSS into it across ``exec``, so a
+child started from a large benchmark process reports the parent's peak.
+
+CUDA: measured in process with the caching allocator's counters:
+extra = ``max_memory_allocated`` - ``memory_allocated`` before the step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+MIB = 1024.0 * 1024.0
+
+
+def current_rss_bytes() -> int:
+    """Resident set size of this process now, from ``/proc/self/statm``."""
+    with open("/proc/self/statm") as f:
+        resident_pages = int(f.read().split()[1])
+    return resident_pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this address space: ``VmHWM``, else ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def reset_peak_rss() -> bool:
+    """Reset the peak RSS (``VmHWM``) to the current RSS; False where Linux cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def _child_env() -> dict[str, str]:
+    """Environment for the child: this very ``weirdnet`` first on ``PYTHONPATH``."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def child_command(
+    method: str, batch: int, length: int, dim: int, head_dim: int, dtype: str,
+    threads: int, seed: int,
+) -> list[str]:
+    """Command line of the memory child for one (method, shape)."""
+    return [
+        sys.executable, "-m", "weirdnet.bench._memchild",
+        "--method", method, "--batch", str(batch), "--length", str(length),
+        "--dim", str(dim), "--head-dim", str(head_dim), "--dtype", dtype,
+        "--threads", str(threads), "--seed", str(seed),
+    ]
+
+
+def measure_cpu_in_child(command: list[str], timeout_s: float = 3600.0) -> dict:
+    """Run the memory child ``command``; its JSON result, or ``{"error": ...}``."""
+    try:
+        proc = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, env=_child_env()
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"memory child timed out after {timeout_s:.0f} s"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"memory child exited with {proc.returncode}: {tail}"}
+    return json.loads(lines[-1])
+
+
+def measure_cuda(step, device) -> dict:
+    """Peak extra CUDA memory of one call of ``step`` (inputs already allocated)."""
+    import torch
+
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    baseline = torch.cuda.memory_allocated(device)
+    step()
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device)
+    return {"baseline_bytes": baseline, "peak_bytes": peak, "extra_bytes": peak - baseline,
+            "extra_mib": (peak - baseline) / MIB, "how": "torch.cuda.max_memory_allocated"}

@@ -1,0 +1,147 @@
+"""The methods the scan benchmark compares, and the inputs each one runs on.
+
+Every method builds a :class:`Case` for a shape ``(B, L, D)``: leaf input tensors that
+all require grad, a fixed random ``grad_out`` of the output's shape, and a ``forward``
+closure.  Inputs are drawn directly in their final shape and dtype, so building a case
+creates no temporary larger than one input (the memory child relies on that).
+
+- weird_scan: ``a, v`` of shape (B, L, D), ``log_w`` of shape (K, D) with
+  K = max(1, ceil(log2 L)), drawn as the cumulative sum of N(0, 1) (the paper's
+  ``"cumexp"`` parametrisation).  Output (B, L, D).
+- SDPA: ``q, k, v`` of shape (B, H, L, D / H) with H = D / head_dim heads (4 x 64 for
+  D = 256), i.e. each the size of ``a``.  Output (B, H, L, D / H).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Benchmark shape: batch ``B``, length ``L``, channels ``D``, SDPA ``head_dim``."""
+
+    B: int
+    L: int
+    D: int
+    head_dim: int = 64
+
+    @property
+    def heads(self) -> int:
+        """SDPA heads: D / head_dim (one head of width D when D < head_dim)."""
+        return max(1, self.D // self.head_dim)
+
+    @property
+    def levels(self) -> int:
+        """Scan levels K = max(1, ceil(log2 L))."""
+        return max(1, math.ceil(math.log2(self.L)))
+
+
+@dataclass
+class Case:
+    """Everything one measurement needs: leaf ``inputs``, ``grad_out`` and ``forward``."""
+
+    inputs: tuple[torch.Tensor, ...]
+    grad_out: torch.Tensor
+    forward: Callable[[], torch.Tensor]
+
+    def input_bytes(self) -> int:
+        """Bytes held by the inputs and grad_out."""
+        return sum(t.numel() * t.element_size() for t in (*self.inputs, self.grad_out))
+
+
+@dataclass(frozen=True)
+class Method:
+    """A compared method: CLI ``name``, table ``label`` and a ``build`` function.
+
+    ``default_max_len`` caps the lengths it runs at by default (None: no cap).
+    """
+
+    name: str
+    label: str
+    family: str
+    build: Callable[[Shape, torch.dtype, torch.device, int], Case]
+    default_max_len: int | None = None
+
+    def available(self) -> str | None:
+        """None if the method can run here, else the reason it cannot."""
+        if self.family != "scan":
+            return None
+        try:
+            import weirdnet.ops as ops
+        except Exception as exc:  # noqa: BLE001 - any import failure means unavailable
+            return f"weirdnet.ops does not import: {exc!r}"
+        if self.name == "scan-bidir" and not hasattr(ops, "weird_scan_bidirectional"):
+            return "weirdnet.ops has no weird_scan_bidirectional"
+        return None
+
+
+def _randn(shape: tuple[int, ...], gen: torch.Generator, dtype, device) -> torch.Tensor:
+    """A leaf N(0, 1) tensor drawn directly in ``dtype`` on ``device``."""
+    return torch.randn(shape, generator=gen, dtype=dtype, device=device)
+
+
+def _generator(device: torch.device, seed: int) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def _scan_builder(reverse: bool, backend: str | None, bidirectional: bool = False):
+    """Build function for ``weird_scan`` (or ``weird_scan_bidirectional``)."""
+
+    def build(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int) -> Case:
+        from weirdnet import ops
+
+        gen = _generator(device, seed)
+        size = (shape.B, shape.L, shape.D)
+        a = _randn(size, gen, dtype, device).requires_grad_()
+        v = _randn(size, gen, dtype, device).requires_grad_()
+        log_w = _randn((shape.levels, shape.D), gen, dtype, device).cumsum(0)
+        log_w.requires_grad_()
+        grad_out = _randn(size, gen, dtype, device)
+        if bidirectional:
+            def forward() -> torch.Tensor:
+                return ops.weird_scan_bidirectional(a, v, log_w, backend=backend)
+        else:
+            def forward() -> torch.Tensor:
+                return ops.weird_scan(a, v, log_w, reverse=reverse, backend=backend)
+        return Case((a, v, log_w), grad_out, forward)
+
+    return build
+
+
+def _sdpa_builder(causal: bool):
+    """Build function for ``scaled_dot_product_attention`` with D / head_dim heads."""
+
+    def build(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int) -> Case:
+        gen = _generator(device, seed)
+        size = (shape.B, shape.heads, shape.L, shape.D // shape.heads)
+        q, k, v = (_randn(size, gen, dtype, device).requires_grad_() for _ in range(3))
+        grad_out = _randn(size, gen, dtype, device)
+
+        def forward() -> torch.Tensor:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        return Case((q, k, v), grad_out, forward)
+
+    return build
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("scan", "weird_scan causal", "scan", _scan_builder(False, None)),
+        Method("scan-rev", "weird_scan reverse", "scan", _scan_builder(True, None)),
+        Method("scan-bidir", "weird_scan bidirectional", "scan",
+               _scan_builder(False, None, bidirectional=True)),
+        Method("scan-torch", "weird_scan causal, backend=torch", "scan",
+               _scan_builder(False, "torch"), default_max_len=4096),
+        Method("sdpa-causal", "SDPA causal", "sdpa", _sdpa_builder(True)),
+        Method("sdpa", "SDPA non-causal", "sdpa", _sdpa_builder(False)),
+    )
+}
+"""All methods by CLI name, in table order."""

@@ -1,0 +1,121 @@
+"""Markdown and JSON output of the scan benchmark, written atomically.
+
+The document ``doc`` rendered here is the JSON object of the run: ``machine``, ``config``,
+``results`` (rows), ``ratios``, ``targets`` and ``notes`` (see :mod:`.scan`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .analysis import RATIOS
+
+
+def fmt_ms(x: float | None) -> str:
+    """Milliseconds with about three significant digits; "–" for missing."""
+    if x is None:
+        return "–"
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def fmt_mib(x: float | None) -> str:
+    """MiB with one decimal; "–" for missing."""
+    return "–" if x is None else f"{x:.1f}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    """A ratio as ``12.3x``; "–" for missing."""
+    if x is None:
+        return "–"
+    return f"{x:.1f}x" if x >= 10 else f"{x:.2f}x"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _header_lines(doc: dict) -> list[str]:
+    m, c = doc["machine"], doc["config"]
+    return [
+        f"# weird_scan vs SDPA on {m['device']}",
+        "",
+        f"- date: {m['date']}; command: `{m['command']}`",
+        f"- machine: {m['cpu_model']}, {m['usable_cores']} usable cores; "
+        f"python {m['python']}, torch {m['torch']}, {m['torch_threads']} torch threads; "
+        f"scan backend: {m['scan_backend']}" + (f"; GPU: {m['gpu']}" if "gpu" in m else ""),
+        f"- shapes: B={c['batch']}, D={c['dim']}, dtype {c['dtype']}; scan: a, v (B, L, D), "
+        f"log_w (K, D), K = ceil(log2 L); SDPA: q, k, v (B, {c['heads']}, L, "
+        f"{c['dim'] // c['heads']})",
+        f"- allocator: {m['allocator']} (in the timing process and in each memory child)",
+        f"- fwd: inference forward under torch.no_grad(); fwd+bwd: all inputs (log_w too) "
+        f"require grad, backward with a fixed random grad_out; median of the runs shown, "
+        f"after {c['warmup']} warm-up run(s)",
+        f"- peak extra memory of fwd+bwd: {c['memory_how']}",
+    ]
+
+
+def _results_lines(doc: dict) -> list[str]:
+    rows = [
+        [str(r["L"]), r["label"], fmt_ms(r["fwd_ms"]), fmt_ms(r["fwdbwd_ms"]),
+         fmt_mib(r["mem_mib"]), str(r["repeats"])]
+        for r in doc["results"]
+    ]
+    header = ["L", "method", "fwd ms", "fwd+bwd ms", "peak extra MiB (fwd+bwd)", "runs"]
+    return ["", "## Results", "", *_table(header, rows)]
+
+
+def _ratio_lines(doc: dict) -> list[str]:
+    used = [r for r in RATIOS if any(e.get(r.key) is not None for e in doc["ratios"])]
+    if not used:
+        return []
+    rows = [[str(e["L"]), *(fmt_ratio(e.get(r.key)) for r in used)] for e in doc["ratios"]]
+    return ["", "## Ratios (same run)", "",
+            "Speed: SDPA time / scan time (above 1: the scan is faster). "
+            "Memory: scan / SDPA peak extra memory.", "",
+            *_table(["L", *(r.label for r in used)], rows)]
+
+
+def _target_lines(doc: dict) -> list[str]:
+    if not doc["targets"]:
+        return []
+    lines = ["", "## Targets", ""]
+    for t in doc["targets"]:
+        verdict = "PASS" if t["passed"] else "FAIL"
+        lines.append(f"- **{verdict}** {t['text']}: measured {fmt_ratio(t['value'])} "
+                     f"(needs {t['op']} {t['threshold']:g}x)")
+    return lines
+
+
+def render_markdown(doc: dict) -> str:
+    """The whole report as Markdown."""
+    lines = _header_lines(doc) + _results_lines(doc) + _ratio_lines(doc) + _target_lines(doc)
+    if doc.get("notes"):
+        lines += ["", "## Notes", "", *(f"- {n}" for n in doc["notes"])]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same folder + ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(out_dir: Path, name: str, doc: dict, markdown: str) -> tuple[Path, Path]:
+    """Write ``<name>.md`` and ``<name>.json`` into ``out_dir``; returns both paths."""
+    md_path, json_path = out_dir / f"{name}.md", out_dir / f"{name}.json"
+    write_atomic(json_path, json.dumps(doc, indent=2) + "\n")
+    write_atomic(md_path, markdown)
+    return md_path, json_path
