@@ -51,11 +51,20 @@ def _header_lines(doc: dict) -> list[str]:
         f"log_w (K, D), K = ceil(log2 L); SDPA: q, k, v (B, {c['heads']}, L, "
         f"{c['dim'] // c['heads']})",
         f"- allocator: {m['allocator']} (in the timing process and in each memory child)",
+        f"- CPU used by other processes during the run: {_other_cpu(m)}",
         f"- fwd: inference forward under torch.no_grad(); fwd+bwd: all inputs (log_w too) "
         f"require grad, backward with a fixed random grad_out; median of the runs shown, "
         f"after {c['warmup']} warm-up run(s)",
         f"- peak extra memory of fwd+bwd: {c['memory_how']}",
     ]
+
+
+def _other_cpu(m: dict) -> str:
+    use = m.get("cpu_use_during_run")
+    if not use:
+        return "unknown"
+    return (f"{use['other_processes_cores']:.2f} cores on average, steal "
+            f"{use['steal_cores']:.2f} cores, over {use['wall_s']:.0f} s")
 
 
 def _results_lines(doc: dict) -> list[str]:

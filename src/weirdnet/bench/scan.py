@@ -259,12 +259,17 @@ def _memory_notes(rows: list[dict]) -> list[str]:
     return notes
 
 
-def _load_notes(load: list[float] | None) -> list[str]:
-    """A warning when other processes kept the CPU busy as the run started."""
-    if load is None or load[0] < 0.5:
-        return []
-    return [f"1-minute load average was {load[0]:.2f} when the run started: other processes "
-            "were using the CPU, so timings may be disturbed."]
+def _load_notes(load: list[float] | None, usage: dict | None) -> list[str]:
+    """Warnings when other processes used the CPU before or during the run."""
+    notes = []
+    if load is not None and load[0] >= 0.5:
+        notes.append(f"1-minute load average was {load[0]:.2f} when the run started: other "
+                     "processes were using the CPU, so timings may be disturbed.")
+    if usage is not None and usage["other_processes_cores"] + usage["steal_cores"] >= 0.05:
+        notes.append(f"During the run other processes kept {usage['other_processes_cores']:.2f} "
+                     f"cores busy on average (steal: {usage['steal_cores']:.2f}); timings may "
+                     "be disturbed.")
+    return notes
 
 
 def _memory_how(config: Config) -> str:
@@ -285,8 +290,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     import torch
 
     from . import alloc, machine
+    from .contention import CpuMeter
 
-    load_at_start = machine.load_average()
+    load_at_start, meter = machine.load_average(), CpuMeter.start()
     allocator = alloc.reuse_freed_memory()
     config = resolve_config(args)
     config.memory_how = _memory_how(config)
@@ -299,7 +305,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     info = machine.machine_info(torch.device(config.device), ["weirdnet", *argv], allocator)
     info["torch_threads"] = config.threads
     info["load_average_at_start"] = load_at_start
-    doc = _document(config, info, rows, notes + _load_notes(load_at_start))
+    info["cpu_use_during_run"] = usage = meter.report()
+    doc = _document(config, info, rows, notes + _load_notes(load_at_start, usage))
     return _emit(doc, args.out, args.check_targets)
 
 
