@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("csrc") / "weird_scan.c"
+CSRC = Path(__file__).with_name("csrc")
+SOURCE = CSRC / "weird_scan.c"
 FLAGS = [
     "-O3",
     "-ffp-contract=off",  # no implicit FMA: results independent of vectorisation
@@ -92,10 +93,11 @@ def _build() -> ctypes.CDLL:
     version = subprocess.run(
         [compiler, "--version"], capture_output=True, text=True, timeout=60
     ).stdout
+    sources = "\0".join(p.read_text() for p in sorted(CSRC.glob("*.[ch]")))
     errors = []
     for flags in (FLAGS + [NATIVE_FLAG], FLAGS):
         key = hashlib.sha256(
-            "\0".join([SOURCE.read_text(), version, " ".join(flags), _cpu_signature()]).encode()
+            "\0".join([sources, version, " ".join(flags), _cpu_signature()]).encode()
         ).hexdigest()[:20]
         target = _cache_dir() / f"weird_scan_{key}.so"
         try:

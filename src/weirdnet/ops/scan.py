@@ -56,13 +56,14 @@ def implementation(backend: str):
     return _cpu_kernel if backend == "cpu" else scan_torch
 
 
-def _prepare(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def prepare_input(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``x`` in ``dtype`` with a unit channel stride (the kernels' only layout need)."""
     x = x.to(dtype)
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _kernel_mask(mask, backend: str):
+def kernel_mask(mask, backend: str):
+    """The mask as the backend reads it: uint8 bytes for the C kernel, bool for torch."""
     if mask is None:
         return None
     return mask.contiguous().view(torch.uint8) if backend == "cpu" else mask
@@ -76,8 +77,8 @@ class _WeirdScanFunction(torch.autograd.Function):
         dtype = compute_dtype(a.dtype)
         nlev = levels_needed(a.shape[1])
         impl = implementation(backend)
-        out = impl.fwd(_prepare(a, dtype), _prepare(v, dtype), log_w.to(dtype).contiguous(),
-                       _kernel_mask(mask, backend), split, nlev)
+        out = impl.fwd(prepare_input(a, dtype), prepare_input(v, dtype),
+                       log_w.to(dtype).contiguous(), kernel_mask(mask, backend), split, nlev)
         ctx.save_for_backward(a, v, log_w, mask)
         ctx.split, ctx.backend, ctx.nlev = split, backend, nlev
         return out.to(a.dtype)
@@ -89,8 +90,8 @@ class _WeirdScanFunction(torch.autograd.Function):
         dtype = compute_dtype(a.dtype)
         impl = implementation(ctx.backend)
         da, dv, dlogw = impl.bwd(
-            _prepare(a, dtype), _prepare(v, dtype), log_w.to(dtype).contiguous(),
-            _kernel_mask(mask, ctx.backend), _prepare(grad, dtype), ctx.split, ctx.nlev,
+            prepare_input(a, dtype), prepare_input(v, dtype), log_w.to(dtype).contiguous(),
+            kernel_mask(mask, ctx.backend), prepare_input(grad, dtype), ctx.split, ctx.nlev,
         )
         grad_log_w = torch.zeros_like(log_w)
         grad_log_w[: ctx.nlev] = dlogw.to(log_w.dtype)

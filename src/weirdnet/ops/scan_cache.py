@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .scan import compute_dtype, implementation, resolve_backend
+from .scan import compute_dtype, implementation, kernel_mask, prepare_input, resolve_backend
 from .scan_checks import check_float_tensor, check_mask, levels_needed, max_len_for_levels
 
 
@@ -86,13 +86,13 @@ class WeirdScanCache:
                 f"decoding past the cache's capacity: {self.position} tokens held, {T} more "
                 f"requested, capacity max_len={self.capacity}"
             )
+        if a.device != self.device or (mask is not None and mask.device != self.device):
+            raise ValueError(f"tokens and mask must be on {self.device}, got {a.device}")
         impl = implementation(self.backend)
-        valid = mask
-        if mask is not None and self.backend == "cpu":
-            valid = mask.contiguous().view(torch.uint8)
         with torch.no_grad():
-            out = impl.extend(self._prepare(a), self._prepare(v), self.log_w, valid,
-                              *self._ring, self.levels, self.position)
+            out = impl.extend(prepare_input(a, self.dtype), prepare_input(v, self.dtype),
+                              self.log_w, kernel_mask(mask, self.backend), *self._ring,
+                              self.levels, self.position)
         self.position += T
         return out.to(a.dtype)
 
@@ -105,9 +105,3 @@ class WeirdScanCache:
                        a_t.shape[0], 1, "mask_t (as (B, 1))")
             mask_t = mask_t.unsqueeze(1)
         return self.extend(a_t.unsqueeze(1), v_t.unsqueeze(1), mask_t)[:, 0]
-
-    def _prepare(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device != self.device:
-            raise ValueError(f"tokens must be on {self.device}, got {x.device}")
-        x = x.to(self.dtype)
-        return x if x.stride(-1) == 1 else x.contiguous()

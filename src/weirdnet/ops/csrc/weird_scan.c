@@ -148,11 +148,5 @@ static void *wn_alloc(size_t bytes) {
 #define WN_NEG -1e300
 #include "weird_scan_impl.h"
 
-/* Scratch bytes one thread of scan_bwd needs (so Python can report and bound it). */
-i64 scan_bwd_workspace_bytes(i64 L, i64 nlev, i64 elem) {
-    return 3 * (nlev + 2) * L * LANES * elem;
-}
-
-i64 scan_lanes(void) { return LANES; }
-
+/* Number of work units (batch row x block of LANES channels) for Python to split. */
 i64 scan_units(i64 B, i64 D, i64 split) { return B * n_blocks_of(split, D); }
