@@ -1,0 +1,126 @@
+"""The one mixer interface, checked for every registered mixer and form.
+
+Each mixer is built by name (``weirdnet.layers.build``) in every form it supports
+(causal and/or bidirectional) and must: map (B, L, D) to (B, L, D) with finite values
+and gradients; ignore right padding at real tokens; never see the future when causal;
+decode token by token exactly like its full pass; and reject bad input with ValueError.
+Checks run in float64, so every tolerance is tight.
+"""
+
+import pytest
+import torch
+
+from weirdnet.layers import available, build
+
+REQUIRED = {"weird", "ps", "relation", "dba", "softmax", "linear", "linformer", "local"}
+B, L, D = 2, 23, 16
+
+
+def _build(name: str, causal: bool):
+    torch.manual_seed(0)
+    return build(name, D, causal=causal).double().eval()
+
+
+def _forms():
+    """(name, causal) for every form each registered mixer can be built in."""
+    forms = []
+    for name in available():
+        for causal in (True, False):
+            try:
+                build(name, D, causal=causal)
+            except ValueError:
+                continue
+            forms.append(pytest.param(name, causal, id=f"{name}-{'causal' if causal else 'bi'}"))
+    return forms
+
+
+FORMS = _forms()
+CAUSAL_FORMS = [p for p in FORMS if p.values[1]]
+
+
+def _x(length=L, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, length, D, generator=g, dtype=torch.float64)
+
+
+def test_required_mixers_are_registered():
+    assert REQUIRED <= set(available())
+
+
+def test_every_mixer_can_be_built_in_some_form():
+    built = {p.values[0] for p in FORMS}
+    assert set(available()) == built
+
+
+@pytest.mark.parametrize("name,causal", FORMS)
+def test_shapes_values_and_gradients(name, causal):
+    layer = _build(name, causal)
+    x = _x().requires_grad_()
+    mask = torch.ones(B, L, dtype=torch.bool)
+    mask[1, -5:] = False
+    y = layer(x, mask)
+    assert y.shape == (B, L, D) and y.dtype == torch.float64
+    assert torch.isfinite(y).all()
+    y[mask].square().sum().backward()
+    assert torch.isfinite(x.grad).all()
+    for pname, p in layer.named_parameters():
+        assert p.grad is None or torch.isfinite(p.grad).all(), pname
+
+
+@pytest.mark.parametrize("name,causal", FORMS)
+def test_right_padding_never_changes_real_outputs(name, causal):
+    layer = _build(name, causal)
+    x = _x()
+    mask = torch.ones(B, L, dtype=torch.bool)
+    padded = torch.cat([x, 1e3 * _x(7, seed=2)], 1)  # garbage in the padded slots
+    padded_mask = torch.cat([mask, torch.zeros(B, 7, dtype=torch.bool)], 1)
+    with torch.no_grad():
+        want = layer(x, mask)
+        got = layer(padded, padded_mask)[:, :L]
+    assert torch.allclose(got, want, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("name,causal", CAUSAL_FORMS)
+def test_causal_forms_never_see_the_future(name, causal):
+    layer = _build(name, causal)
+    x, t = _x(), 11
+    changed = x.clone()
+    changed[:, t:] = 50 * _x(seed=3)[:, t:]
+    with torch.no_grad():
+        assert torch.allclose(layer(x)[:, :t], layer(changed)[:, :t], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name,causal", CAUSAL_FORMS)
+def test_decoding_equals_the_full_pass(name, causal):
+    layer = _build(name, causal)
+    x = _x()
+    with torch.no_grad():
+        full = layer(x)
+        cache = layer.init_cache(B)
+        prompt, cache = layer(x[:, :9], cache=cache)
+        steps = [layer.step(x[:, t], cache) for t in range(9, L)]
+    decoded = torch.cat([prompt, torch.stack(steps, 1)], 1)
+    assert torch.allclose(decoded, full, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("name,causal", [p for p in FORMS if not p.values[1]])
+def test_bidirectional_forms_refuse_a_cache(name, causal):
+    layer = _build(name, causal)
+    if "init_cache" not in dir(layer):
+        return  # no decoding API at all: nothing to refuse
+    with pytest.raises(ValueError):
+        layer.init_cache(B)
+
+
+@pytest.mark.parametrize("name,causal", FORMS)
+def test_bad_input_is_a_value_error(name, causal):
+    layer = _build(name, causal)
+    with pytest.raises(ValueError):
+        layer(torch.randn(B, L, D + 1, dtype=torch.float64))
+    with pytest.raises(ValueError):
+        layer(torch.randn(L, D, dtype=torch.float64))
+    with pytest.raises(ValueError):
+        layer(torch.ones(B, L, D, dtype=torch.long))
+    with pytest.raises(ValueError):
+        layer(_x(), torch.ones(B, L + 1, dtype=torch.bool))
+
