@@ -44,27 +44,66 @@ examples:
 """
 
 
+_MIXERS_DESCRIPTION = """\
+Benchmark every registered sequence mixer (weirdnet.layers) as a full layer, with raw
+PyTorch scaled_dot_product_attention (SDPA) as the baseline, side by side in one process.
+
+Methods are found in the registry at run time: NAME is a mixer's non-causal form
+(build(NAME, D, causal=False)), NAME-causal its causal form; a form whose build raises
+ValueError does not exist and is left out. Constructors with a max_len parameter get
+max_len=L, with a heads parameter heads=D/head-dim; other options keep their defaults.
+sdpa and sdpa-causal are the raw op (no projections) with D/64 heads of 64.
+
+For every length L and method it reports the median time of an inference forward and of
+a forward+backward (x and all layer parameters require grad, fixed random grad_out), and
+the peak extra memory of one forward+backward (CPU: peak RSS in a fresh child process per
+row; CUDA: torch.cuda.max_memory_allocated). Ratios per L compare each method with the
+softmax mixer layer and with raw SDPA of the same form. Targets (only for lengths that
+were measured): DBA fwd+bwd at L=4096 >= 4x faster than SDPA and with less peak memory,
+Relation fwd+bwd at L=16384 >= 20x faster than SDPA (all non-causal; SDPA = the softmax
+layer when it was measured, else raw sdpa; the report says which).
+
+Output: a Markdown report on stdout and in OUT/mixers_<device>.md, all raw numbers and
+machine info in OUT/mixers_<device>.json. Progress goes to stderr.
+
+examples:
+  weirdnet bench mixers                        # full run (long on CPU: softmax at 16K)
+  weirdnet bench mixers --lengths 4096 --methods dba,softmax,sdpa
+  weirdnet bench mixers --softmax-max-len 4096 # skip the slow quadratic rows above 4K
+  weirdnet bench mixers --quick --out /tmp/bench
+"""
+
+_BENCHMARKS = (
+    ("scan", "weird_scan vs SDPA: time and peak memory of forward(+backward)",
+     _SCAN_DESCRIPTION),
+    ("mixers", "every registered mixer layer vs SDPA: time and peak memory",
+     _MIXERS_DESCRIPTION),
+)
+"""``weirdnet bench`` subcommands: (suite name, help, description)."""
+
+
 def _add_bench(subparsers: argparse._SubParsersAction) -> None:
-    """``weirdnet bench <benchmark>``."""
+    """``weirdnet bench <benchmark>``, one subcommand per suite of :data:`_BENCHMARKS`."""
     bench = subparsers.add_parser(
         "bench", help="run a benchmark", formatter_class=_FORMATTER,
         description="Run one of weirdnet's benchmarks; see `weirdnet bench BENCHMARK --help`.",
     )
     benchmarks = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
-    scan = benchmarks.add_parser(
-        "scan", help="weird_scan vs SDPA: time and peak memory of forward(+backward)",
-        description=_SCAN_DESCRIPTION, formatter_class=_FORMATTER,
-    )
-    from weirdnet.bench.scan import add_arguments
+    from weirdnet.bench.runner import add_arguments
+    from weirdnet.bench.suite import get_suite
 
-    add_arguments(scan)
-    scan.set_defaults(handler=_run_bench_scan)
+    for name, help_text, description in _BENCHMARKS:
+        parser = benchmarks.add_parser(name, help=help_text, description=description,
+                                       formatter_class=_FORMATTER)
+        add_arguments(parser, get_suite(name))
+        parser.set_defaults(handler=_run_bench)
 
 
-def _run_bench_scan(args: argparse.Namespace, argv: list[str]) -> int:
-    from weirdnet.bench import scan
+def _run_bench(args: argparse.Namespace, argv: list[str]) -> int:
+    from weirdnet.bench import runner
+    from weirdnet.bench.suite import get_suite
 
-    return scan.run(args, argv)
+    return runner.run(get_suite(args.benchmark), args, argv)
 
 
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_bench,)

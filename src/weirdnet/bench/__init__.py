@@ -1,15 +1,22 @@
-"""Benchmarks of weirdnet's ops, run through ``weirdnet bench ...``.
+"""Benchmarks of weirdnet's ops and layers, run through ``weirdnet bench <suite>``.
 
 Modules (one concern each, none imports torch at import time except where noted):
 
+- ``suite``: what distinguishes a suite (:class:`~.suite.Suite`: methods, lengths,
+  ratios, targets, report header, length cap) and :func:`~.suite.get_suite`.
+- ``scan``: the ``scan`` suite, weird_scan vs SDPA.
+- ``mixers``: the ``mixers`` suite, every registered mixer layer vs SDPA (methods found
+  in ``weirdnet.layers``' registry at run time).
+- ``runner``: running a suite: options, plan, timings, memory, report (shared by all).
 - ``alloc``: glibc allocator settings applied before measuring.
-- ``timing``: median wall-clock time of a callable.
+- ``timing``: median wall-clock time of a callable (imports torch).
 - ``memory``: peak extra memory of forward+backward (CPU: child process, CUDA: allocator).
 - ``_memchild``: the child process entry point for the CPU memory measurement.
-- ``methods``: the compared methods (weird_scan, SDPA) and their inputs (imports torch).
-- ``machine``: machine and software description for the report.
+- ``methods``: shapes, cases, methods and their builders (weird_scan, SDPA, a mixer
+  layer) (imports torch).
+- ``machine``: machine and software description for the report (imports torch).
+- ``contention``: CPU time other processes used during the run.
 - ``analysis``: ratios and targets computed from the measured numbers.
 - ``report``: Markdown/JSON rendering and atomic file writing.
 - ``progress``: a progress line per measurement on stderr.
-- ``scan``: the ``weirdnet bench scan`` command.
 """

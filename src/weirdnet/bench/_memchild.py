@@ -1,11 +1,12 @@
 """Child process measuring the peak extra CPU memory of one forward+backward.
 
-Run as ``python -m weirdnet.bench._memchild --method NAME --batch B --length L --dim D
-...``; prints one JSON line.  Order of events (see :mod:`.memory`):
+Run as ``python -m weirdnet.bench._memchild --suite SUITE --method NAME --batch B
+--length L --dim D ...``; prints one JSON line.  Order of events (see :mod:`.memory`):
 
 1. allocator setting (before torch is imported, so every tensor is served from the heap);
 2. one forward+backward on a tiny shape, to load kernels, thread pools and autograd state
-   whose one-off memory is not the method's per-call cost;
+   whose one-off memory is not the method's per-call cost (skipped if it fails: the
+   real measurement then reports any error);
 3. the real inputs and ``grad_out`` (nothing larger is built): baseline = current RSS;
    the peak RSS is reset to it, and checked to be no higher than it;
 4. one forward+backward; extra = peak RSS - baseline (peak RSS: ``VmHWM``, see
@@ -26,6 +27,7 @@ _SLACK_BYTES = 1 << 20
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m weirdnet.bench._memchild")
+    p.add_argument("--suite", default="scan")
     p.add_argument("--method", required=True)
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--length", type=int, required=True)
@@ -44,14 +46,19 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from weirdnet.bench.memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
-    from weirdnet.bench.methods import METHODS, Shape
+    from weirdnet.bench.methods import Shape
+    from weirdnet.bench.suite import get_suite
     from weirdnet.bench.timing import forward_backward_step
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    method, dtype, device = METHODS[args.method], getattr(torch, args.dtype), torch.device("cpu")
+    method = get_suite(args.suite).method(args.method)
+    dtype, device = getattr(torch, args.dtype), torch.device("cpu")
     tiny = Shape(1, min(args.length, 64), args.dim, args.head_dim)
-    forward_backward_step(method.build(tiny, dtype, device, args.seed))()
+    try:
+        forward_backward_step(method.build(tiny, dtype, device, args.seed))()
+    except Exception:  # noqa: BLE001 - only a warm-up; the real run below reports errors
+        pass
 
     case = method.build(Shape(args.batch, args.length, args.dim, args.head_dim), dtype,
                         device, args.seed)

@@ -1,6 +1,6 @@
 """Peak extra memory of one forward+backward.
 
-CPU: measured in a fresh child process per (method, shape) (:mod:`._memchild`), which
+CPU: measured in a fresh child process per (suite, method, shape) (:mod:`._memchild`), which
 applies the allocator setting of :mod:`.alloc` before importing torch, allocates the
 inputs and ``grad_out``, records its resident set size (RSS, ``/proc/self/statm``) as the
 baseline, runs forward+backward once and reads its peak RSS.  Extra = peak - baseline.
@@ -68,11 +68,11 @@ def _child_env() -> dict[str, str]:
 
 def child_command(
     method: str, batch: int, length: int, dim: int, head_dim: int, dtype: str,
-    threads: int, seed: int,
+    threads: int, seed: int, suite: str = "scan",
 ) -> list[str]:
-    """Command line of the memory child for one (method, shape)."""
+    """Command line of the memory child for one (method of ``suite``, shape)."""
     return [
-        sys.executable, "-m", "weirdnet.bench._memchild",
+        sys.executable, "-m", "weirdnet.bench._memchild", "--suite", suite,
         "--method", method, "--batch", str(batch), "--length", str(length),
         "--dim", str(dim), "--head-dim", str(head_dim), "--dtype", dtype,
         "--threads", str(threads), "--seed", str(seed),

@@ -1,15 +1,20 @@
-"""The methods the scan benchmark compares, and the inputs each one runs on.
+"""The building blocks of benchmark methods: shapes, cases, methods and their builders.
 
 Every method builds a :class:`Case` for a shape ``(B, L, D)``: leaf input tensors that
 all require grad, a fixed random ``grad_out`` of the output's shape, and a ``forward``
 closure.  Inputs are drawn directly in their final shape and dtype, so building a case
 creates no temporary larger than one input (the memory child relies on that).
 
-- weird_scan: ``a, v`` of shape (B, L, D), ``log_w`` of shape (K, D) with
-  K = max(1, ceil(log2 L)), drawn as the cumulative sum of N(0, 1) (the paper's
-  ``"cumexp"`` parametrisation).  Output (B, L, D).
-- SDPA: ``q, k, v`` of shape (B, H, L, D / H) with H = D / head_dim heads (4 x 64 for
-  D = 256), i.e. each the size of ``a``.  Output (B, H, L, D / H).
+- weird_scan (:func:`scan_builder`): ``a, v`` of shape (B, L, D), ``log_w`` of shape
+  (K, D) with K = max(1, ceil(log2 L)), drawn as the cumulative sum of N(0, 1) (the
+  paper's ``"cumexp"`` parametrisation).  Output (B, L, D).
+- SDPA (:func:`sdpa_builder`): ``q, k, v`` of shape (B, H, L, D / H) with
+  H = D / head_dim heads (4 x 64 for D = 256), i.e. each the size of ``a``.
+  Output (B, H, L, D / H).
+- a mixer layer (:func:`layer_builder`): ``x`` of shape (B, L, D) and all the layer's
+  parameters; ``weirdnet.layers.build(name, D, causal=..., **options)``.  Output (B, L, D).
+
+Which methods a benchmark compares is up to its suite (:mod:`.scan`, :mod:`.mixers`).
 """
 
 from __future__ import annotations
@@ -59,26 +64,31 @@ class Case:
 class Method:
     """A compared method: CLI ``name``, table ``label`` and a ``build`` function.
 
-    ``default_max_len`` caps the lengths it runs at by default (None: no cap).
+    - ``capped``: the suite's length cap (``Suite.cap``, e.g. ``--torch-max-len``)
+      applies to it.
+    - ``check()``: None if the method can run here, else why not (its rows then carry
+      that reason as their error).
+    - ``probe(dim, head_dim, max_len)``: None if the method exists at width ``dim``, else
+      why not; a method that does not exist is left out of the run with a note.
+    - ``options(shape)``: constructor options it uses at ``shape``, recorded in its rows.
     """
 
     name: str
     label: str
     family: str
     build: Callable[[Shape, torch.dtype, torch.device, int], Case]
-    default_max_len: int | None = None
+    capped: bool = False
+    check: Callable[[], str | None] | None = None
+    probe: Callable[[int, int, int], str | None] | None = None
+    options: Callable[[Shape], dict] | None = None
 
     def available(self) -> str | None:
         """None if the method can run here, else the reason it cannot."""
-        if self.family != "scan":
-            return None
-        try:
-            import weirdnet.ops as ops
-        except Exception as exc:  # noqa: BLE001 - any import failure means unavailable
-            return f"weirdnet.ops does not import: {exc!r}"
-        if self.name == "scan-bidir" and not hasattr(ops, "weird_scan_bidirectional"):
-            return "weirdnet.ops has no weird_scan_bidirectional"
-        return None
+        return self.check() if self.check is not None else None
+
+    def missing(self, dim: int, head_dim: int, max_len: int) -> str | None:
+        """None if the method exists at width ``dim``, else why not."""
+        return self.probe(dim, head_dim, max_len) if self.probe is not None else None
 
 
 def _randn(shape: tuple[int, ...], gen: torch.Generator, dtype, device) -> torch.Tensor:
@@ -90,7 +100,22 @@ def _generator(device: torch.device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
-def _scan_builder(reverse: bool, backend: str | None, bidirectional: bool = False):
+def scan_ops_check(name: str) -> Callable[[], str | None]:
+    """``Method.check`` of a weird_scan method: does ``weirdnet.ops`` provide it?"""
+
+    def check() -> str | None:
+        try:
+            import weirdnet.ops as ops
+        except Exception as exc:  # noqa: BLE001 - any import failure means unavailable
+            return f"weirdnet.ops does not import: {exc!r}"
+        if not hasattr(ops, name):
+            return f"weirdnet.ops has no {name}"
+        return None
+
+    return check
+
+
+def scan_builder(reverse: bool, backend: str | None, bidirectional: bool = False):
     """Build function for ``weird_scan`` (or ``weird_scan_bidirectional``)."""
 
     def build(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int) -> Case:
@@ -114,7 +139,7 @@ def _scan_builder(reverse: bool, backend: str | None, bidirectional: bool = Fals
     return build
 
 
-def _sdpa_builder(causal: bool):
+def sdpa_builder(causal: bool):
     """Build function for ``scaled_dot_product_attention`` with D / head_dim heads."""
 
     def build(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int) -> Case:
@@ -131,17 +156,34 @@ def _sdpa_builder(causal: bool):
     return build
 
 
-METHODS: dict[str, Method] = {
-    m.name: m
-    for m in (
-        Method("scan", "weird_scan causal", "scan", _scan_builder(False, None)),
-        Method("scan-rev", "weird_scan reverse", "scan", _scan_builder(True, None)),
-        Method("scan-bidir", "weird_scan bidirectional", "scan",
-               _scan_builder(False, None, bidirectional=True)),
-        Method("scan-torch", "weird_scan causal, backend=torch", "scan",
-               _scan_builder(False, "torch"), default_max_len=4096),
-        Method("sdpa-causal", "SDPA causal", "sdpa", _sdpa_builder(True)),
-        Method("sdpa", "SDPA non-causal", "sdpa", _sdpa_builder(False)),
-    )
-}
-"""All methods by CLI name, in table order."""
+def _first_tensor(out) -> torch.Tensor:
+    """A layer's output: ``y`` itself, or ``y`` of a ``(y, cache)`` pair."""
+    return out[0] if isinstance(out, tuple) else out
+
+
+def layer_builder(mixer: str, causal: bool, options: Callable[[Shape], dict]):
+    """Build function for mixer layer ``mixer`` of ``weirdnet.layers`` (form ``causal``).
+
+    The layer is ``build(mixer, D, causal=causal, **options(shape))``, its parameters
+    initialised from ``seed``; the case's inputs are ``x`` (B, L, D) and every parameter.
+    """
+
+    def build(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int) -> Case:
+        from weirdnet import layers
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            layer = layers.build(mixer, shape.D, causal=causal, **options(shape))
+        layer = layer.to(device=device, dtype=dtype)
+        params = tuple(p for p in layer.parameters() if p.requires_grad)
+        gen = _generator(device, seed)
+        size = (shape.B, shape.L, shape.D)
+        x = _randn(size, gen, dtype, device).requires_grad_()
+        grad_out = _randn(size, gen, dtype, device)
+
+        def forward() -> torch.Tensor:
+            return _first_tensor(layer(x))
+
+        return Case((x, *params), grad_out, forward)
+
+    return build

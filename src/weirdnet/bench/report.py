@@ -1,7 +1,9 @@
-"""Markdown and JSON output of the scan benchmark, written atomically.
+"""Markdown and JSON output of a benchmark suite's run, written atomically.
 
-The document ``doc`` rendered here is the JSON object of the run: ``machine``, ``config``,
-``results`` (rows), ``ratios``, ``targets`` and ``notes`` (see :mod:`.scan`).
+The document ``doc`` rendered here is the JSON object of the run: ``benchmark`` (the
+suite's name), ``machine``, ``config``, ``results`` (rows), ``ratios``, ``targets`` and
+``notes`` (see :mod:`.runner`).  The suite supplies the title, the header lines on shapes
+and methods, and the ratio tables.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from .analysis import RATIOS
+from .analysis import ratio_specs
+from .suite import Suite, get_suite
 
 
 def fmt_ms(x: float | None) -> str:
@@ -38,21 +41,19 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-def _header_lines(doc: dict) -> list[str]:
+def _header_lines(doc: dict, suite: Suite) -> list[str]:
     m, c = doc["machine"], doc["config"]
     return [
-        f"# weird_scan vs SDPA on {m['device']}",
+        f"# {suite.title} on {m['device']}",
         "",
         f"- date: {m['date']}; command: `{m['command']}`",
         f"- machine: {m['cpu_model']}, {m['usable_cores']} usable cores; "
         f"python {m['python']}, torch {m['torch']}, {m['torch_threads']} torch threads; "
         f"scan backend: {m['scan_backend']}" + (f"; GPU: {m['gpu']}" if "gpu" in m else ""),
-        f"- shapes: B={c['batch']}, D={c['dim']}, dtype {c['dtype']}; scan: a, v (B, L, D), "
-        f"log_w (K, D), K = ceil(log2 L); SDPA: q, k, v (B, {c['heads']}, L, "
-        f"{c['dim'] // c['heads']})",
+        *suite.describe(doc),
         f"- allocator: {m['allocator']} (in the timing process and in each memory child)",
         f"- CPU used by other processes during the run: {_other_cpu(m)}",
-        f"- fwd: inference forward under torch.no_grad(); fwd+bwd: all inputs (log_w too) "
+        f"- fwd: inference forward under torch.no_grad(); fwd+bwd: {suite.grad_inputs} "
         f"require grad, backward with a fixed random grad_out; median of the runs shown, "
         f"after {c['warmup']} warm-up run(s)",
         f"- peak extra memory of fwd+bwd: {c['memory_how']}",
@@ -77,15 +78,20 @@ def _results_lines(doc: dict) -> list[str]:
     return ["", "## Results", "", *_table(header, rows)]
 
 
-def _ratio_lines(doc: dict) -> list[str]:
-    used = [r for r in RATIOS if any(e.get(r.key) is not None for e in doc["ratios"])]
+def _ratio_lines(doc: dict, suite: Suite) -> list[str]:
+    specs = ratio_specs(doc["results"], suite)
+    used = [r for r in specs if any(e.get(r.key) is not None for e in doc["ratios"])]
     if not used:
         return []
-    rows = [[str(e["L"]), *(fmt_ratio(e.get(r.key)) for r in used)] for e in doc["ratios"]]
-    return ["", "## Ratios (same run)", "",
-            "Speed: SDPA time / scan time (above 1: the scan is faster). "
-            "Memory: scan / SDPA peak extra memory.", "",
-            *_table(["L", *(r.label for r in used)], rows)]
+    lines = ["", "## Ratios (same run)", "", suite.ratio_note]
+    for group in dict.fromkeys(r.group for r in used):
+        columns = [r for r in used if r.group == group]
+        rows = [[str(e["L"]), *(fmt_ratio(e.get(r.key)) for r in columns)]
+                for e in doc["ratios"]]
+        if group:
+            lines += ["", f"### {group}"]
+        lines += ["", *_table(["L", *(r.column or r.label for r in columns)], rows)]
+    return lines
 
 
 def _target_lines(doc: dict) -> list[str]:
@@ -94,14 +100,17 @@ def _target_lines(doc: dict) -> list[str]:
     lines = ["", "## Targets", ""]
     for t in doc["targets"]:
         verdict = "PASS" if t["passed"] else "FAIL"
-        lines.append(f"- **{verdict}** {t['text']}: measured {fmt_ratio(t['value'])} "
-                     f"(needs {t['op']} {t['threshold']:g}x)")
+        against = f" against {t['baseline']}" if t.get("baseline") else ""
+        lines.append(f"- **{verdict}** {t['text']}: measured {fmt_ratio(t['value'])}"
+                     f"{against} (needs {t['op']} {t['threshold']:g}x)")
     return lines
 
 
-def render_markdown(doc: dict) -> str:
-    """The whole report as Markdown."""
-    lines = _header_lines(doc) + _results_lines(doc) + _ratio_lines(doc) + _target_lines(doc)
+def render_markdown(doc: dict, suite: Suite | None = None) -> str:
+    """The whole report as Markdown (``suite``: default, the one named by the document)."""
+    suite = suite if suite is not None else get_suite(doc.get("benchmark", "scan"))
+    lines = (_header_lines(doc, suite) + _results_lines(doc) + _ratio_lines(doc, suite)
+             + _target_lines(doc))
     if doc.get("notes"):
         lines += ["", "## Notes", "", *(f"- {n}" for n in doc["notes"])]
     return "\n".join(lines) + "\n"

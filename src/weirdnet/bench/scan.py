@@ -1,355 +1,103 @@
 """``weirdnet bench scan``: speed and memory of ``weird_scan`` against SDPA, in one run.
 
-For every length L and method (see :mod:`.methods`) it measures, side by side in one
-process, the median time of an inference forward and of a forward+backward, and then the
-peak extra memory of one forward+backward (CPU: a fresh child process per row; CUDA: the
-caching allocator's peak).  It prints a Markdown report (results, ratios, targets) and
-writes it with the raw numbers to ``<out>/scan_<device>.md`` and ``.json``.
+For every length L and method it measures, side by side in one process, the median time
+of an inference forward and of a forward+backward, and then the peak extra memory of one
+forward+backward (CPU: a fresh child process per row; CUDA: the caching allocator's peak)
+(the machinery is :mod:`.runner`'s).  It prints a Markdown report (results, ratios,
+targets) and writes it with the raw numbers to ``<out>/scan_<device>.md`` and ``.json``.
+
+This module defines the suite: its methods (weird_scan causal, reverse, bidirectional,
+the pure-PyTorch fallback, SDPA causal and non-causal), lengths, ratios and targets.
 """
 
 from __future__ import annotations
 
-import argparse
-import gc
-import sys
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
-from pathlib import Path
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .suite import Cap, Ratio, Suite, Target
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .methods import Method
 
 DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 DEFAULT_METHODS = ("scan", "scan-rev", "scan-bidir", "scan-torch", "sdpa-causal", "sdpa")
-QUICK = {"batch": 1, "dim": 32, "lengths": (64, 128), "repeats": 1}
-"""--quick shapes; --quick also runs 1 torch thread (tiny ops gain nothing from more)."""
-DEFAULTS = {"batch": 4, "dim": 256, "lengths": DEFAULT_LENGTHS, "repeats": None}
 
 
-def _int_list(text: str) -> list[int]:
-    """Parse ``"1024,2048"`` (argparse ``type`` for list options given with commas)."""
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected integers, got {text!r}") from exc
+@functools.cache
+def methods() -> dict[str, Method]:
+    """All methods by CLI name, in table order (imports torch)."""
+    from .methods import Method, scan_builder, scan_ops_check, sdpa_builder
 
-
-def _method_list(text: str) -> list[str]:
-    """Parse ``"scan,sdpa"`` into method names, checking each one."""
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    unknown = [n for n in names if n not in DEFAULT_METHODS]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(DEFAULT_METHODS)}")
-    return names
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of ``weirdnet bench scan``."""
-    p.add_argument("--lengths", type=_int_list, nargs="+", metavar="L",
-                   help="sequence lengths, space or comma separated "
-                        f"(default: {','.join(map(str, DEFAULT_LENGTHS))})")
-    p.add_argument("--batch", type=int, help="batch size B (default: 4)")
-    p.add_argument("--dim", type=int, help="channels D (default: 256)")
-    p.add_argument("--head-dim", type=int, default=64,
-                   help="SDPA head width; SDPA runs D / head-dim heads (default: 64, i.e. "
-                        "4 heads for D=256; one head of width D when D is smaller)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                   help="input dtype (default: float32)")
-    p.add_argument("--device", choices=("cpu", "cuda"),
-                   help="device (default: cuda if available, else cpu)")
-    p.add_argument("--methods", type=_method_list, nargs="+", metavar="NAME",
-                   help="methods to compare, space or comma separated, from "
-                        f"{', '.join(DEFAULT_METHODS)} (default: all)")
-    p.add_argument("--repeats", type=int,
-                   help="timed runs per measurement, the median is reported (default: 15 for "
-                        "L <= 2048, 7 for L <= 4096, 3 above)")
-    p.add_argument("--warmup", type=int, default=1,
-                   help="untimed runs before each timing (default: 1)")
-    p.add_argument("--torch-max-len", type=int, default=4096,
-                   help="longest L for the slow backend='torch' scan row, 0 for no limit "
-                        "(default: 4096)")
-    p.add_argument("--threads", type=int,
-                   help="torch threads (default: torch's default); memory children use the same")
-    p.add_argument("--no-memory", dest="memory", action="store_false",
-                   help="skip the peak-memory measurement")
-    p.add_argument("--mem-jobs", type=int,
-                   help="CPU memory children run at once after all timings; they measure "
-                        "their own RSS, so this changes no number (default: 1, --quick: 2)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
-    p.add_argument("--out", type=Path, default=Path("benchmarks/results"),
-                   help="folder for scan_<device>.md and .json (default: benchmarks/results)")
-    p.add_argument("--quick", action="store_true",
-                   help="tiny smoke run: B=1, D=32, L in {64, 128}, 1 timed run, 1 thread, "
-                        "2 memory jobs (explicit options still win)")
-    p.add_argument("--check-targets", action="store_true",
-                   help="exit with status 1 if a measured target fails")
-
-
-@dataclass
-class Config:
-    """Resolved settings of one benchmark run."""
-
-    batch: int
-    dim: int
-    head_dim: int
-    heads: int
-    lengths: list[int]
-    methods: list[str]
-    dtype: str
-    device: str
-    repeats: int | None
-    warmup: int
-    torch_max_len: int
-    threads: int
-    memory: bool
-    mem_jobs: int
-    seed: int
-    memory_how: str = ""
-
-
-def _flatten(values: list[list] | None) -> list | None:
-    return None if values is None else [x for group in values for x in group]
-
-
-def resolve_config(args: argparse.Namespace) -> Config:
-    """Defaults (or the ``--quick`` ones) for every option not given."""
-    import torch
-
-    base = QUICK if args.quick else DEFAULTS
-    dim = args.dim or base["dim"]
-    head_dim = min(args.head_dim, dim)
-    if dim % head_dim:
-        raise SystemExit(f"--dim {dim} is not a multiple of --head-dim {head_dim}")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return Config(
-        batch=args.batch or base["batch"], dim=dim, head_dim=head_dim, heads=dim // head_dim,
-        lengths=_flatten(args.lengths) or list(base["lengths"]),
-        methods=_flatten(args.methods) or list(DEFAULT_METHODS), dtype=args.dtype,
-        device=device, repeats=args.repeats or base["repeats"], warmup=args.warmup,
-        torch_max_len=args.torch_max_len,
-        threads=args.threads or (1 if args.quick else torch.get_num_threads()),
-        memory=args.memory, mem_jobs=args.mem_jobs or (2 if args.quick else 1), seed=args.seed,
-    )
-
-
-def repeats_for(config: Config, L: int) -> int:
-    """Timed runs at length ``L``: ``--repeats``, else fewer for long (slow) lengths."""
-    if config.repeats:
-        return config.repeats
-    return 15 if L <= 2048 else 7 if L <= 4096 else 3
-
-
-def plan(config: Config) -> tuple[list[tuple[str, int]], list[str]]:
-    """(method, L) pairs to measure, in order, and notes on what was left out.
-
-    Methods with a ``default_max_len`` (the slow ``backend="torch"`` scan) run only up to
-    ``--torch-max-len``.
-    """
-    from .methods import METHODS
-
-    pairs, notes = [], []
-    for name in config.methods:
-        method = METHODS[name]
-        capped = method.default_max_len is not None and config.torch_max_len > 0
-        kept = [L for L in config.lengths if not capped or L <= config.torch_max_len]
-        pairs += [(name, L) for L in kept]
-        if len(kept) < len(config.lengths):
-            skipped = [L for L in config.lengths if L not in kept]
-            notes.append(f"{method.label} not run at L={skipped} "
-                         f"(--torch-max-len {config.torch_max_len}).")
-    order = {L: i for i, L in enumerate(config.lengths)}
-    pairs.sort(key=lambda p: order[p[1]])  # stable: methods keep their order per length
-    return pairs, notes
-
-
-def _empty_row(name: str, L: int, repeats: int) -> dict:
-    from .methods import METHODS
-
-    return {"method": name, "label": METHODS[name].label, "L": L, "repeats": repeats,
-            "fwd_ms": None, "fwdbwd_ms": None, "fwd_times_ms": [], "fwdbwd_times_ms": [],
-            "mem_mib": None, "memory": None, "error": None}
-
-
-def _time_row(config: Config, name: str, L: int, progress) -> dict:
-    """Timings (and, on CUDA, memory) of one method at one length."""
-    import torch
-
-    from . import memory, timing
-    from .methods import METHODS, Shape
-
-    method, device = METHODS[name], torch.device(config.device)
-    row = _empty_row(name, L, repeats_for(config, L))
-    reason = method.available()
-    if reason:
-        row["error"] = reason
-        progress.done(f"{name} L={L}", f"unavailable ({reason})")
-        progress.skip(1)
-        return row
-    shape = Shape(config.batch, L, config.dim, config.head_dim)
-    finished = 0
-    try:
-        case = method.build(shape, getattr(torch, config.dtype), device, config.seed)
-        for key, step in (("fwd", timing.forward_step(case)),
-                          ("fwdbwd", timing.forward_backward_step(case))):
-            what = f"{name} L={L} {'fwd' if key == 'fwd' else 'fwd+bwd'}"
-            progress.start(what)
-            times = timing.time_step(step, device, row["repeats"], config.warmup)
-            row[f"{key}_times_ms"] = [1000.0 * t for t in times]
-            row[f"{key}_ms"] = timing.median_ms(times)
-            progress.done(what, f"{row[f'{key}_ms']:.2f} ms (median of {len(times)})")
-            finished += 1
-        if config.memory and device.type == "cuda":
-            for t in case.inputs:  # the baseline must not hold the last timing's grads
-                t.grad = None
-            row["memory"] = memory.measure_cuda(timing.forward_backward_step(case), device)
-            row["mem_mib"] = row["memory"]["extra_mib"]
-    except Exception as exc:  # noqa: BLE001 - one failing row must not stop the run
-        row["error"] = f"{type(exc).__name__}: {exc}"
-        progress.done(f"{name} L={L}", f"error: {row['error']}")
-        progress.skip(1 - finished)
-    finally:
-        case = None
-        gc.collect()
-    return row
-
-
-def _cpu_memory(config: Config, rows: list[dict], progress) -> None:
-    """Fill ``mem_mib`` of every error-free row from a child process per row."""
-    from . import memory
-
-    def measure(row: dict) -> dict:
-        cmd = memory.child_command(row["method"], config.batch, row["L"], config.dim,
-                                   config.head_dim, config.dtype, config.threads, config.seed)
-        return memory.measure_cpu_in_child(cmd)
-
-    todo = [r for r in rows if r["error"] is None]
-    progress.skip(len(rows) - len(todo))
-    if config.mem_jobs <= 1:
-        for row in todo:
-            progress.start(f"{row['method']} L={row['L']} memory")
-            _record_memory(row, measure(row), progress)
-        return
-    with ThreadPoolExecutor(max_workers=config.mem_jobs) as pool:
-        futures = {pool.submit(measure, row): row for row in todo}
-        for future in as_completed(futures):
-            _record_memory(futures[future], future.result(), progress)
-
-
-def _record_memory(row: dict, result: dict, progress) -> None:
-    """Store a memory child's ``result`` in ``row`` and report it."""
-    row["memory"] = result
-    what = f"{row['method']} L={row['L']} memory"
-    if "error" in result:
-        progress.done(what, result["error"])
-        return
-    row["mem_mib"] = result["extra_mib"]
-    progress.done(what, f"{row['mem_mib']:.1f} MiB")
-
-
-def _memory_notes(rows: list[dict]) -> list[str]:
-    notes = []
-    for r in rows:
-        mem = r["memory"] or {}
-        if "error" in mem:
-            notes.append(f"{r['label']} L={r['L']}: memory not measured: {mem['error']}")
-        elif mem.get("baseline_is_high_water") is False:
-            notes.append(f"{r['label']} L={r['L']}: the child's high-water mark "
-                         f"({mem['high_water_before_bytes']} B) exceeded its baseline "
-                         f"({mem['baseline_bytes']} B); memory figure is unreliable.")
-        if r["error"]:
-            notes.append(f"{r['label']} L={r['L']}: {r['error']}")
-    return notes
-
-
-def _load_notes(load: list[float] | None, usage: dict | None) -> list[str]:
-    """Warnings when other processes used the CPU before or during the run."""
-    notes = []
-    if load is not None and load[0] >= 0.5:
-        notes.append(f"1-minute load average was {load[0]:.2f} when the run started: other "
-                     "processes were using the CPU, so timings may be disturbed.")
-    if usage is not None and usage["other_processes_cores"] + usage["steal_cores"] >= 0.05:
-        notes.append(f"During the run other processes kept {usage['other_processes_cores']:.2f} "
-                     f"cores busy on average (steal: {usage['steal_cores']:.2f}); timings may "
-                     "be disturbed.")
-    return notes
-
-
-def _memory_how(config: Config) -> str:
-    if not config.memory:
-        return "not measured (--no-memory)"
-    if config.device == "cuda":
-        return "torch.cuda.max_memory_allocated during one fwd+bwd - allocated before it"
-    return ("peak RSS (VmHWM, reset after the baseline) - RSS after allocating inputs and "
-            "grad_out (the baseline), in a fresh child process per row")
-
-
-def run(args: argparse.Namespace, argv: list[str]) -> int:
-    """Run the benchmark described by ``args``; ``argv`` is recorded as the command line.
-
-    Prints the Markdown report, writes ``scan_<device>.md``/``.json`` into ``args.out``
-    and returns the exit status (1 only with ``--check-targets`` and a failed target).
-    """
-    import torch
-
-    from . import alloc, machine
-    from .contention import CpuMeter
-
-    load_at_start, meter = machine.load_average(), CpuMeter.start()
-    allocator = alloc.reuse_freed_memory()
-    config = resolve_config(args)
-    config.memory_how = _memory_how(config)
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
-    try:
-        rows, notes = _measure(config)
-    finally:
-        torch.set_num_threads(previous_threads)
-    info = machine.machine_info(torch.device(config.device), ["weirdnet", *argv], allocator)
-    info["torch_threads"] = config.threads
-    info["load_average_at_start"] = load_at_start
-    info["cpu_use_during_run"] = usage = meter.report()
-    doc = _document(config, info, rows, notes + _load_notes(load_at_start, usage))
-    return _emit(doc, args.out, args.check_targets)
-
-
-def _measure(config: Config) -> tuple[list[dict], list[str]]:
-    """All rows of the run (timings, then CPU memory) and notes on skipped ones."""
-    from .progress import Progress
-
-    pairs, notes = plan(config)
-    cpu_mem = config.memory and config.device == "cpu"
-    progress = Progress(len(pairs) * (3 if cpu_mem else 2))
-    try:
-        rows = [_time_row(config, name, L, progress) for name, L in pairs]
-        if cpu_mem:
-            _cpu_memory(config, rows, progress)
-    finally:
-        progress.close()
-    return rows, notes
-
-
-def _document(config: Config, info: dict, rows: list[dict], notes: list[str]) -> dict:
-    """The JSON document of the run: machine, config, rows, ratios, targets, notes."""
-    from . import analysis
-
-    ratios = analysis.compute_ratios(rows)
+    scan_ok, bidir_ok = scan_ops_check("weird_scan"), scan_ops_check("weird_scan_bidirectional")
     return {
-        "benchmark": "scan",
-        "machine": info,
-        "config": asdict(config),
-        "results": rows,
-        "ratios": ratios,
-        "targets": analysis.evaluate_targets(ratios),
-        "notes": notes + _memory_notes(rows),
+        m.name: m
+        for m in (
+            Method("scan", "weird_scan causal", "scan", scan_builder(False, None),
+                   check=scan_ok),
+            Method("scan-rev", "weird_scan reverse", "scan", scan_builder(True, None),
+                   check=scan_ok),
+            Method("scan-bidir", "weird_scan bidirectional", "scan",
+                   scan_builder(False, None, bidirectional=True), check=bidir_ok),
+            Method("scan-torch", "weird_scan causal, backend=torch", "scan",
+                   scan_builder(False, "torch"), capped=True, check=scan_ok),
+            Method("sdpa-causal", "SDPA causal", "sdpa", sdpa_builder(True)),
+            Method("sdpa", "SDPA non-causal", "sdpa", sdpa_builder(False)),
+        )
     }
 
 
-def _emit(doc: dict, out: Path, check_targets: bool) -> int:
-    """Print and write the report; the exit status."""
-    from . import report
+RATIOS: tuple[Ratio, ...] = (
+    Ratio("fwdbwd_speedup_causal", "fwd+bwd: SDPA causal / scan", "fwdbwd_ms", "sdpa-causal",
+          "scan"),
+    Ratio("fwdbwd_speedup_reverse", "fwd+bwd: SDPA / scan reverse", "fwdbwd_ms", "sdpa",
+          "scan-rev"),
+    Ratio("fwdbwd_speedup_bidir", "fwd+bwd: SDPA / scan bidir", "fwdbwd_ms", "sdpa",
+          "scan-bidir"),
+    Ratio("fwd_speedup_causal", "fwd: SDPA causal / scan", "fwd_ms", "sdpa-causal", "scan"),
+    Ratio("fwd_speedup_reverse", "fwd: SDPA / scan reverse", "fwd_ms", "sdpa", "scan-rev"),
+    Ratio("mem_causal", "memory: scan / SDPA causal", "mem_mib", "scan", "sdpa-causal"),
+    Ratio("mem_reverse", "memory: scan reverse / SDPA", "mem_mib", "scan-rev", "sdpa"),
+    Ratio("mem_bidir", "memory: scan bidir / SDPA", "mem_mib", "scan-bidir", "sdpa"),
+)
+"""Speed ratios are "how many times faster the scan is"; memory ratios "how many times more
+memory the scan takes"."""
 
-    markdown = report.render_markdown(doc)
-    print(markdown, end="", flush=True)
-    name = f"scan_{doc['machine']['device'].split(':')[0]}"
-    md_path, json_path = report.write_report(out, name, doc, markdown)
-    print(f"wrote {md_path} and {json_path}", file=sys.stderr)
-    failed = any(not t["passed"] for t in doc["targets"])
-    return 1 if check_targets and failed else 0
+TARGETS: tuple[Target, ...] = (
+    Target("speed_16k", "fwd+bwd at L=16384 at least 10x faster than SDPA causal", 16384,
+           "fwdbwd_speedup_causal", ">=", 10.0),
+    Target("parity_1k", "fwd+bwd at L=1024 no slower than SDPA causal", 1024,
+           "fwdbwd_speedup_causal", ">=", 1.0),
+    Target("memory_16k", "peak extra memory of fwd+bwd at L=16384 at most 3x SDPA causal's",
+           16384, "mem_causal", "<=", 3.0),
+)
+
+
+def _ratios(_methods: Sequence[str]) -> tuple[Ratio, ...]:
+    return RATIOS
+
+
+def _describe(doc: dict) -> list[str]:
+    c = doc["config"]
+    return [f"- shapes: B={c['batch']}, D={c['dim']}, dtype {c['dtype']}; scan: a, v (B, L, D), "
+            f"log_w (K, D), K = ceil(log2 L); SDPA: q, k, v (B, {c['heads']}, L, "
+            f"{c['dim'] // c['heads']})"]
+
+
+SUITE = Suite(
+    name="scan",
+    title="weird_scan vs SDPA",
+    method_names=lambda: DEFAULT_METHODS,
+    method=lambda name: methods()[name],
+    default_lengths=DEFAULT_LENGTHS,
+    ratios=_ratios,
+    targets=TARGETS,
+    describe=_describe,
+    default_methods=DEFAULT_METHODS,
+    grad_inputs="all inputs (log_w too)",
+    ratio_note="Speed: SDPA time / scan time (above 1: the scan is faster). "
+               "Memory: scan / SDPA peak extra memory.",
+    cap=Cap("--torch-max-len", 4096,
+            "longest L for the slow backend='torch' scan row, 0 for no limit (default: 4096)"),
+)
