@@ -103,14 +103,14 @@ def test_quick_memory_children_know_the_suite(tmp_path, capsys):
 def test_plan_caps_quadratic_rows_and_skips_missing_forms():
     config = runner.Config(
         batch=1, dim=QUICK_D, head_dim=32, heads=1, lengths=[64, 128],
-        methods=["weird", "softmax", "sdpa-causal", "linformer-causal"], dtype="float32",
+        methods=["weird", "sdpa", "sdpa-causal", "linformer-causal"], dtype="float32",
         device="cpu", repeats=1, warmup=0, cap_max_len=64, threads=1, memory=False,
         mem_jobs=1, seed=0)
     if "linformer" not in layers.available():
         config.methods.remove("linformer-causal")
     pairs, notes = runner.plan(config, mixers.SUITE)
-    assert pairs == [("weird", 64), ("softmax", 64), ("sdpa-causal", 64), ("weird", 128)]
-    assert "softmax not run at L=[128] (--softmax-max-len 64)." in notes
+    assert pairs == [("weird", 64), ("sdpa", 64), ("sdpa-causal", 64), ("weird", 128)]
+    assert "sdpa not run at L=[128] (--softmax-max-len 64)." in notes
     if "linformer" in layers.available():
         assert any(n.startswith("linformer-causal not run: no causal form") for n in notes)
 
