@@ -43,12 +43,6 @@ QUADRATIC = frozenset({BASELINE, BASELINE + CAUSAL, *RAW})
 """Methods whose cost grows as L^2: the ones ``--softmax-max-len`` caps."""
 
 
-def _registry() -> dict:
-    from weirdnet.layers import registry
-
-    return getattr(registry, "_REGISTRY", {})
-
-
 def mixer_names() -> list[str]:
     """Registered mixer names, sorted (imports torch)."""
     from weirdnet import layers
@@ -91,11 +85,10 @@ def raw_of(name: str) -> str:
 
 @functools.cache
 def _constructor_parameters(mixer: str) -> frozenset[str]:
-    factory = _registry().get(mixer)
-    if factory is None:
-        return frozenset()
+    from weirdnet.layers import registry
+
     try:
-        return frozenset(inspect.signature(factory).parameters)
+        return frozenset(inspect.signature(registry.factory(mixer)).parameters)
     except (TypeError, ValueError):
         return frozenset()
 

@@ -30,8 +30,13 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def build(name: str, dim: int, *, causal: bool = True, **options) -> nn.Module:
-    """Instantiate mixer ``name`` of width ``dim``; options go to its constructor."""
+def factory(name: str) -> Callable[..., nn.Module]:
+    """The class (or function) registered as ``name``, e.g. to inspect its options."""
     if name not in _REGISTRY:
         raise ValueError(f"unknown mixer {name!r}; available: {', '.join(available())}")
-    return _REGISTRY[name](dim, causal=causal, **options)
+    return _REGISTRY[name]
+
+
+def build(name: str, dim: int, *, causal: bool = True, **options) -> nn.Module:
+    """Instantiate mixer ``name`` of width ``dim``; options go to its constructor."""
+    return factory(name)(dim, causal=causal, **options)
