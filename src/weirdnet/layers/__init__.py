@@ -1,7 +1,33 @@
 """Sequence mixers (nn.Module) with one interface, registered by name."""
 
+from .linear import LinearAttention, LinearAttentionCache
+from .linformer import LinformerAttention
+from .local import LocalAttention, LocalAttentionCache
 from .registry import available, build, register
+from .softmax import (
+    CrossAttentionContext,
+    MultiHeadMixer,
+    SoftmaxAttention,
+    SoftmaxCrossAttention,
+    SoftmaxKVCache,
+)
 from .weird import PSAttention, WeirdAttention, WeirdAttentionCache
 
-__all__ = ["PSAttention", "WeirdAttention", "WeirdAttentionCache", "available", "build",
-           "register"]
+__all__ = [
+    "CrossAttentionContext",
+    "LinearAttention",
+    "LinearAttentionCache",
+    "LinformerAttention",
+    "LocalAttention",
+    "LocalAttentionCache",
+    "MultiHeadMixer",
+    "SoftmaxAttention",
+    "SoftmaxCrossAttention",
+    "SoftmaxKVCache",
+    "PSAttention",
+    "WeirdAttention",
+    "WeirdAttentionCache",
+    "available",
+    "build",
+    "register",
+]

@@ -1,0 +1,75 @@
+"""Linear-attention mixer (Katharopoulos et al. 2020, phi = elu + 1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ops.linear_attention import (
+    LinearAttentionState,
+    causal_linear_attention,
+    check_chunk_size,
+    check_eps,
+    linear_attention,
+    linear_attention_step,
+)
+from .registry import register
+from .softmax import MultiHeadMixer
+
+
+@dataclass
+class LinearAttentionCache:
+    """Decoding state of one causal :class:`LinearAttention`: the running sums
+    (``state.kv`` (B, H, d, d), ``state.z`` (B, H, d)) and the tokens seen."""
+
+    state: LinearAttentionState
+    position: int = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.state.kv.shape[0]
+
+
+@register("linear")
+class LinearAttention(MultiHeadMixer):
+    """Multi-head linear attention on (B, L, dim); O(L) time and memory.
+
+    Options: ``heads``, ``bias`` (see :class:`MultiHeadMixer`); ``chunk_size`` of the
+    causal chunk-wise computation (default 64); ``eps`` added to the normaliser
+    (default 1e-6).  No dropout: there is no attention matrix to drop from.  The decoding
+    cache holds O(dim * dim / heads) numbers per sequence, whatever the length.
+    """
+
+    cache_type = LinearAttentionCache
+
+    def __init__(self, dim: int, *, causal: bool = True, heads: int | None = None,
+                 bias: bool = True, chunk_size: int = 64, eps: float = 1e-6):
+        super().__init__(dim, causal=causal, heads=heads, bias=bias)
+        self.chunk_size, self.eps = check_chunk_size(chunk_size), check_eps(eps)
+
+    def _mix(self, q, k, v, mask):
+        return linear_attention(q, k, v, causal=self.causal, mask=mask,
+                                chunk_size=self.chunk_size, eps=self.eps)
+
+    def _new_cache(self, batch_size: int, max_len: int | None) -> LinearAttentionCache:
+        """``max_len`` is accepted for the common interface; the state has a fixed size."""
+        p, d = self._param(), self.head_dim
+        return LinearAttentionCache(
+            LinearAttentionState.zeros(batch_size, self.heads, d, d, dtype=p.dtype,
+                                       device=p.device))
+
+    def _extend(self, q, k, v, mask, cache: LinearAttentionCache):
+        """One token: the recurrent update; a prompt: the chunk-wise pass from the state."""
+        if q.shape[2] == 1:
+            mask_t = None if mask is None else mask[:, 0]
+            out, cache.state = linear_attention_step(q[:, :, 0], k[:, :, 0], v[:, :, 0],
+                                                     cache.state, mask_t=mask_t, eps=self.eps)
+            out = out.unsqueeze(2)
+        else:
+            out, cache.state = causal_linear_attention(q, k, v, mask=mask, eps=self.eps,
+                                                       chunk_size=self.chunk_size,
+                                                       state=cache.state)
+        cache.position += q.shape[2]
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, chunk_size={self.chunk_size}, eps={self.eps}"

@@ -1,0 +1,81 @@
+"""Local (sliding-window) attention mixer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..ops.local_attention import check_window, local_attention, local_attention_decode
+from .registry import register
+from .softmax import MultiHeadMixer
+
+
+def _last(x: torch.Tensor, dim: int, n: int) -> torch.Tensor:
+    """The last n entries of x along dim (none when n = 0)."""
+    return x.narrow(dim, x.shape[dim] - n, n)
+
+
+@dataclass
+class LocalAttentionCache:
+    """Decoding window of one causal :class:`LocalAttention`: keys and values
+    (B, H, window - 1, D / H) of the last window - 1 positions, oldest first, and their
+    (B, window - 1) mask (False: padding, or before the start of the sequence)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    mask: torch.Tensor
+    position: int = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.k.shape[0]
+
+    def push(self, k, v, mask) -> None:
+        """Append n new (B, H, n, .) keys/values and (B, n) mask, keeping the last
+        window - 1."""
+        if mask is None:
+            mask = torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device)
+        keep = self.k.shape[2]
+        self.k = _last(torch.cat([self.k, k], 2), 2, keep)
+        self.v = _last(torch.cat([self.v, v], 2), 2, keep)
+        self.mask = _last(torch.cat([self.mask, mask], 1), 1, keep)
+        self.position += k.shape[2]
+
+
+@register("local")
+class LocalAttention(MultiHeadMixer):
+    """Multi-head sliding-window softmax attention on (B, L, dim); O(L window).
+
+    Options: ``window`` (default 128): causal, token i attends to tokens i - window + 1
+    .. i; non-causal, to tokens within |i - j| <= window // 2.  ``heads``, ``bias``,
+    ``dropout`` (attention probabilities) as in :class:`MultiHeadMixer`.  Causal
+    decoding keeps the last window - 1 keys and values (:class:`LocalAttentionCache`).
+    """
+
+    cache_type = LocalAttentionCache
+
+    def __init__(self, dim: int, *, causal: bool = True, window: int = 128,
+                 heads: int | None = None, bias: bool = True, dropout: float = 0.0):
+        super().__init__(dim, causal=causal, heads=heads, bias=bias, dropout=dropout)
+        self.window = check_window(window)
+
+    def _mix(self, q, k, v, mask):
+        return local_attention(q, k, v, window=self.window, causal=self.causal, mask=mask,
+                               dropout_p=self.dropout_p)
+
+    def _new_cache(self, batch_size: int, max_len: int | None) -> LocalAttentionCache:
+        """``max_len`` is accepted for the common interface; the window has a fixed size."""
+        p = self._param()
+        shape = (batch_size, self.heads, self.window - 1, self.head_dim)
+        mask = torch.zeros(batch_size, self.window - 1, dtype=torch.bool, device=p.device)
+        return LocalAttentionCache(p.new_zeros(shape), p.new_zeros(shape), mask)
+
+    def _extend(self, q, k, v, mask, cache: LocalAttentionCache):
+        out = local_attention_decode(q, k, v, cache.k, cache.v, cache.mask, window=self.window,
+                                     mask=mask, dropout_p=self.dropout_p)
+        cache.push(k, v, mask)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, window={self.window}"
