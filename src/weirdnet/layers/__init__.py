@@ -1,9 +1,11 @@
 """Sequence mixers (nn.Module) with one interface, registered by name."""
 
+from .dba import DBACrossAttention, DBAttention
 from .linear import LinearAttention, LinearAttentionCache
 from .linformer import LinformerAttention
 from .local import LocalAttention, LocalAttentionCache
 from .registry import available, build, register
+from .relation import Relation, RelationCache
 from .softmax import (
     CrossAttentionContext,
     MultiHeadMixer,
@@ -14,6 +16,10 @@ from .softmax import (
 from .weird import PSAttention, WeirdAttention, WeirdAttentionCache
 
 __all__ = [
+    "DBACrossAttention",
+    "DBAttention",
+    "Relation",
+    "RelationCache",
     "CrossAttentionContext",
     "LinearAttention",
     "LinearAttentionCache",

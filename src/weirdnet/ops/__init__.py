@@ -1,5 +1,13 @@
 """Pure tensor functions of weirdnet, each with a plain reference beside its fast paths."""
 
+from .dba import (
+    dba_attention,
+    dba_compress,
+    dba_compress_reference,
+    dba_cross_attention,
+    dba_cross_reference,
+    dba_reference,
+)
 from .linear_attention import (
     LinearAttentionState,
     causal_linear_attention,
@@ -9,6 +17,7 @@ from .linear_attention import (
 )
 from .linformer import linformer_attention, linformer_reference
 from .local_attention import local_attention, local_attention_reference
+from .relation import relation_mix, relation_mix_continue, relation_reference
 from .scan import scan_backend_name, weird_scan, weird_scan_bidirectional
 from .scan_cache import WeirdScanCache
 from .scan_checks import levels_needed
@@ -16,6 +25,15 @@ from .scan_reference import weird_scan_reference
 from .softmax_attention import softmax_attention, softmax_attention_reference
 
 __all__ = [
+    "dba_attention",
+    "dba_compress",
+    "dba_compress_reference",
+    "dba_cross_attention",
+    "dba_cross_reference",
+    "dba_reference",
+    "relation_mix",
+    "relation_mix_continue",
+    "relation_reference",
     "LinearAttentionState",
     "causal_linear_attention",
     "linear_attention",
