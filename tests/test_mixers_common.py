@@ -12,7 +12,7 @@ import torch
 
 from weirdnet.layers import available, build
 
-REQUIRED = {"weird", "ps", "softmax", "linear", "linformer", "local"}
+REQUIRED = {"weird", "ps", "relation", "dba", "softmax", "linear", "linformer", "local"}
 B, L, D = 2, 23, 16
 
 
