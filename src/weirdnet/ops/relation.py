@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .scan_checks import check_float_tensor, check_mask
+from .scan_checks import check_float_tensor, check_mask, check_same_layout
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -30,10 +30,7 @@ def check_relation_inputs(h, g, mask=None) -> tuple[int, int, int]:
     """Validate ``relation_mix`` arguments; returns (B, L, d)."""
     check_float_tensor(h, "h", 3)
     check_float_tensor(g, "g", 3)
-    if g.shape != h.shape:
-        raise ValueError(f"g must have the shape of h {tuple(h.shape)}, got {tuple(g.shape)}")
-    if g.dtype != h.dtype:
-        raise ValueError(f"h and g must have the same dtype, got {h.dtype} and {g.dtype}")
+    check_same_layout(h, g, "h", "g")
     if g.device != h.device:
         raise ValueError(f"h and g must be on one device, got {h.device} and {g.device}")
     B, L, d = h.shape

@@ -12,7 +12,13 @@ from __future__ import annotations
 import torch
 
 from .scan import compute_dtype, implementation, kernel_mask, prepare_input, resolve_backend
-from .scan_checks import check_float_tensor, check_mask, levels_needed, max_len_for_levels
+from .scan_checks import (
+    check_float_tensor,
+    check_mask,
+    check_same_layout,
+    levels_needed,
+    max_len_for_levels,
+)
 
 
 class WeirdScanCache:
@@ -72,9 +78,8 @@ class WeirdScanCache:
         """
         check_float_tensor(a, "a", 3)
         check_float_tensor(v, "v", 3)
+        check_same_layout(a, v, "a", "v")
         B, T, D = a.shape
-        if v.shape != a.shape:
-            raise ValueError(f"v must have the shape of a {tuple(a.shape)}, got {tuple(v.shape)}")
         if (B, D) != (self.batch_size, self.dim):
             raise ValueError(
                 f"expected tokens of shape ({self.batch_size}, T, {self.dim}) for this cache, "

@@ -48,15 +48,24 @@ def check_mask(mask, batch: int, length: int, name: str = "mask") -> None:
         )
 
 
+def check_same_layout(x, y, xname: str, yname: str) -> None:
+    """``y`` must have the shape and dtype of ``x`` (both already checked floating)."""
+    if y.shape != x.shape:
+        raise ValueError(
+            f"{yname} must have the shape of {xname} {tuple(x.shape)}, got {tuple(y.shape)}"
+        )
+    if y.dtype != x.dtype:
+        raise ValueError(
+            f"{xname} and {yname} must have the same dtype, got {x.dtype} and {y.dtype}"
+        )
+
+
 def check_scan_inputs(a, v, log_w, mask=None) -> tuple[int, int, int]:
     """Validate ``weird_scan`` arguments; returns (B, L, D)."""
     check_float_tensor(a, "a", 3)
     check_float_tensor(v, "v", 3)
     check_float_tensor(log_w, "log_w", 2)
-    if v.shape != a.shape:
-        raise ValueError(f"v must have the shape of a {tuple(a.shape)}, got {tuple(v.shape)}")
-    if v.dtype != a.dtype:
-        raise ValueError(f"a and v must have the same dtype, got {a.dtype} and {v.dtype}")
+    check_same_layout(a, v, "a", "v")
     if v.device != a.device or log_w.device != a.device:
         raise ValueError(
             f"a, v and log_w must be on one device, got {a.device}, {v.device}, {log_w.device}"
