@@ -3,6 +3,19 @@
  *   WN_T (float or double), WN_NAME(x) (x##_f32 or x##_f64), WN_EXP, WN_LOG, WN_ABS and
  *   WN_NEG (the log-weight of a padded source).
  */
+/* Merge partner (mp, hp, up) into (*m, *h, *u): keep the larger log-scale, scale the other
+ * side by e^{-|m - mp|}.  The only combine step: every level and the decoder use it. */
+static inline void WN_NAME(combine)(WN_T *m, WN_T *h, WN_T *u, WN_T mp, WN_T hp, WN_T up) {
+    WN_T mi = *m;
+    WN_T d = mi - mp;
+    WN_T e = WN_EXP(-WN_ABS(d));
+    int keep = d >= 0;
+    WN_T st = keep ? (WN_T)1 : e, sp = keep ? e : (WN_T)1;
+    *h = *h * st + hp * sp;
+    *u = *u * st + up * sp;
+    *m = keep ? mi : mp;
+}
+
 /* One level, out of place: dst[p] = src[p] (+) W * src[p-s]; lanes innermost. */
 static void WN_NAME(level_fwd)(const WN_T *restrict sm, const WN_T *restrict sh,
                             const WN_T *restrict su, WN_T *restrict dm, WN_T *restrict dh,
@@ -14,14 +27,11 @@ static void WN_NAME(level_fwd)(const WN_T *restrict sm, const WN_T *restrict sh,
     for (i64 p = s; p < L; p++) {
         const i64 x = p * LANES, y = (p - s) * LANES;
         for (int l = 0; l < LANES; l++) {
-            WN_T mi = sm[x + l], mp = sm[y + l] + c[l];
-            WN_T d = mi - mp;
-            WN_T e = WN_EXP(-WN_ABS(d));
-            int keep = d >= 0;
-            WN_T st = keep ? (WN_T)1 : e, sp = keep ? e : (WN_T)1;
-            dh[x + l] = sh[x + l] * st + sh[y + l] * sp;
-            du[x + l] = su[x + l] * st + su[y + l] * sp;
-            dm[x + l] = keep ? mi : mp;
+            WN_T m = sm[x + l], h = sh[x + l], u = su[x + l];
+            WN_NAME(combine)(&m, &h, &u, sm[y + l] + c[l], sh[y + l], su[y + l]);
+            dm[x + l] = m;
+            dh[x + l] = h;
+            du[x + l] = u;
         }
     }
 }
@@ -96,14 +106,11 @@ static void WN_NAME(level_bwd)(const WN_T *restrict fm, const WN_T *restrict fh,
             WN_T mq = sm[y + l] + c[l];
             WN_T w = WN_EXP(mq + fm[x + l]);
             acc[l] += (double)(w * (fh[x + l] * s1[y + l] - fu[x + l] * s2[y + l]));
-            WN_T mi = sm[x + l];
-            WN_T d = mi - mq;
-            WN_T e = WN_EXP(-WN_ABS(d));
-            int keep = d >= 0;
-            WN_T sa = keep ? (WN_T)1 : e, sb = keep ? e : (WN_T)1;
-            d1[x + l] = s1[x + l] * sa + s1[y + l] * sb;
-            d2[x + l] = s2[x + l] * sa + s2[y + l] * sb;
-            dm[x + l] = keep ? mi : mq;
+            WN_T m = sm[x + l], b1 = s1[x + l], b2 = s2[x + l];
+            WN_NAME(combine)(&m, &b1, &b2, mq, s1[y + l], s2[y + l]);
+            dm[x + l] = m;
+            d1[x + l] = b1;
+            d2[x + l] = b2;
         }
     }
     i64 tail = (L - body) * LANES;
@@ -227,13 +234,7 @@ int WN_NAME(scan_extend)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb
                         rm[d] = mi;
                         rh[d] = h[d];
                         ru[d] = u[d];
-                        WN_T dd = mi - mp;
-                        WN_T e = WN_EXP(-WN_ABS(dd));
-                        int keep = dd >= 0;
-                        WN_T st = keep ? (WN_T)1 : e, sp = keep ? e : (WN_T)1;
-                        h[d] = h[d] * st + hp * sp;
-                        u[d] = u[d] * st + up * sp;
-                        m[d] = keep ? mi : mp;
+                        WN_NAME(combine)(&m[d], &h[d], &u[d], mp, hp, up);
                     }
                 } else {
                     memcpy(rm, m, D * sizeof(WN_T));
