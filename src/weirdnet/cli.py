@@ -106,7 +106,14 @@ def _run_bench(args: argparse.Namespace, argv: list[str]) -> int:
     return runner.run(get_suite(args.benchmark), args, argv)
 
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_bench,)
+def _add_data(subparsers: argparse._SubParsersAction) -> None:
+    """``weirdnet data <subcommand>`` (see :mod:`weirdnet.data.commands`)."""
+    from weirdnet.data.commands import add_data_command
+
+    add_data_command(subparsers, _FORMATTER)
+
+
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_bench, _add_data)
 """Functions registering one subcommand each, in ``--help`` order."""
 
 
