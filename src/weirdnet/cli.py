@@ -113,7 +113,57 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
     add_data_command(subparsers, _FORMATTER)
 
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_bench, _add_data)
+_INFO_DESCRIPTION = """\
+Print a model's structure (mixer of every layer, widths, lengths) and its parameter count
+by part, built on the meta device (no memory is allocated, even for the 700M presets).
+For the GPT-2-size presets it compares the count with Weird-Net Table VII and explains
+the difference.
+
+TARGET is a preset name (see --list) or a directory written by model.save().
+
+examples:
+  weirdnet info --list
+  weirdnet info weirdnet-small
+  weirdnet info lra-listops
+  weirdnet info runs/my-run/best
+"""
+
+
+def _add_info(subparsers: argparse._SubParsersAction) -> None:
+    """``weirdnet info PRESET|DIR``: structure and parameter count."""
+    parser = subparsers.add_parser("info", help="describe a model preset or a saved model",
+                                   description=_INFO_DESCRIPTION, formatter_class=_FORMATTER)
+    parser.add_argument("target", nargs="?", metavar="TARGET",
+                        help="preset name or saved-model directory")
+    parser.add_argument("--list", action="store_true", help="list the presets and exit")
+    parser.set_defaults(handler=_run_info)
+
+
+def _run_info(args: argparse.Namespace, argv: list[str]) -> int:
+    from pathlib import Path
+
+    from weirdnet.models import PRESETS, build_preset, get_preset, load
+    from weirdnet.models.info import describe
+
+    if args.list or args.target is None:
+        width = max(map(len, PRESETS))
+        for name, preset in PRESETS.items():
+            print(f"{name:<{width}}  {preset.model:<20} {preset.source}")
+        return 0
+    if Path(args.target).is_dir():
+        print(describe(load(args.target, map_location="meta")))
+        return 0
+    try:
+        preset = get_preset(args.target)
+    except KeyError as error:
+        print(f"weirdnet info: {error.args[0]}", file=sys.stderr)
+        return 2
+    print(describe(build_preset(preset.name, device="meta"), preset))
+    return 0
+
+
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    _add_bench, _add_data, _add_info)
 """Functions registering one subcommand each, in ``--help`` order."""
 
 
@@ -136,4 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run the command; its exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    return args.handler(args, argv)
+    try:
+        return args.handler(args, argv)
+    except BrokenPipeError:  # e.g. `weirdnet info --list | head`
+        sys.stderr.close()
+        return 0

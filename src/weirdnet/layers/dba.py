@@ -119,8 +119,9 @@ class _DBABase(nn.Module):
         raise _not_causal("init_cache() is not available")
 
     def extra_repr(self) -> str:
+        extra = ", per_query=True" if getattr(self, "per_query", False) else ""
         return (f"dim={self.dim}, heads={self.heads}, d_p={self.d_p}, d_in={self.d_in}, "
-                f"dropout={self.dropout}")
+                f"dropout={self.dropout}{extra}")
 
 
 @register("dba")
@@ -180,29 +181,41 @@ class DBACrossAttention(_DBABase):
         dim: width of x and of the output.
         context_dim: width of the context (default: dim).
         heads, d_p, d_in, dropout: as :class:`DBAttention`.
+        per_query: (extension, for causal decoders) keep eq. 14's compressed context
+            (K_2, V_2) and bilinear scoring, but let every query attend on its own:
+            ``O_i = softmax((q_i R)(K_2 R)ᵀ / √d_in) V_2``.  Eq. 14 also compresses the
+            queries (W_r1 X_1), which mixes every query position, so a decoder trained
+            with it would see future tokens; with ``per_query=True`` output i depends
+            only on x_i and the context, and decoding can reuse :meth:`precompute_context`.
     """
 
     def __init__(self, dim: int, *, context_dim: int | None = None, heads: int | None = None,
-                 d_p: int = 16, d_in: int = 24, dropout: float = 0.0):
+                 d_p: int = 16, d_in: int = 24, dropout: float = 0.0, per_query: bool = False):
         super().__init__(dim, heads, d_p, d_in, dropout)
+        self.per_query = bool(per_query)
         context_dim = dim if context_dim is None else context_dim
         if not isinstance(context_dim, int) or isinstance(context_dim, bool) or context_dim < 1:
             raise ValueError(f"context_dim must be a positive int, got {context_dim!r}")
         self.context_dim, self.causal = context_dim, False
         self.proj_q = nn.Linear(dim, dim, bias=False)
-        self.proj_rec = nn.Linear(dim, self.heads * d_p, bias=False)  # U_r of x
         self.proj_ctx = nn.Linear(context_dim, dim, bias=False)  # Q_2, keys of W_r2
         self.z_ctx = nn.Parameter(torch.empty(self.heads, d_p, self.head_dim))  # Z_2
         self.proj_k = nn.Linear(context_dim, dim, bias=False)  # K_2 = C W_k
         self.proj_v = nn.Linear(context_dim, dim, bias=False)  # V_2 = C W_v
-        self.proj_z = nn.Linear(context_dim, dim)  # Z_1 = C W_z + b_z
+        if self.per_query:  # no query compression: no U_r of x, no Z_1
+            self.proj_rec = self.proj_z = None
+        else:
+            self.proj_rec = nn.Linear(dim, self.heads * d_p, bias=False)  # U_r of x
+            self.proj_z = nn.Linear(context_dim, dim)  # Z_1 = C W_z + b_z
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         for lin in (self.proj_q, self.proj_rec, self.proj_ctx, self.proj_k, self.proj_v,
                     self.proj_z):
-            nn.init.xavier_uniform_(lin.weight)
-        nn.init.zeros_(self.proj_z.bias)
+            if lin is not None:
+                nn.init.xavier_uniform_(lin.weight)
+        if self.proj_z is not None:
+            nn.init.zeros_(self.proj_z.bias)
         nn.init.normal_(self.z_ctx, std=1.0 / math.sqrt(self.head_dim))
         self._reset_shared()
 
@@ -213,18 +226,43 @@ class DBACrossAttention(_DBABase):
         c, _ = compress_positions(context, z_2, nothing, nothing, context_mask)
         return c.view(context.shape[0], self.heads, self.d_p, self.context_dim)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor,
-                context_mask: torch.Tensor | None = None,
+    def precompute_context(self, context: torch.Tensor, context_mask=None
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(K_2, V_2), each (B, H, d_p, d): the compressed context, computed once for
+        decoding with ``per_query=True`` (pass the pair as ``context`` to forward)."""
+        _check_x(context, context_mask, self.context_dim, "context", "context_mask")
+        c = self.compress_context(context, context_mask)
+        return self._per_head(c, self.proj_k.weight), self._per_head(c, self.proj_v.weight)
+
+    def _attend_per_query(self, x: torch.Tensor, keys_values) -> torch.Tensor:
+        """softmax((Q R)(K_2 R)ᵀ / √d_in) V_2 per head, then W_O: (B, n, dim)."""
+        k_c, v_c = keys_values
+        B, n = x.shape[:2]
+        q = self.proj_q(x).view(B, n, self.heads, self.head_dim).transpose(1, 2)
+        m = bilinear_mix(q, k_c, v_c, self.r, self.dropout, self.training)
+        return self.proj_o(m.transpose(1, 2).reshape(B, n, self.dim))
+
+    def forward(self, x: torch.Tensor, context, context_mask: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, n, dim); context: (B, m, context_dim); masks (B, n) / (B, m) bool,
         True = real token.  Returns (B, n, dim).  Outputs at real queries depend on
         neither padded queries nor padded context positions.  A context without a real
-        token gives K_2 = V_2 = 0, hence outputs b_O."""
+        token gives K_2 = V_2 = 0, hence outputs b_O.  With ``per_query=True``, context
+        may also be the pair from :meth:`precompute_context`."""
         _check_x(x, mask, self.dim, "x", "mask")
+        if self.per_query and isinstance(context, tuple):
+            if context_mask is not None:
+                raise ValueError("context_mask belongs in precompute_context() when context "
+                                 "is precomputed")
+            if context[0].shape[0] != x.shape[0]:
+                raise ValueError(f"context has batch {context[0].shape[0]}, x has {x.shape[0]}")
+            return self._attend_per_query(x, context)
         _check_x(context, context_mask, self.context_dim, "context", "context_mask")
         if context.shape[0] != x.shape[0] or context.dtype != x.dtype:
             raise ValueError(f"context must match x in batch size and dtype, got batch "
                              f"{context.shape[0]} vs {x.shape[0]}, {context.dtype} vs {x.dtype}")
+        if self.per_query:
+            return self._attend_per_query(x, self.precompute_context(context, context_mask))
         c = self.compress_context(context, context_mask)
         k_c, v_c = self._per_head(c, self.proj_k.weight), self._per_head(c, self.proj_v.weight)
         z_1 = self._per_head(c, self.proj_z.weight) + self.proj_z.bias.view(

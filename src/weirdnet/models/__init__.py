@@ -1,0 +1,26 @@
+"""Weird-Net models: backbones with structure A, B or any mixer pattern, a causal language
+model with cached generation, classifiers, a retrieval dual encoder, an encoder–decoder,
+presets of the papers' sizes, and save/load (config JSON + safetensors)."""
+
+from .backbone import Backbone, BackboneCache
+from .base import CheckpointError, WeirdNetModel, load
+from .blocks import Block, FeedForward
+from .config import BackboneConfig, ConfigError, resolve_pattern
+from .lm import LMConfig, LMOutput, WeirdNetLM
+
+__all__ = ["Backbone", "BackboneCache", "BackboneConfig", "Block", "CheckpointError",
+           "ConfigError", "FeedForward", "LMConfig", "LMOutput", "WeirdNetLM", "WeirdNetModel",
+           "load", "resolve_pattern"]
+from .classifier import (  # noqa: E402
+    ClassifierConfig,
+    ClassifierOutput,
+    DualEncoderConfig,
+    WeirdNetClassifier,
+    WeirdNetDualEncoder,
+)
+from .presets import PRESETS, build_preset, get_preset, preset_config  # noqa: E402
+from .seq2seq import Seq2SeqConfig, WeirdNetSeq2Seq  # noqa: E402
+
+__all__ += ["PRESETS", "ClassifierConfig", "ClassifierOutput", "DualEncoderConfig",
+            "Seq2SeqConfig", "WeirdNetClassifier", "WeirdNetDualEncoder", "WeirdNetSeq2Seq",
+            "build_preset", "get_preset", "preset_config"]

@@ -1,0 +1,175 @@
+"""A Weird-Net backbone: input embedding + learned positions, N blocks, final LayerNorm.
+
+Positions count real tokens only: with a padding mask, the position of a token is the
+number of real tokens before it, so right padding (training batches) and left padding
+(batched generation of prompts of different lengths) both give every real token the
+position it would have alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from weirdnet.ops.scan_checks import check_mask
+
+from .blocks import Block, build_mixer
+from .config import BackboneConfig
+
+
+class PerBlockContext(list):
+    """One cross-mixer context per block (e.g. each block's precomputed keys and values);
+    a plain context is given to every block."""
+
+
+def _block_contexts(context, count: int) -> list:
+    if isinstance(context, PerBlockContext):
+        if len(context) != count:
+            raise ValueError(f"{len(context)} per-block contexts for {count} blocks")
+        return list(context)
+    return [context] * count
+
+
+@dataclass
+class BackboneCache:
+    """Decoding state of a causal backbone: one cache per layer, the number of real tokens
+    seen per sequence (B,), the number of positions fed (real or padded), the capacity."""
+
+    layers: list
+    lengths: torch.Tensor
+    steps: int
+    capacity: int
+
+
+class Backbone(nn.Module):
+    """Embeds (B, L) token ids or (B, L, input_dim) values and runs the blocks: (B, L, D).
+
+    Initialisation (Weird-Net §III.G): token embedding, input projection and position
+    embedding ~ N(0, 1/√D); FFN and Weird-attention layers initialise themselves; other
+    mixers keep their own initialisation; LayerNorms are (1, 0).
+    """
+
+    def __init__(self, config: BackboneConfig, cross_factory=None):
+        super().__init__()
+        self.config = config
+        dim = config.dim
+        if config.vocab_size is not None:
+            self.embed = nn.Embedding(config.vocab_size, dim)
+        else:
+            self.embed = nn.Linear(config.input_dim, dim)
+        self.pos = nn.Embedding(config.max_len, dim)
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(
+            Block(build_mixer(name, config), config,
+                  None if cross_factory is None else cross_factory())
+            for name in config.mixers)
+        self.norm = nn.LayerNorm(dim, eps=config.norm_eps)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        std = 1.0 / math.sqrt(self.config.dim)
+        nn.init.normal_(self.embed.weight, std=std)
+        if isinstance(self.embed, nn.Linear):
+            nn.init.zeros_(self.embed.bias)
+        nn.init.normal_(self.pos.weight, std=std)
+
+    @property
+    def takes_tokens(self) -> bool:
+        return self.config.vocab_size is not None
+
+    def check_inputs(self, inputs: torch.Tensor, mask: torch.Tensor | None) -> None:
+        """Shape, dtype and range checks with messages that say what was expected."""
+        cfg = self.config
+        if self.takes_tokens:
+            if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2 \
+                    or inputs.dtype not in (torch.long, torch.int32, torch.int16, torch.uint8):
+                raise ValueError("token inputs must be an integer tensor (batch, length), got "
+                                 f"{_describe(inputs)}")
+            if inputs.numel() and (int(inputs.min()) < 0 or int(inputs.max()) >= cfg.vocab_size):
+                raise ValueError(f"token ids must be in [0, {cfg.vocab_size}), got "
+                                 f"[{int(inputs.min())}, {int(inputs.max())}]")
+        elif not isinstance(inputs, torch.Tensor) or inputs.dim() != 3 \
+                or inputs.shape[-1] != cfg.input_dim or not inputs.is_floating_point():
+            raise ValueError(f"continuous inputs must be a float tensor (batch, length, "
+                             f"{cfg.input_dim}), got {_describe(inputs)}")
+        if inputs.shape[1] < 1:
+            raise ValueError("inputs must have at least one position")
+        check_mask(mask, inputs.shape[0], inputs.shape[1])
+
+    def positions(self, mask: torch.Tensor | None, batch: int, length: int,
+                  start: torch.Tensor | None = None) -> torch.Tensor:
+        """Position ids (B, L): real tokens counted from ``start`` (B,) (default 0)."""
+        device = self.pos.weight.device
+        if mask is None:
+            pos = torch.arange(length, device=device).expand(batch, length)
+        else:
+            pos = (mask.long().cumsum(1) - 1).clamp(min=0)
+        if start is not None:
+            pos = pos + start.unsqueeze(1)
+        top = int(pos.max()) if pos.numel() else 0
+        if top >= self.config.max_len:
+            raise ValueError(f"position {top} exceeds max_len={self.config.max_len}: the "
+                             f"model takes at most {self.config.max_len} tokens")
+        return pos
+
+    def embed_inputs(self, inputs: torch.Tensor, mask, start=None) -> torch.Tensor:
+        """Token/value embedding + position embedding, dropout: (B, L, D)."""
+        pos = self.positions(mask, inputs.shape[0], inputs.shape[1], start)
+        h = self.embed(inputs.long() if self.takes_tokens else inputs)
+        return self.dropout(h + self.pos(pos))
+
+    def forward(self, inputs: torch.Tensor, mask: torch.Tensor | None = None, *,
+                cache: BackboneCache | None = None, context=None, context_mask=None
+                ) -> torch.Tensor:
+        """inputs (B, L) ids or (B, L, input_dim); mask (B, L) bool, True = real.
+
+        With ``cache`` (from :meth:`init_cache`) the inputs continue the cached sequences
+        and the cache advances.  ``context``/``context_mask`` go to the blocks' cross
+        mixers.  Returns hidden states (B, L, D) after the final LayerNorm.
+        """
+        self.check_inputs(inputs, mask)
+        if cache is None:
+            h = self.embed_inputs(inputs, mask)
+            for block, ctx in zip(self.blocks, _block_contexts(context, len(self.blocks))):
+                h = block(h, mask, context=ctx, context_mask=context_mask)
+            return self.norm(h)
+        return self._extend(inputs, mask, cache, context, context_mask)
+
+    def _extend(self, inputs, mask, cache: BackboneCache, context, context_mask):
+        batch, length = inputs.shape[:2]
+        if batch != cache.lengths.shape[0]:
+            raise ValueError(f"cache holds {cache.lengths.shape[0]} sequences, inputs have "
+                             f"{batch}")
+        if cache.steps + length > cache.capacity:
+            raise ValueError(f"the cache holds {cache.capacity} positions; {cache.steps} are "
+                             f"used and {length} more were given")
+        h = self.embed_inputs(inputs, mask, start=cache.lengths)
+        contexts = _block_contexts(context, len(self.blocks))
+        for block, layer_cache, ctx in zip(self.blocks, cache.layers, contexts):
+            h = block(h, mask, cache=layer_cache, context=ctx, context_mask=context_mask)
+        real = length if mask is None else mask.sum(1)
+        cache.lengths = cache.lengths + real
+        cache.steps += length
+        return self.norm(h)
+
+    def init_cache(self, batch_size: int, max_len: int | None = None) -> BackboneCache:
+        """An empty decoding cache for ``batch_size`` sequences of up to ``max_len``
+        positions (default: the model's max_len).  Causal backbones only."""
+        if not self.config.causal:
+            raise ValueError("incremental decoding needs a causal backbone (causal=True)")
+        max_len = self.config.max_len if max_len is None else max_len
+        if max_len > self.config.max_len:
+            raise ValueError(f"cache max_len={max_len} exceeds the model's "
+                             f"max_len={self.config.max_len}")
+        layers = [block.mixer.init_cache(batch_size, max_len) for block in self.blocks]
+        lengths = torch.zeros(batch_size, dtype=torch.long, device=self.pos.weight.device)
+        return BackboneCache(layers, lengths, 0, max_len)
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype} tensor of shape {tuple(value.shape)}"
+    return type(value).__name__

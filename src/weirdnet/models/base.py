@@ -1,0 +1,165 @@
+"""What every weirdnet model shares: its config, parameter count, save and load.
+
+``model.save(dir)`` writes ``dir/config.json`` (the model class and its config) and
+``dir/model.safetensors`` (the weights; no pickle).  ``Class.load(dir)`` reads them back
+bit-identically, building the model on the meta device first so no memory is spent on a
+throw-away initialisation.  ``weirdnet.models.load(dir)`` picks the class from the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from weirdnet import __version__
+
+from .config import ConfigError, from_dict, to_dict
+from .safetensors_io import load_file, save_file
+
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+_MODELS: dict[str, type[WeirdNetModel]] = {}
+
+
+class CheckpointError(ValueError):
+    """A saved model that is missing, corrupted or does not match its class or config."""
+
+
+class WeirdNetModel(nn.Module):
+    """Base class: subclasses set ``config_class`` and build themselves from ``config``."""
+
+    config_class: type
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _MODELS[cls.__name__] = cls
+
+    def __init__(self, config):
+        super().__init__()
+        if isinstance(config, dict):
+            config = from_dict(self.config_class, config)
+        if not isinstance(config, self.config_class):
+            raise ConfigError(f"{type(self).__name__} needs a {self.config_class.__name__}, "
+                              f"got {type(config).__name__}")
+        self.config = config
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        """Number of parameters (each tied tensor counted once)."""
+        seen = {id(p): p for p in self.parameters() if p.requires_grad or not trainable_only}
+        return sum(p.numel() for p in seen.values())
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if
+        needed; each file written to a temporary file, then renamed).  Returns the path."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        tensors = {name: t for name, t in self.state_dict().items()}
+        save_file(tensors, directory / WEIGHTS_FILE,
+                  {"weirdnet.model": type(self).__name__, "weirdnet.version": __version__})
+        document = {"format": "weirdnet-model", "version": __version__,
+                    "model": type(self).__name__, "config": to_dict(self.config)}
+        _write_text_atomic(directory / CONFIG_FILE, json.dumps(document, indent=2) + "\n")
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
+        """The model saved in ``directory`` by :meth:`save`; called on the base class it
+        builds whatever class the file names, otherwise the file must name ``cls``."""
+        directory = Path(directory)
+        name, config = _read_config(directory)
+        target = _MODELS.get(name)
+        if target is None:
+            raise CheckpointError(f"{directory / CONFIG_FILE}: unknown model class {name!r}; "
+                                  f"known: {', '.join(sorted(_MODELS))}")
+        if cls is not WeirdNetModel and target is not cls:
+            raise CheckpointError(f"{directory} holds a {name}, not a {cls.__name__}; load "
+                                  f"it with {name}.load() or weirdnet.models.load()")
+        try:
+            config = from_dict(target.config_class, config)
+        except ConfigError as error:
+            raise CheckpointError(f"{directory / CONFIG_FILE}: {error}") from None
+        with torch.device("meta"):
+            model = target(config)
+        tensors = _read_weights(directory, map_location)
+        _check_state(model, tensors, directory)
+        model.load_state_dict(tensors, strict=True, assign=True)
+        return model
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_config(directory: Path) -> tuple[str, dict[str, Any]]:
+    path = directory / CONFIG_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{path} not found: {directory} is not a saved weirdnet model "
+                              "(model.save(dir) writes config.json and model.safetensors)")
+    try:
+        document = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path} is not valid JSON ({error})") from None
+    if not isinstance(document, dict) or document.get("format") != "weirdnet-model" \
+            or "model" not in document or "config" not in document:
+        raise CheckpointError(f"{path} is not a weirdnet model config (expected keys format="
+                              "'weirdnet-model', model, config)")
+    return document["model"], document["config"]
+
+
+def _read_weights(directory: Path, map_location) -> dict[str, torch.Tensor]:
+    path = directory / WEIGHTS_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{path} not found: the weights of the saved model are missing")
+    try:
+        tensors, _ = load_file(path, map_location)
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
+    return tensors
+
+
+def _check_state(model: nn.Module, tensors: dict[str, torch.Tensor], directory: Path) -> None:
+    """Missing, unexpected or mis-shaped weights: one error listing them all."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    shapes = [f"{k}: file {tuple(tensors[k].shape)} {tensors[k].dtype}, model "
+              f"{tuple(v.shape)} {v.dtype}" for k, v in expected.items()
+              if k in tensors and (tensors[k].shape != v.shape
+                                  or tensors[k].is_floating_point() != v.is_floating_point())]
+    problems = []
+    if missing:
+        problems.append(f"missing keys {missing[:8]}{' ...' if len(missing) > 8 else ''}")
+    if unexpected:
+        problems.append(f"unexpected keys {unexpected[:8]}"
+                        f"{' ...' if len(unexpected) > 8 else ''}")
+    if shapes:
+        problems.append("mismatched tensors: " + "; ".join(shapes[:8]))
+    if problems:
+        raise CheckpointError(f"{directory / WEIGHTS_FILE} does not match its config.json: "
+                              + "; ".join(problems))
+
+
+def model_class(name: str) -> type[WeirdNetModel]:
+    """The model class called ``name`` (e.g. "WeirdNetLM")."""
+    import weirdnet.models  # noqa: F401  (imports every model class)
+
+    if name not in _MODELS:
+        raise KeyError(f"unknown model class {name!r}; known: {', '.join(sorted(_MODELS))}")
+    return _MODELS[name]
+
+
+def load(directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
+    """Any saved weirdnet model (the class is read from ``config.json``)."""
+    return WeirdNetModel.load(directory, map_location)

@@ -1,0 +1,113 @@
+"""The pieces of a backbone: mixer construction, the feed-forward network, the block.
+
+Block (GPT-2 style pre-norm, DESIGN.md §2)::
+
+    x = x + Dropout(Mixer(LN(x), mask))
+    x = x + Dropout(CrossMixer(LN(x), context))      # encoder–decoder only
+    x = x + Dropout(FFN(LN(x)))
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from weirdnet.layers.registry import factory
+
+from .config import BackboneConfig
+
+
+def mixer_options(name: str, config: BackboneConfig) -> dict[str, Any]:
+    """Constructor options for mixer ``name`` in a backbone built from ``config``: the
+    backbone's max_len, heads, depth (``n_layers``, used by Weird-attention's
+    initialisation) and attention dropout where the mixer takes them, then
+    ``config.mixer_options[name]``."""
+    accepted = inspect.signature(factory(name)).parameters
+    shared = {"max_len": config.max_len, "heads": config.heads, "n_layers": config.depth,
+              "dropout": config.attn_dropout}
+    options = {key: value for key, value in shared.items()
+               if key in accepted and value is not None}
+    if "dropout" in options and options["dropout"] == 0.0:
+        del options["dropout"]
+    extra = dict(config.mixer_options.get(name, {}))
+    unknown = [key for key in extra if key not in accepted]
+    if unknown:
+        raise ValueError(f"mixer_options[{name!r}] has unknown option(s) {unknown}; "
+                         f"{name} accepts {', '.join(k for k in accepted if k != 'dim')}")
+    options.update(extra)
+    return options
+
+
+def build_mixer(name: str, config: BackboneConfig) -> nn.Module:
+    """Mixer ``name`` of width ``config.dim``, causal as the backbone."""
+    options = mixer_options(name, config)
+    options.pop("causal", None)
+    return factory(name)(config.dim, causal=config.causal, **options)
+
+
+class FeedForward(nn.Module):
+    """``Linear(D, d_ff) → GELU | LeakyReLU(0.01) → Linear(d_ff, D)`` on (..., D).
+
+    Initialisation (Weird-Net §III.G): W_1 ~ N(0, 1/√D), W_2 ~ N(0, 1.7047·sqrt((1−2/D) /
+    (2·N·d_ff))), biases 0, with N the number of layers.
+    """
+
+    def __init__(self, dim: int, d_ff: int, activation: str = "gelu", n_layers: int = 1):
+        super().__init__()
+        self.inner = nn.Linear(dim, d_ff)
+        self.outer = nn.Linear(d_ff, dim)
+        self.activation, self.n_layers = activation, n_layers
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        dim, d_ff = self.inner.in_features, self.inner.out_features
+        nn.init.normal_(self.inner.weight, std=1.0 / math.sqrt(dim))
+        std = 1.7047 * math.sqrt(max(0.0, 1 - 2 / dim) / (2 * self.n_layers * d_ff))
+        nn.init.normal_(self.outer.weight, std=std)
+        nn.init.zeros_(self.inner.bias)
+        nn.init.zeros_(self.outer.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inner(x)
+        h = F.gelu(h) if self.activation == "gelu" else F.leaky_relu(h, 0.01)
+        return self.outer(h)
+
+
+class Block(nn.Module):
+    """One pre-norm residual block on (B, L, D): mixer, optional cross mixer, FFN.
+
+    ``cross`` (optional) is a cross-attention module called as
+    ``cross(x, context, context_mask=...)``; its context comes from :meth:`forward`.
+    """
+
+    def __init__(self, mixer: nn.Module, config: BackboneConfig, cross: nn.Module | None = None):
+        super().__init__()
+        dim = config.dim
+        self.norm_mix = nn.LayerNorm(dim, eps=config.norm_eps)
+        self.mixer = mixer
+        self.norm_cross = None if cross is None else nn.LayerNorm(dim, eps=config.norm_eps)
+        self.cross = cross
+        self.norm_ffn = nn.LayerNorm(dim, eps=config.norm_eps)
+        self.ffn = FeedForward(dim, config.ffn_dim, config.activation, config.depth)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache=None,
+                context=None, context_mask: torch.Tensor | None = None):
+        """x (B, L, D), mask (B, L) bool or None; with ``cache`` (from the mixer's
+        ``init_cache``) the L tokens continue the cached sequence.  ``context``: the
+        cross mixer's context (B, Lc, Dc) (or its precomputed form).  Returns (B, L, D)."""
+        h = self.norm_mix(x)
+        if cache is None:
+            h = self.mixer(h, mask)
+        else:
+            h, _ = self.mixer(h, mask, cache=cache)
+        x = x + self.dropout(h)
+        if self.cross is not None:
+            x = x + self.dropout(self.cross(self.norm_cross(x), context,
+                                            context_mask=context_mask))
+        return x + self.dropout(self.ffn(self.norm_ffn(x)))

@@ -1,0 +1,181 @@
+"""Model configurations: plain dataclasses that round-trip through JSON.
+
+:class:`BackboneConfig` describes a stack of blocks (DESIGN.md §2); each model class has
+its own config holding one (or two, for the encoder–decoder) backbone configs plus its
+head's options.  ``from_dict`` rejects unknown keys (suggesting the closest) and values of
+the wrong type, so a config file with a typo fails loudly instead of being ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+ACTIVATIONS = ("gelu", "leaky_relu")
+STRUCTURES = {"A": ("weird",), "B": ("weird", "softmax")}
+"""The papers' structures (Weird-Net §III.E): A = every mixer Weird-attention; B = Weird in
+layers 1, 3, 5, ... and softmax self-attention in layers 2, 4, ..."""
+
+
+class ConfigError(ValueError):
+    """A config with an unknown key, a value of the wrong type or an invalid value."""
+
+
+def resolve_pattern(pattern: str | list[str] | tuple[str, ...], depth: int) -> list[str]:
+    """The mixer name of every layer: ``pattern`` ("A", "B", or registry names separated by
+    commas, e.g. "weird,softmax") repeated cyclically to ``depth`` layers."""
+    if isinstance(pattern, str):
+        names = STRUCTURES.get(pattern.strip()) or tuple(
+            part.strip() for part in pattern.split(",") if part.strip())
+    else:
+        names = tuple(pattern)
+    if not names:
+        raise ConfigError(f"pattern {pattern!r} names no mixer; use 'A', 'B' or registry "
+                          "names such as 'weird,softmax'")
+    from weirdnet.layers import available
+
+    unknown = [name for name in names if name not in available()]
+    if unknown:
+        raise ConfigError(f"pattern {pattern!r}: unknown mixer(s) {unknown}; available: "
+                          f"{', '.join(available())} (or the structures 'A' and 'B')")
+    return [names[i % len(names)] for i in range(depth)]
+
+
+@dataclass
+class BackboneConfig:
+    """A stack of pre-norm blocks ``x + Mixer(LN(x))``, ``x + FFN(LN(x))``, final LN.
+
+    Inputs are tokens (``vocab_size``) or continuous values (``input_dim`` channels, a
+    linear input projection); exactly one of the two is set.
+
+    - ``dim``: model width D; ``depth``: number of blocks N; ``d_ff``: FFN width
+      (default 4·D); ``heads``: heads of the multi-head mixers (default: the mixer's).
+    - ``max_len``: longest sequence (learned positions, Weird-attention levels).
+    - ``pattern``: "A", "B" or comma-separated mixer names, repeated to ``depth``.
+    - ``causal``: decoder (True) or encoder (False) mixers.
+    - ``activation``: "gelu" (Weird-Net) or "leaky_relu" (Moss, slope 0.01).
+    - ``dropout``: on the embeddings and on each residual branch; ``attn_dropout``: given
+      to mixers that have an attention dropout.
+    - ``mixer_options``: per mixer name, extra constructor options, e.g.
+      ``{"weird": {"weights": "exp"}, "dba": {"d_p": 16, "d_in": 24}}``.
+    """
+
+    dim: int = 256
+    depth: int = 4
+    d_ff: int | None = None
+    heads: int | None = None
+    max_len: int = 1024
+    pattern: str = "A"
+    causal: bool = False
+    vocab_size: int | None = 256
+    input_dim: int | None = None
+    activation: str = "gelu"
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+    norm_eps: float = 1e-5
+    mixer_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("dim", "depth", "max_len"):
+            _positive(self, name)
+        for name in ("d_ff", "heads", "vocab_size", "input_dim"):
+            if getattr(self, name) is not None:
+                _positive(self, name)
+        if (self.vocab_size is None) == (self.input_dim is None):
+            raise ConfigError("set exactly one of vocab_size (token inputs) and input_dim "
+                              f"(continuous inputs); got vocab_size={self.vocab_size}, "
+                              f"input_dim={self.input_dim}")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        for name in ("dropout", "attn_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if not isinstance(self.mixer_options, dict) or not all(
+                isinstance(v, dict) for v in self.mixer_options.values()):
+            raise ConfigError("mixer_options must map mixer names to dicts of options, got "
+                              f"{self.mixer_options!r}")
+        resolve_pattern(self.pattern, self.depth)
+
+    @property
+    def ffn_dim(self) -> int:
+        """The FFN width: ``d_ff`` or 4·D."""
+        return self.d_ff if self.d_ff is not None else 4 * self.dim
+
+    @property
+    def mixers(self) -> list[str]:
+        """The mixer name of every layer."""
+        return resolve_pattern(self.pattern, self.depth)
+
+
+def _positive(config: Any, name: str) -> None:
+    value = getattr(config, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive int, got {value!r}")
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A JSON-ready dict of a config dataclass (nested configs become dicts)."""
+    return dataclasses.asdict(config)
+
+
+def from_dict(cls: type, data: dict[str, Any], where: str = "config") -> Any:
+    """Build config dataclass ``cls`` from ``data``, checking keys and value types."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must be a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for key, value in data.items():
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown key {where}.{key}{hint} "
+                              f"(known: {', '.join(fields)})")
+        values[key] = _coerce(hints[key], value, f"{where}.{key}")
+    return cls(**values)
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    """Check ``value`` against type ``hint`` (nested dataclasses are built from dicts)."""
+    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        return from_dict(hint, value, where)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(option, value, where)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping, got {value!r}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        return origin(value)
+    return _scalar(hint, value, where)
+
+
+def _scalar(hint: Any, value: Any, where: str) -> Any:
+    if hint is Any:
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is int and isinstance(value, bool):
+        raise ConfigError(f"{where} must be an int, got {value!r}")
+    if isinstance(hint, type) and not isinstance(value, hint):
+        raise ConfigError(f"{where} must be {hint.__name__}, got {value!r} "
+                          f"({type(value).__name__})")
+    return value

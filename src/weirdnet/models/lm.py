@@ -1,0 +1,114 @@
+"""``WeirdNetLM``: a causal language model (Weird-Net structure B by default) with cached
+generation.
+
+Generation runs the prompt through every layer once, keeping each layer's decoding cache
+(Weird-attention: per-level ring buffers, O(D·log L) per new token; softmax: a KV cache,
+O(L·D) per token), then adds one token at a time.  Its logits equal those of a full
+forward pass over the whole sequence at every step (checked by the tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .backbone import Backbone
+from .base import WeirdNetModel
+from .config import BackboneConfig, ConfigError
+from .generation import Sampling, decode
+
+
+def _lm_backbone() -> BackboneConfig:
+    return BackboneConfig(pattern="B", causal=True)
+
+
+@dataclass
+class LMConfig:
+    """A causal backbone (``causal`` must be True; token inputs) and the output head:
+    ``tie_embeddings`` shares the token embedding with the output projection (GPT-2)."""
+
+    backbone: BackboneConfig = field(default_factory=_lm_backbone)
+    tie_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.backbone.causal:
+            raise ConfigError("a language model needs a causal backbone (backbone.causal=True)")
+        if self.backbone.vocab_size is None:
+            raise ConfigError("a language model needs token inputs (backbone.vocab_size)")
+
+
+@dataclass
+class LMOutput:
+    """logits (B, L, V); loss: mean cross-entropy over counted targets, or None."""
+
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+
+
+class WeirdNetLM(WeirdNetModel):
+    """Causal language model on token ids (B, L): logits (B, L, vocab) and the loss."""
+
+    config_class = LMConfig
+
+    def __init__(self, config: LMConfig | dict | None = None):
+        super().__init__(LMConfig() if config is None else config)
+        cfg = self.config.backbone
+        self.backbone = Backbone(cfg)
+        if self.config.tie_embeddings:
+            self.head = None
+        else:
+            self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+            nn.init.normal_(self.head.weight, std=cfg.dim ** -0.5)
+
+    @property
+    def max_len(self) -> int:
+        return self.config.backbone.max_len
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Hidden states (..., D) -> logits (..., vocab)."""
+        weight = self.backbone.embed.weight if self.head is None else self.head.weight
+        return F.linear(hidden, weight)
+
+    def forward(self, input_ids: torch.Tensor, targets: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> LMOutput:
+        """input_ids (B, L); targets (B, L) next-token ids (-100 = not counted); mask
+        (B, L) bool, True = real token (targets at padded positions are not counted).
+        Returns :class:`LMOutput`."""
+        logits = self.logits(self.backbone(input_ids, mask))
+        loss = None
+        if targets is not None:
+            loss = lm_loss(logits, targets, mask)
+        return LMOutput(logits, loss)
+
+    def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, top_p: float | None = None, *,
+                 prompt_mask: torch.Tensor | None = None, eos_id: int | None = None,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Continue each prompt by ``max_new_tokens`` tokens: (B, Lp) -> (B, Lp + new).
+
+        temperature 0 is greedy; ``top_k`` / ``top_p`` restrict sampling (see
+        :func:`~weirdnet.models.sampling.sample_next`).  Prompts of different lengths are
+        left-padded with ``prompt_mask`` (B, Lp) False at the padding.  After ``eos_id`` a
+        sequence keeps emitting ``eos_id``; generation stops early once all have.
+        Dropout is off during generation (the model's mode is restored afterwards).
+        """
+        sampling = Sampling(temperature, top_k, top_p, eos_id, generator)
+        return decode(self, self.backbone, self.logits, prompt_ids, max_new_tokens, sampling,
+                      prompt_mask)
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None
+            ) -> torch.Tensor:
+    """Mean next-token cross-entropy (nats) of logits (B, L, V) against targets (B, L);
+    targets -100 and positions with ``mask`` False are not counted."""
+    if targets.shape != logits.shape[:2]:
+        raise ValueError(f"targets must have shape {tuple(logits.shape[:2])}, got "
+                         f"{tuple(targets.shape)}")
+    targets = targets.long()
+    if mask is not None:
+        targets = targets.masked_fill(~mask, -100)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
+                           ignore_index=-100)

@@ -1,0 +1,240 @@
+"""Models: shapes for every pattern, padding, causality, cached generation, errors."""
+
+import pytest
+import torch
+
+from weirdnet.models import (
+    BackboneConfig,
+    ConfigError,
+    WeirdNetClassifier,
+    WeirdNetDualEncoder,
+    WeirdNetLM,
+    WeirdNetSeq2Seq,
+)
+
+from conftest import rel_err
+
+CAUSAL_PATTERNS = ["B", "A", "softmax", "ps", "relation", "linear", "local", "weird,relation"]
+ENCODER_PATTERNS = ["A", "B", "dba", "relation", "linformer", "linear", "local", "ps",
+                    "weird,dba"]
+
+
+def backbone(pattern="B", causal=True, **options):
+    config = {"dim": 32, "depth": 3, "max_len": 64, "pattern": pattern, "causal": causal,
+              "vocab_size": 50, "heads": 4,
+              "mixer_options": {"local": {"window": 5}, "linformer": {"k": 8}}}
+    config.update(options)
+    return config
+
+
+def lm(pattern="B", seed=0, **options):
+    torch.manual_seed(seed)
+    return WeirdNetLM({"backbone": backbone(pattern, True, **options)}).double().eval()
+
+
+def classifier(pattern="A", causal=False, seed=0, **options):
+    torch.manual_seed(seed)
+    config = {"backbone": backbone(pattern, causal, **options), "num_classes": 3}
+    return WeirdNetClassifier(config).double().eval()
+
+
+def tokens(batch, length, seed=1, vocab=50):
+    return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("pattern", CAUSAL_PATTERNS)
+def test_lm_shapes_and_loss(pattern):
+    model = lm(pattern)
+    x = tokens(2, 17)
+    out = model(x[:, :-1], x[:, 1:])
+    assert out.logits.shape == (2, 16, 50)
+    assert out.loss.ndim == 0 and torch.isfinite(out.loss)
+    out.loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("pattern", ENCODER_PATTERNS)
+def test_classifier_shapes(pattern):
+    model = classifier(pattern)
+    out = model(tokens(3, 20), labels=torch.tensor([0, 1, 2]))
+    assert out.logits.shape == (3, 3) and torch.isfinite(out.loss)
+
+
+def test_continuous_inputs_and_dual_encoder_shapes():
+    torch.manual_seed(0)
+    config = {"backbone": backbone("A", False, vocab_size=None, input_dim=6), "num_classes": 4}
+    model = WeirdNetClassifier(config)
+    assert model(torch.randn(2, 11, 6)).logits.shape == (2, 4)
+    dual = WeirdNetDualEncoder({"backbone": backbone("A", False), "mlp_dim": 16})
+    out = dual(tokens(2, 9), tokens(2, 13, seed=2), labels=torch.tensor([0, 1]))
+    assert out.logits.shape == (2, 2) and torch.isfinite(out.loss)
+
+
+def test_patterns_resolve_as_the_papers_say():
+    assert BackboneConfig(depth=4, pattern="A").mixers == ["weird"] * 4
+    assert BackboneConfig(depth=5, pattern="B").mixers == ["weird", "softmax"] * 2 + ["weird"]
+    assert BackboneConfig(depth=3, pattern="dba,relation").mixers == ["dba", "relation", "dba"]
+    with pytest.raises(ConfigError, match="unknown mixer"):
+        BackboneConfig(pattern="weird,sofmax")
+
+
+@pytest.mark.parametrize("pattern,causal", [(p, False) for p in ENCODER_PATTERNS]
+                         + [(p, True) for p in ("B", "relation", "linear")])
+def test_padding_never_changes_pooled_outputs(pattern, causal):
+    model = classifier(pattern, causal)
+    lengths = [20, 7, 13]
+    x = tokens(3, 20)
+    mask = torch.arange(20) < torch.tensor(lengths)[:, None]
+    padded = x.masked_fill(~mask, 49)  # arbitrary pad token: it must not matter
+    batch = model(padded, mask).logits
+    for i, n in enumerate(lengths):
+        alone = model(x[i:i + 1, :n]).logits[0]
+        assert rel_err(batch[i], alone) < 1e-10, (pattern, i)
+
+
+@pytest.mark.parametrize("pattern", CAUSAL_PATTERNS)
+def test_lm_never_sees_the_future(pattern):
+    model = lm(pattern)
+    x = tokens(2, 30)
+    y = x.clone()
+    y[:, 18:] = tokens(2, 12, seed=5)
+    a, b = model(x).logits, model(y).logits
+    assert torch.equal(a[:, :18], b[:, :18]) or rel_err(a[:, :18], b[:, :18]) < 1e-13
+    assert rel_err(a[:, 18:], b[:, 18:]) > 1e-3
+
+
+@pytest.mark.parametrize("pattern", CAUSAL_PATTERNS)
+def test_cached_steps_equal_the_full_forward(pattern):
+    """Prefill then one token at a time: the logits at every step equal a full forward."""
+    model = lm(pattern)
+    x = tokens(2, 40)
+    full = model(x).logits
+    cache = model.backbone.init_cache(2, 40)
+    pieces = [model.logits(model.backbone(x[:, :9], cache=cache))]
+    for t in range(9, 40):
+        pieces.append(model.logits(model.backbone(x[:, t:t + 1], cache=cache)))
+    assert rel_err(torch.cat(pieces, 1), full) < 1e-10
+
+
+@pytest.mark.parametrize("pattern", ["B", "softmax", "A"])
+def test_generate_equals_recomputing_the_full_forward(pattern):
+    model = lm(pattern)
+    out = model.generate(tokens(2, 6), 20, temperature=0)
+    assert out.shape == (2, 26)
+    for t in range(6, 26):  # every greedy choice is the argmax of a full recompute
+        assert torch.equal(model(out[:, :t]).logits[:, -1].argmax(-1), out[:, t])
+
+
+def test_sampled_generation_matches_full_recompute_with_the_same_seed():
+    model = lm("B")
+    prompt = tokens(3, 5)
+    out = model.generate(prompt, 12, temperature=0.8, top_k=10, top_p=0.9,
+                         generator=torch.Generator().manual_seed(3))
+    from weirdnet.models.sampling import sample_next
+
+    gen = torch.Generator().manual_seed(3)
+    seq = prompt
+    for _ in range(12):
+        nxt = sample_next(model(seq).logits[:, -1], 0.8, 10, 0.9, gen)
+        seq = torch.cat([seq, nxt[:, None]], 1)
+    assert torch.equal(seq, out)
+
+
+def test_left_padded_prompts_generate_as_if_alone():
+    model = lm("B")
+    x = tokens(2, 8)
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    mask[1, :3] = False
+    batch = model.generate(x, 10, temperature=0, prompt_mask=mask)
+    alone = model.generate(x[1:, 3:], 10, temperature=0)
+    assert torch.equal(batch[1, 8:], alone[0, 5:])
+
+
+def test_top_k_1_is_greedy_and_eos_stops():
+    model = lm("B")
+    prompt = tokens(2, 4)
+    greedy = model.generate(prompt, 8, temperature=0)
+    assert torch.equal(model.generate(prompt, 8, top_k=1), greedy)
+    eos = int(greedy[0, 4])
+    out = model.generate(prompt, 8, temperature=0, eos_id=eos)
+    assert (out[0, 4:] == eos).all()
+
+
+def test_generation_restores_training_mode():
+    model = lm("B").train()
+    model.generate(tokens(1, 3), 2)
+    assert model.training
+
+
+@pytest.mark.parametrize("cross", ["softmax", "dba"])
+def test_seq2seq_generation_and_source_padding(cross):
+    torch.manual_seed(0)
+    config = {"encoder": backbone("A", False), "decoder": backbone("B", True), "cross": cross}
+    model = WeirdNetSeq2Seq(config).double().eval()
+    src = tokens(2, 25)
+    src_mask = torch.arange(25) < torch.tensor([[25], [16]])
+    out = model.generate(src, 10, bos_id=1, temperature=0, src_mask=src_mask)
+    teacher = model(src, out[:, :-1], src_mask=src_mask).logits
+    assert torch.equal(teacher.argmax(-1), out[:, 1:])
+    alone = model(src[1:, :16], out[1:, :-1]).logits
+    assert rel_err(teacher[1:], alone) < 1e-10
+    loss = model(src, out[:, :-1], src_mask=src_mask, targets=out[:, 1:]).loss
+    assert torch.isfinite(loss)
+
+
+def test_seq2seq_decoder_is_causal_with_dba_cross():
+    torch.manual_seed(0)
+    config = {"encoder": backbone("A", False), "decoder": backbone("B", True), "cross": "dba"}
+    model = WeirdNetSeq2Seq(config).double().eval()
+    src, tgt = tokens(1, 12), tokens(1, 10, seed=3)
+    other = tgt.clone()
+    other[:, 6:] = 0
+    a, b = model(src, tgt).logits, model(src, other).logits
+    assert rel_err(a[:, :6], b[:, :6]) < 1e-13
+
+
+def test_initialisation_follows_the_papers():
+    torch.manual_seed(0)
+    model = WeirdNetLM({"backbone": {"dim": 256, "depth": 6, "d_ff": 1024, "max_len": 128,
+                                     "pattern": "A", "causal": True}})
+    block = model.backbone.blocks[0]
+    D, N, d_ff = 256, 6, 1024
+    expected = {
+        "embed": D ** -0.5, "pos": D ** -0.5, "inner": D ** -0.5,
+        "outer": 1.7047 * ((1 - 2 / D) / (2 * N * d_ff)) ** 0.5,
+        "proj_o": ((1 - 2 / D) / (2 * N * D)) ** 0.5, "w": 1.0,
+    }
+    measured = {
+        "embed": model.backbone.embed.weight.detach().std(),
+        "pos": model.backbone.pos.weight.detach().std(),
+        "inner": block.ffn.inner.weight.detach().std(),
+        "outer": block.ffn.outer.weight.detach().std(),
+        "proj_o": block.mixer.proj_o.weight.detach().std(), "w": block.mixer.w.detach().std(),
+    }
+    for name, std in expected.items():
+        assert abs(float(measured[name]) / std - 1) < 0.1, name
+    assert float(block.ffn.inner.bias.abs().max()) == 0
+
+
+def test_bad_inputs_give_clear_errors():
+    model = lm("B")
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 50\)"):
+        model(torch.tensor([[3, 50]]))
+    with pytest.raises(ValueError, match="integer tensor"):
+        model(torch.randn(1, 4))
+    with pytest.raises(ValueError, match="exceeds max_len=64"):
+        model(tokens(1, 65))
+    with pytest.raises(ValueError, match="exceeds the model's max_len=64"):
+        model.generate(tokens(1, 60), 5)
+    with pytest.raises(ValueError, match="left padding"):
+        model.generate(tokens(1, 4), 2, prompt_mask=torch.tensor([[True, True, False, True]]))
+    with pytest.raises(ValueError, match="temperature"):
+        model.generate(tokens(1, 4), 2, temperature=-1)
+    with pytest.raises(ValueError, match="not causal"):
+        WeirdNetLM({"backbone": backbone("dba", True)})
+    with pytest.raises(ConfigError, match="did you mean 'depth'"):
+        WeirdNetLM({"backbone": {**backbone(), "deph": 2}})
+    with pytest.raises(ConfigError, match="causal backbone"):
+        WeirdNetLM({"backbone": backbone("A", False)})
+    with pytest.raises(ValueError, match="unknown option"):
+        WeirdNetLM({"backbone": backbone("B", mixer_options={"weird": {"window": 3}})})
