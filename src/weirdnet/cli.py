@@ -97,6 +97,13 @@ def _add_bench(subparsers: argparse._SubParsersAction) -> None:
                                        formatter_class=_FORMATTER)
         add_arguments(parser, get_suite(name))
         parser.set_defaults(handler=_run_bench)
+    from weirdnet.bench import generate
+
+    parser = benchmarks.add_parser(
+        "generate", help="tokens/s of cached generation vs context: Weird-Net B vs softmax",
+        description=generate.DESCRIPTION, formatter_class=_FORMATTER)
+    generate.add_arguments(parser)
+    parser.set_defaults(handler=generate.run)
 
 
 def _run_bench(args: argparse.Namespace, argv: list[str]) -> int:

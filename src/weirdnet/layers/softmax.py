@@ -247,6 +247,8 @@ class SoftmaxAttention(MultiHeadMixer):
 
     def _extend(self, q, k, v, mask, cache: SoftmaxKVCache):
         keys, values, real = cache.append(k, v, mask)
+        if bool(real.all()):  # no padding so far: SDPA's fast paths need no mask
+            real = None
         return softmax_attention(q, keys, values, causal=True, mask=real,
                                  dropout_p=self.dropout_p)
 

@@ -116,6 +116,8 @@ def softmax_attention(q, k, v, *, causal: bool = False, mask=None, dropout_p: fl
     if causal and Lq > Lk:
         raise ValueError(f"causal attention needs at least as many keys as queries, "
                          f"got Lq={Lq} > Lk={Lk}")
+    if mask is None and (not causal or Lq == 1):  # nothing to mask (one query sees all)
+        return masked_sdpa(q, k, v, dropout_p=dropout_p)
     if causal and mask is None and Lq == Lk:
         return masked_sdpa(q, k, v, dropout_p=dropout_p, is_causal=True)
     return masked_sdpa(q, k, v, attention_mask(mask, Lq, Lk, causal, q.device), dropout_p)

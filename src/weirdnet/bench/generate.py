@@ -1,0 +1,218 @@
+"""``weirdnet bench generate``: tokens/s of cached generation against context length.
+
+For every context length L and model preset (default: Weird-Net structure B against an
+all-softmax model of the same size, both the small CPU language-model presets), a random
+prompt of L − n tokens fills the caches (prefill, timed once), then n tokens are decoded
+one at a time, B = 1; tokens/s = 1 / median step time.  Alongside, the step time of a
+single mixer layer with a cache of L tokens shows where the per-token cost goes: the
+Weird layer's grows as log L (one partial sum per level), the softmax layer's as L (a
+pass over the KV cache).  Weights are random (the speed does not depend on them) and
+sampling is greedy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_MODELS = ("weirdnet-small-cpu", "gpt2-small-cpu")
+DEFAULT_CONTEXTS = (1024, 2048, 4096, 8192, 16384)
+TARGET = (16384, 1.5)  # Weird-Net B >= 1.5x the all-softmax model's tokens/s at 16K
+
+DESCRIPTION = __doc__.split("\n\n", 1)[1] + """
+Output: a Markdown table on stdout and in OUT/generate_<device>.md, raw numbers in
+OUT/generate_<device>.json. Target: at L=16384 the first model reaches >= 1.5x the
+tokens/s of the second.
+
+examples:
+  weirdnet bench generate
+  weirdnet bench generate --contexts 1024 4096 --new-tokens 16
+  weirdnet bench generate --quick --out /tmp/bench
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                        help="comma-separated causal LM presets (default: %(default)s)")
+    parser.add_argument("--contexts", type=int, nargs="+", default=list(DEFAULT_CONTEXTS),
+                        metavar="L", help="context lengths (default: %(default)s)")
+    parser.add_argument("--new-tokens", type=int, default=32, metavar="N",
+                        help="tokens decoded per measurement (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: all usable cores)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"),
+                        help="folder for the .md/.json report (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true",
+                        help="seconds-long smoke run: contexts 256 512, 8 new tokens")
+    parser.add_argument("--check-targets", action="store_true",
+                        help="exit with status 1 when a measured target fails")
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _decode_steps(model, prompt, n: int, device) -> tuple[float, list[float]]:
+    """Prefill seconds and the n decode-step times (s) of greedy decoding."""
+    import torch
+
+    backbone = model.backbone
+    with torch.no_grad():
+        cache = backbone.init_cache(1, prompt.shape[1] + n)
+        start = time.perf_counter()
+        hidden = backbone(prompt, cache=cache)[:, -1]
+        _sync(device)
+        prefill = time.perf_counter() - start
+        steps = []
+        for _ in range(n):
+            start = time.perf_counter()
+            token = model.logits(hidden).argmax(-1, keepdim=True)
+            hidden = backbone(token, cache=cache)[:, -1]
+            _sync(device)
+            steps.append(time.perf_counter() - start)
+    return prefill, steps
+
+
+def _layer_step_us(mixer, context: int, device, repeats: int = 20) -> float:
+    """Median µs of one cached step of ``mixer`` after ``context`` tokens."""
+    import torch
+
+    with torch.no_grad():
+        cache = mixer.init_cache(1, context + repeats + 1)
+        mixer(torch.randn(1, context, mixer.dim, device=device), cache=cache)
+        x = torch.randn(1, mixer.dim, device=device)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            mixer.step(x, cache)
+            _sync(device)
+            times.append(time.perf_counter() - start)
+    return 1e6 * statistics.median(times)
+
+
+def _mixer_of(model, name: str):
+    from weirdnet.layers.registry import factory
+
+    cls = factory(name)
+    return next((b.mixer for b in model.backbone.blocks if type(b.mixer) is cls), None)
+
+
+def measure(model_name: str, context: int, new_tokens: int, device) -> dict:
+    """One row: tokens/s, prefill time and per-layer step times at ``context``."""
+    import torch
+
+    from weirdnet.models import build_preset
+
+    torch.manual_seed(0)
+    model = build_preset(model_name, device=device).eval()
+    if context > model.max_len or context <= new_tokens:
+        raise ValueError(f"{model_name}: context {context} must exceed the {new_tokens} new "
+                         f"tokens and stay within its max_len={model.max_len}")
+    vocab = model.config.backbone.vocab_size
+    prompt = torch.randint(0, vocab, (1, context - new_tokens), device=device)
+    _decode_steps(model, prompt[:, :64], 4, device)  # warm-up
+    prefill, steps = _decode_steps(model, prompt, new_tokens, device)
+    row = {"model": model_name, "context": context, "new_tokens": new_tokens,
+           "prefill_s": prefill, "step_ms_median": 1e3 * statistics.median(steps),
+           "tokens_per_s": 1.0 / statistics.median(steps)}
+    for name in ("weird", "softmax"):
+        mixer = _mixer_of(model, name)
+        row[f"{name}_layer_step_us"] = (None if mixer is None
+                                        else _layer_step_us(mixer, context, device))
+    return row
+
+
+def _markdown(doc: dict) -> str:
+    from .report import fmt_ratio
+
+    m, c = doc["machine"], doc["config"]
+    first, second = c["models"][:2] if len(c["models"]) > 1 else (c["models"][0], None)
+    lines = [f"# Cached generation speed on {m['device']}", "",
+             f"- date: {m['date']}; command: `{m['command']}`",
+             f"- machine: {m['cpu_model']}, {m['usable_cores']} usable cores; python "
+             f"{m['python']}, torch {m['torch']}, {m['torch_threads']} torch threads",
+             f"- batch 1, float32, greedy; {c['new_tokens']} tokens decoded after a prompt "
+             "of (context − new tokens); tokens/s = 1 / median step time (a step = logits "
+             "of the last token, argmax, one cached pass through every layer)",
+             "- layer step: median of 20 cached steps of one mixer layer after `context` "
+             "tokens", ""]
+    header = ["context", "model", "tokens/s", "step ms", "prefill s", "weird layer µs",
+              "softmax layer µs"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in doc["results"]:
+        us = [("–" if r[k] is None else f"{r[k]:.0f}")
+              for k in ("weird_layer_step_us", "softmax_layer_step_us")]
+        lines.append(f"| {r['context']} | {r['model']} | {r['tokens_per_s']:.1f} | "
+                     f"{r['step_ms_median']:.2f} | {r['prefill_s']:.2f} | {us[0]} | {us[1]} |")
+    if second:
+        lines += ["", f"Ratio of tokens/s, {first} / {second}:", "",
+                  "| context | ratio |", "|---|---|"]
+        for L, ratio in doc["ratios"].items():
+            lines.append(f"| {L} | {fmt_ratio(ratio)} |")
+    for t in doc["targets"]:
+        lines += ["", f"Target: {t['text']}: {fmt_ratio(t['value'])} — "
+                      f"{'PASS' if t['passed'] else 'FAIL'}"]
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Measure, print and write the report; the exit status."""
+    import torch
+
+    from . import alloc, machine, report
+    from .progress import Progress
+
+    allocator = alloc.reuse_freed_memory()
+    models = [m for m in args.models.split(",") if m]
+    contexts = [256, 512] if args.quick else args.contexts
+    new_tokens = 8 if args.quick else args.new_tokens
+    device = torch.device(args.device)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(args.threads or machine.usable_cores())
+    progress = Progress(len(models) * len(contexts))
+    rows = []
+    try:
+        for L in contexts:
+            for name in models:
+                what = f"{name} at context {L}"
+                progress.start(what)
+                rows.append(measure(name, L, new_tokens, device))
+                progress.done(what, f"{rows[-1]['tokens_per_s']:.1f} tokens/s")
+    finally:
+        progress.close()
+        torch.set_num_threads(previous)
+    doc = _document(args, argv, models, contexts, new_tokens, device, allocator, rows)
+    markdown = _markdown(doc)
+    print(markdown, end="")
+    paths = report.write_report(args.out, f"generate_{device.type}", doc, markdown)
+    print(f"wrote {paths[0]} and {paths[1]}", file=sys.stderr)
+    failed = any(not t["passed"] for t in doc["targets"])
+    return 1 if args.check_targets and failed else 0
+
+
+def _document(args, argv, models, contexts, new_tokens, device, allocator, rows) -> dict:
+    import torch
+
+    from . import machine
+
+    info = machine.machine_info(device, ["weirdnet", *argv], allocator)
+    ratios, targets = {}, []
+    if len(models) > 1:
+        speed = {(r["model"], r["context"]): r["tokens_per_s"] for r in rows}
+        ratios = {L: speed[models[0], L] / speed[models[1], L] for L in contexts}
+        L, need = TARGET
+        if L in ratios:
+            targets.append({"text": f"{models[0]} >= {need}x the tokens/s of {models[1]} at "
+                                    f"context {L}", "value": ratios[L],
+                            "passed": ratios[L] >= need})
+    return {"benchmark": "generate", "machine": info,
+            "config": {"models": models, "contexts": contexts, "new_tokens": new_tokens,
+                       "threads": torch.get_num_threads()},
+            "results": rows, "ratios": ratios, "targets": targets}
