@@ -1,3 +1,9 @@
 """Imports every module that registers a built-in dataset (see :mod:`weirdnet.data.registry`)."""
 
 # Each import registers its datasets as a side effect.  Add new dataset modules here.
+import weirdnet.data.aan  # noqa: F401  (real-data loaders)
+import weirdnet.data.corpora  # noqa: F401  (real-data loaders)
+import weirdnet.data.images  # noqa: F401  (real-data loaders)
+import weirdnet.data.imdb  # noqa: F401  (real-data loaders)
+import weirdnet.data.text  # noqa: F401  (real-data loaders)
+import weirdnet.data.uea  # noqa: F401  (real-data loaders)

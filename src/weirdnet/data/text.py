@@ -1,0 +1,193 @@
+"""Byte-level language modelling: the official enwik8/text8 zips, any text file, and the
+dataset that cuts a byte string into training crops or evaluation windows.
+
+Item: ``{"tokens": LongTensor (seq_len + 1,)}``, bytes as ids 0..255 (vocabulary 256);
+inputs ``tokens[:-1]``, targets ``tokens[1:]``.
+
+- training (``random_crops=True``, the default for split "train"): item ``i`` of epoch
+  ``e`` is the window of ``seq_len + 1`` bytes starting at a uniform random offset drawn
+  from ``numpy.random.default_rng([seed, e, i])``, so it is reproducible and independent of
+  the order items are read in; :meth:`ByteLMDataset.set_epoch` moves to the next epoch.
+  ``epoch_length`` items per epoch (default: as many as non-overlapping windows fit).
+- evaluation (val/test): contiguous windows ``[k*seq_len, k*seq_len + seq_len + 1)``, so
+  every byte after the first is predicted exactly once; the last window may be shorter
+  (pad it with :func:`weirdnet.data.collate.pad_collate` and use ``tokens_mask``).  The
+  mean of the target bytes' cross-entropy in bits is the BPC.
+
+Splits are contiguous byte ranges, ``split_scheme``:
+``"standard"``: 90% / 5% / 5% (enwik8/text8: the usual 90M/5M/5M);
+``"last10m"``: 85% / 5% / 10% (the papers: last 10M bytes as test, the 5M before as val).
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from weirdnet.data.common import BYTE_VOCAB, byte_tokens, check_option, contiguous_bounds
+from weirdnet.data.download import REMOTE_FILES, RemoteFile
+from weirdnet.data.registry import DataMissingError, DatasetInfo, register
+
+__all__ = ["SPLIT_SCHEMES", "ByteLMDataset", "lm_dataset", "read_official", "read_text_file",
+           "read_zip_member", "transcode"]
+
+SPLIT_SCHEMES = {"standard": (0.90, 0.05, 0.05), "last10m": (0.85, 0.05, 0.10)}
+"""(train, val, test) fractions of the byte string, in this order along the file."""
+
+SPLITS = ("train", "val", "test")
+
+
+class ByteLMDataset(Dataset):
+    """Windows of ``seq_len + 1`` bytes of ``data`` (uint8 array); see the module doc."""
+
+    def __init__(self, data: np.ndarray, *, seq_len: int = 1024, random_crops: bool = True,
+                 epoch_length: int | None = None, seed: int = 0, name: str = "bytes"):
+        if seq_len < 1:
+            raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+        need = seq_len + 1 if random_crops else 2
+        if len(data) < need:
+            raise ValueError(f"{name}: the split has {len(data):,} bytes, fewer than the "
+                             f"{need:,} one window needs (lower seq_len)")
+        self.data = data
+        self.seq_len = seq_len
+        self.random_crops = random_crops
+        self.epoch_length = epoch_length or max(1, (len(data) - 1) // seq_len)
+        self.seed = seed
+        self.epoch = 0
+        self.info = DatasetInfo(task="lm", vocab_size=BYTE_VOCAB, max_len=seq_len + 1)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw the random crops of ``epoch`` (training mode only)."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        if self.random_crops:
+            return self.epoch_length
+        return -(-(len(self.data) - 1) // self.seq_len)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} windows")
+        if self.random_crops:
+            rng = np.random.default_rng([self.seed, self.epoch, index])
+            start = int(rng.integers(0, len(self.data) - self.seq_len))
+        else:
+            start = index * self.seq_len
+        return {"tokens": byte_tokens(self.data[start:start + self.seq_len + 1])}
+
+
+def lm_dataset(data: bytes, split: str, *, name: str, seq_len: int = 1024,
+               split_scheme: str = "standard", random_crops: bool | None = None,
+               epoch_length: int | None = None, seed: int = 0) -> ByteLMDataset:
+    """The ``split`` of a byte string as a :class:`ByteLMDataset` (options: module doc)."""
+    check_option("split", split, SPLITS)
+    check_option("split_scheme", split_scheme, tuple(SPLIT_SCHEMES))
+    start, stop = contiguous_bounds(len(data), split, SPLIT_SCHEMES[split_scheme])
+    part = np.frombuffer(data, dtype=np.uint8)[start:stop].copy()
+    crops = split == "train" if random_crops is None else random_crops
+    return ByteLMDataset(part, seq_len=seq_len, random_crops=crops,
+                         epoch_length=epoch_length, seed=seed, name=f"{name} {split}")
+
+
+def read_zip_member(path: Path, member: str) -> bytes:
+    """The bytes of ``member`` inside the zip ``path``; ValueError naming both if absent."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if member not in archive.namelist():
+                raise ValueError(f"{path} has no member {member!r} "
+                                 f"(members: {', '.join(archive.namelist()[:5])})")
+            return archive.read(member)
+    except zipfile.BadZipFile as err:
+        raise ValueError(f"{path} is not a valid zip file ({err}); download it again") from err
+
+
+def read_official(remote: RemoteFile, root: Path | None) -> bytes:
+    """The member of an official zip (enwik8/text8), from the zip or an unpacked copy.
+
+    root: the zip, the unpacked member file, or a directory holding either;
+    None: ``data_root()/<name>/``, where ``weirdnet data download <name>`` puts it.
+    """
+    directory = remote.target().parent if root is None else Path(root)
+    if directory.is_file():
+        candidates = [directory]
+    else:
+        candidates = [directory / remote.filename, directory / remote.member]
+    for path in candidates:
+        if path.is_file():
+            return read_zip_member(path, remote.member) if zipfile.is_zipfile(path) \
+                else path.read_bytes()
+    raise DataMissingError(f"{remote.filename} not found in {directory}. "
+                           f"{remote.how_to_get(None if root is None else directory)}")
+
+
+def transcode(data: bytes, encoding: str, as_encoding: str | None, source: str) -> bytes:
+    """``data`` (text in ``encoding``) as bytes in ``as_encoding`` (default: unchanged).
+
+    The text is always decoded once, so a wrong encoding fails here with the byte offset.
+    """
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{source} is not valid {encoding} at byte {err.start}: "
+                         f"{err.reason} (pass encoding=...)") from err
+    if as_encoding is None or as_encoding.lower() == encoding.lower():
+        return data
+    return text.encode(as_encoding)
+
+
+def read_text_file(path: Path, encoding: str = "utf-8", as_encoding: str | None = None) -> bytes:
+    """The bytes of a text file in ``encoding``, re-encoded to ``as_encoding`` if given."""
+    if not Path(path).is_file():
+        raise DataMissingError(f"text file {path} does not exist")
+    return transcode(Path(path).read_bytes(), encoding, as_encoding, str(path))
+
+
+def _official_factory(name: str):
+    def factory(split: str, root: Path | None = None, **options) -> ByteLMDataset:
+        return lm_dataset(read_official(REMOTE_FILES[name], root), split, name=name, **options)
+
+    factory.__name__ = f"_{name}"
+    factory.__doc__ = (f"{name}: the official {name}.zip (root: the zip, the unpacked file or "
+                       f"their directory). Options: seq_len, split_scheme, random_crops, "
+                       f"epoch_length, seed.")
+    return factory
+
+
+register("enwik8", splits=SPLITS, task="lm",
+         summary="enwik8 bytes (official enwik8.zip); 90M/5M/5M or last10m")(
+    _official_factory("enwik8"))
+register("text8", splits=SPLITS, task="lm",
+         summary="text8 bytes (official text8.zip); 90M/5M/5M or last10m")(
+    _official_factory("text8"))
+
+
+@register("text-file", splits=SPLITS, task="lm",
+          summary="bytes of any text file given as root= (encoding=, as_encoding=)")
+def _text_file(split: str, root: Path | None = None, *, encoding: str = "utf-8",
+               as_encoding: str | None = None, **options) -> ByteLMDataset:
+    """Any text file: root is the file; encoding is its encoding, as_encoding the bytes'."""
+    if root is None or not Path(root).is_file():
+        raise DataMissingError(f"dataset 'text-file' needs root= an existing text file, got "
+                               f"{root}")
+    data = read_text_file(root, encoding, as_encoding)
+    return lm_dataset(data, split, name=Path(root).name, **options)
+
+
+@register("tinyshakespeare", splits=SPLITS, task="lm",
+          summary="char-rnn tinyshakespeare bytes (1.1 MB; root= the file or its directory)")
+def _tinyshakespeare(split: str, root: Path | None = None, **options) -> ByteLMDataset:
+    """root: the file, or a directory with tinyshakespeare.txt or input.txt; None: the
+    download location ``data_root()/tinyshakespeare/tinyshakespeare.txt``."""
+    remote = REMOTE_FILES["tinyshakespeare"]
+    directory = remote.target().parent if root is None else Path(root)
+    names = [directory] if directory.is_file() else [directory / remote.filename,
+                                                     directory / "input.txt"]
+    for path in names:
+        if path.is_file():
+            return lm_dataset(read_text_file(path), split, name="tinyshakespeare", **options)
+    raise DataMissingError(f"tinyshakespeare.txt not found in {directory}. "
+                           f"{remote.how_to_get(None if root is None else directory)}")
