@@ -175,7 +175,7 @@ def _verify(remote: RemoteFile, path: Path) -> None:
     size = path.stat().st_size
     if size != remote.size:
         raise DownloadError(f"{remote.url}: got {size:,} bytes, expected {remote.size:,} "
-                            f"(truncated or changed download; nothing was saved)")
+                            f"bytes (truncated or changed download)")
     digest = _digest(path, hashlib.sha256())
     if digest != remote.sha256:
         raise DownloadError(f"{remote.url}: SHA-256 {digest} != expected {remote.sha256}")

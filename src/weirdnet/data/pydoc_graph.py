@@ -32,6 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
+from weirdnet.data.registry import DataMissingError
+from weirdnet.data.sources import PYTHON_DOC
+
 __all__ = ["Targets", "define_targets", "link_graph", "linked_pairs", "page_links",
            "read_pages"]
 
@@ -54,7 +57,8 @@ def read_pages(folder: Path) -> dict[str, bytes]:
         name = path.relative_to(folder).as_posix().removesuffix(".txt").removesuffix(".rst")
         pages[name] = path.read_bytes()
     if not pages:
-        raise FileNotFoundError(f"no reST sources (*.txt) under {folder}")
+        raise DataMissingError(f"no reST sources (*.txt) under {folder}; pass root= a Sphinx "
+                               f"_sources folder ({PYTHON_DOC.how_to_get()})")
     return pages
 
 

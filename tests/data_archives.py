@@ -1,0 +1,24 @@
+"""Writers of small archives in the official layouts, for the data tests."""
+
+import io
+import tarfile
+import zipfile
+from pathlib import Path
+
+
+def write_sdist(path: Path, top: str, files: dict[str, bytes]) -> Path:
+    """A .tar.gz with ``top/name`` members, like an sdist."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def write_zip(path: Path, files: dict[str, bytes]) -> Path:
+    """A zip (a wheel, enwik8.zip, ...) holding ``files``."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return path
