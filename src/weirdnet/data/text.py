@@ -61,7 +61,8 @@ class ByteLMDataset(Dataset):
         self.info = DatasetInfo(task="lm", vocab_size=BYTE_VOCAB, max_len=seq_len + 1)
 
     def set_epoch(self, epoch: int) -> None:
-        """Draw the random crops of ``epoch`` (training mode only)."""
+        """Draw the random crops of ``epoch`` (training mode only).  Call it before the
+        DataLoader iterator of that epoch is created: workers copy the dataset then."""
         self.epoch = epoch
 
     def __len__(self) -> int:
