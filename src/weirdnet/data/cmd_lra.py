@@ -28,7 +28,7 @@ pathfinder32   Linsley et al.'s snakes2 with LRA's Pathfinder-32 settings:
                OUT/<level>/imgs/<batch>/sample_<i>.png and OUT/<level>/metadata/<batch>.npy
                (text lines "imgs/<batch> sample_<i>.png <i> <label> ..."); --n images
                (LRA: 200000 per level), about 40 images/s per core.
-pathfinder128  The same with LRA's Path-X (128x128) settings; about 1-3 s per image per core
+pathfinder128  The same with LRA's Path-X (128x128) settings; about 2-3 images/s per core
                (the target contours often fail to fit and are redrawn, as in snakes2).
 
 <level> is curv_contour_length_14 (--difficulty 14, LRA's task), curv_contour_length_9 or
@@ -70,7 +70,7 @@ def add_generate(subparsers: argparse._SubParsersAction) -> None:
                         help="output directory (created; existing sets are not overwritten)")
     parser.add_argument("--n", type=int, default=None, metavar="N",
                         help="listops: training samples (default 96000); pathfinder: images "
-                             "(default 10000 for 32x32, 200 for 128x128)")
+                             "(default 10000 for 32x32, 1000 for 128x128)")
     parser.add_argument("--n-val", type=int, default=None, metavar="N",
                         help="listops only: validation samples (default 2000)")
     parser.add_argument("--n-test", type=int, default=None, metavar="N",

@@ -54,14 +54,15 @@ OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 """The operator tokens LRA uses (FIRST and LAST exist in the original code but are unused)."""
 END = "]"
 VALUE_P = 0.25
-"""Probability that a node above the maximum depth is an operator (LRA's ``VALUE_P``)."""
+"""Probability that a node shallower than ``max_depth`` is an operator (LRA's ``VALUE_P``)."""
 VOCAB = ("<pad>", *(str(d) for d in range(10)), *OPERATORS, END)
 """Token strings by id: pad 0, digits 1-10, operators 11-14, ``]`` 15."""
 SPLITS = ("train", "val", "test")
 HEADER = "Source\tTarget"
 RELEASE_URL = "https://storage.googleapis.com/long-range-arena/lra_release.gz"
 LRA_SIZES = {"train": 96_000, "val": 2_000, "test": 2_000}
-"""LRA's split sizes; also the defaults of the generated set (about 75 s to generate once)."""
+"""LRA's split sizes; also the defaults of the generated set (about 70 s to generate once:
+~1,500 samples/s on one CPU core, 630 MB of TSV)."""
 GENERATOR_VERSION = 1
 
 _TOKEN_ID = {tok: i for i, tok in enumerate(VOCAB) if i > 0}

@@ -51,9 +51,10 @@ __all__ = ["DEFAULT_SIZES", "PathfinderDataset", "find_level_dir", "generated_pa
 SPLITS = ("train", "val", "test")
 SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 RELEASE_URL = "https://storage.googleapis.com/long-range-arena/lra_release.gz"
-DEFAULT_SIZES = {32: 10_000, 128: 200}
+DEFAULT_SIZES = {32: 10_000, 128: 1_000}
 """Images in the generated set of ``root=None`` (all splits together): each takes a few
-minutes on 2 CPU cores; option ``n`` asks for more (LRA's release has 200K per level)."""
+minutes on 2 CPU cores (measured: about 40 images/s per core at 32x32, 2-3 at 128x128);
+option ``n`` asks for more (LRA's release has 200K per level)."""
 GENERATOR_VERSION = 1
 _NPY_MAGIC = b"\x93NUMPY"
 

@@ -124,6 +124,12 @@ def sample_rng(seed: int, index: int) -> np.random.Generator:
 
 # ---------------------------------------------------------------------------- geometry
 
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """``array`` made read-only (it is cached and shared)."""
+    array.setflags(write=False)
+    return array
+
+
 def _translate(coord, theta: float, dist: float) -> tuple[int, int]:
     """``coord`` moved by ``dist`` along ``theta`` (radians; y = sin, x = cos), ceil-rounded."""
     return (int(math.ceil(coord[0] + dist * math.sin(theta))),
@@ -144,7 +150,7 @@ def _disc_offsets(radius: int) -> np.ndarray:
     """(k, 2) offsets of the disc ``y**2 + x**2 <= radius**2`` (snakes' dilation struct)."""
     yy, xx = np.mgrid[-radius:radius + 1, -radius:radius + 1]
     keep = yy ** 2 + xx ** 2 <= radius ** 2
-    return np.stack([yy[keep], xx[keep]], axis=1)
+    return _frozen(np.stack([yy[keep], xx[keep]], axis=1))
 
 
 def _dilate(image: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -240,7 +246,7 @@ def _paddle(theta: float, length: int, thickness: float, margin: int, aa: int
                                    width=int(round(thickness * aa)))
     blown = np.asarray(blown, dtype=np.float64)
     mask_blown = _dilate(blown, _disc_offsets(margin * aa)).astype(np.uint8)
-    return _resize(blown, 2 * radius + 1), _resize(mask_blown, 2 * radius + 1)
+    return _frozen(_resize(blown, 2 * radius + 1)), _frozen(_resize(mask_blown, 2 * radius + 1))
 
 
 @functools.lru_cache(maxsize=8192)
@@ -257,7 +263,7 @@ def _seed_offsets(theta: float, length: int, thickness: float, margin: int, aa: 
     struct = np.zeros((size, size))
     _stamp(mask, head, struct.shape).max_into(struct)
     ys, xs = np.nonzero(struct.astype(np.uint8))
-    return np.stack([ys, xs], axis=1) - (length + margin)
+    return _frozen(np.stack([ys, xs], axis=1) - (length + margin))
 
 
 def _draw(coord, theta: float, p: SnakesParams, margin: int, contrast: float, shape
@@ -299,7 +305,7 @@ class _Contour:
 def _ring(step: float) -> tuple[np.ndarray, np.ndarray]:
     """Offsets (y, x) of points one pixel of arc apart on a circle of radius ``step``."""
     angles = np.arange(0, 360, 360.0 / (2 * step * math.pi)) * math.pi / 180
-    return step * np.sin(angles), step * np.cos(angles)
+    return _frozen(step * np.sin(angles)), _frozen(step * np.cos(angles))
 
 
 def _candidates(pivot, theta: float, step: float, mask: np.ndarray, margin: int,
@@ -355,6 +361,21 @@ def _extend(rng, contour: _Contour, mask: np.ndarray, p: SnakesParams, margin: i
     return False
 
 
+def _initial_mask(p: SnakesParams) -> np.ndarray:
+    """The mask before any contour: 1 on the ``padding`` border, 0 elsewhere."""
+    mask = np.zeros((p.window_size, p.window_size))
+    if p.padding > 0:
+        pad = p.padding
+        mask[:pad], mask[-pad:], mask[:, :pad], mask[:, -pad:] = 1, 1, 1, 1
+    return mask
+
+
+@functools.lru_cache(maxsize=1024)
+def _first_tails(theta: float, p: SnakesParams, margin: int) -> np.ndarray:
+    """:func:`_free_tails` of the first target seed (its mask is always the initial one)."""
+    return _frozen(_free_tails(_initial_mask(p), theta, p, margin, border=2 * p.seed_distance))
+
+
 def _free_tails(mask: np.ndarray, theta: float, p: SnakesParams, margin: int, border: int
                 ) -> np.ndarray:
     """(k, 2) pixels where a seed paddle along ``theta`` keeps off the mask and the border."""
@@ -366,13 +387,14 @@ def _free_tails(mask: np.ndarray, theta: float, p: SnakesParams, margin: int, bo
 
 
 def _seed(rng, layer: np.ndarray, mask: np.ndarray, p: SnakesParams, margin: int,
-          contrast: float, border: int, stop_with_availability: float | None = None
+          contrast: float, border: int | None, stop_with_availability: float | None = None
           ) -> _Contour | None:
     """A contour's first paddle (snakes' ``seed_snake``) drawn into ``layer``, or None.
 
     The tail is drawn among free pixels at least ``border`` px from the edge; None when no
     pixel is free, when less than ``stop_with_availability`` of the mask is free, or after
-    ``max_paddle_retrial + 1`` paddles that would leave the image.
+    ``max_paddle_retrial + 1`` paddles that would leave the image.  ``border=None``: the
+    first target's seed (mask untouched, border ``2 * seed_distance``; cached per angle).
     """
     size = mask.shape[0]
     if stop_with_availability is not None and \
@@ -380,7 +402,10 @@ def _seed(rng, layer: np.ndarray, mask: np.ndarray, p: SnakesParams, margin: int
         return None
     for _ in range(p.max_paddle_retrial + 1):
         theta = _random_degree(rng)
-        free = _free_tails(mask, theta, p, margin, border)
+        if border is None:
+            free = _first_tails(theta, p, margin)
+        else:
+            free = _free_tails(mask, theta, p, margin, border)
         if len(free) == 0:
             return None
         tail = tuple(int(v) for v in free[rng.integers(len(free))])
@@ -415,13 +440,10 @@ def _seed_near(rng, origin, mask: np.ndarray, p: SnakesParams, margin: int, cont
 def _target_pair(rng, p: SnakesParams, margin: int
                  ) -> tuple[list[_Contour], np.ndarray] | None:
     """Both target contours, grown alternately (snakes2's ``two_snakes``), and the mask."""
-    size, pad = p.window_size, p.padding
     mu = rng.permutation(np.array(p.snake_contrast_list * 2))[:2]
-    mask = np.zeros((size, size))
-    if pad > 0:
-        mask[:pad], mask[-pad:], mask[:, :pad], mask[:, -pad:] = 1, 1, 1, 1
+    mask = _initial_mask(p)
     first = _seed(rng, np.zeros(mask.shape), mask, p, margin,
-                  _choice(rng, p.paddle_contrast_list) * mu[0], border=2 * p.seed_distance)
+                  _choice(rng, p.paddle_contrast_list) * mu[0], border=None)
     if first is None:
         return None
     second = _seed_near(rng, first.origin, mask, p, margin,
@@ -468,7 +490,6 @@ def _distractors(rng, image: np.ndarray, mask: np.ndarray, p: SnakesParams, marg
     return drawn
 
 
-@functools.lru_cache(maxsize=4096)
 def _marker(size: int, centre: tuple[int, int], radius: float, aa: int) -> np.ndarray:
     """An anti-aliased disc at ``centre`` in [0, 1] (snakes2's ``draw_circle``)."""
     ys = np.arange(size * aa)[:, None] - centre[0] * aa
