@@ -6,6 +6,7 @@ measure), lengths 501-1999, and labels 0 and 9 at about 17% each (MIN and MAX pi
 at the extremes); this generator gave 1034 and 17.0%/16.9% on 96K samples.
 """
 
+import argparse
 import random
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import torch
 import weirdnet.data as wd
 from weirdnet.data import listops as lo
 from weirdnet.data._lra_cache import build_dir_atomically
+from weirdnet.data.cmd_lra import add_generate, add_show
 
 
 @pytest.fixture(autouse=True)
@@ -225,3 +227,26 @@ def test_atomic_build_leaves_nothing_on_failure(tmp_path):
     with pytest.raises(RuntimeError):
         build_dir_atomically(tmp_path / "set", fail)
     assert list(tmp_path.iterdir()) == []
+
+
+def _cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(required=True)
+    add_generate(commands)
+    add_show(commands)
+    args = parser.parse_args(argv)
+    return args.handler(args, list(argv))
+
+
+def test_cli_generate_and_show(tmp_path, capsys):
+    out = str(tmp_path / "lo")
+    assert _cli("generate", "listops", "--out", out, "--n", "6", "--n-val", "2",
+                "--n-test", "3", "--seed", "4", "--no-progress") == 0
+    assert "wrote 11 listops samples" in capsys.readouterr().out
+    assert [len(wd.get("listops", s, root=out)) for s in ("train", "val", "test")] == [6, 2, 3]
+    assert _cli("show", "listops", "--root", out, "--split", "test", "--n", "2") == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert len(shown) == 2 and shown[1].startswith("#1  label ")
+    assert _cli("generate", "listops", "--out", out, "--n", "1") == 2  # not overwritten
+    assert _cli("generate", "listops", "--out", str(tmp_path / "x"), "--workers", "2") == 2
+    assert "pathfinder only" in capsys.readouterr().err

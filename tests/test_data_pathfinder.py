@@ -3,6 +3,7 @@
 Small 32x32 sets (a dozen images, about 25 ms each) are written to tmp_path by the tests.
 """
 
+import argparse
 import dataclasses
 import filecmp
 import shutil
@@ -16,6 +17,7 @@ import torch
 import weirdnet.data as wd
 from weirdnet.data import pathfinder as pf
 from weirdnet.data import pathfinder_gen as gen
+from weirdnet.data.cmd_lra import add_generate, add_show
 
 PIL = pytest.importorskip("PIL.Image")
 
@@ -272,3 +274,30 @@ def test_pillow_missing_is_explained(monkeypatch):
     monkeypatch.setitem(sys.modules, "PIL", None)
     with pytest.raises(ImportError, match="pip install pillow"):
         gen.require_pillow()
+
+
+def _cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(required=True)
+    add_generate(commands)
+    add_show(commands)
+    args = parser.parse_args(argv)
+    return args.handler(args, list(argv))
+
+
+def test_cli_generate_and_show_montage(tmp_path, capsys):
+    out = tmp_path / "pf"
+    assert _cli("generate", "pathfinder32", "--out", str(out), "--n", "6", "--workers", "1",
+                "--batch-size", "4", "--difficulty", "9", "--no-progress") == 0
+    assert sorted(p.name for p in (out / "curv_contour_length_9" / "imgs").iterdir()) == [
+        "0", "1"]
+    montage = tmp_path / "montage.png"
+    assert _cli("show", "pathfinder32", "--root", str(out), "--difficulty", "9",
+                "--out", str(montage)) == 0
+    assert "5 pathfinder32 train images" in capsys.readouterr().out
+    with PIL.open(montage) as image:  # 5 tiles of 128 px in 3 columns, 2 rows with labels
+        assert image.mode == "RGB" and image.size == (3 * 132 + 4, 2 * 146 + 4)
+    assert _cli("show", "pathfinder32", "--root", str(out)) == 2  # no --out
+    assert _cli("show", "pathfinder32", "--root", str(tmp_path / "none"), "--out",
+                str(montage)) == 1
+    assert "lra_release.gz" in capsys.readouterr().err
