@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from weirdnet import __version__
-from weirdnet.bench import analysis, report
+from weirdnet._atomic import write_atomic
+from weirdnet.bench import analysis
 from weirdnet.bench.scan import DEFAULT_METHODS
 from weirdnet.cli import main
 
@@ -99,7 +100,7 @@ def test_targets_pass_fail_and_unmeasured():
 
 def test_write_atomic_replaces_and_leaves_no_temp_file(tmp_path):
     path = tmp_path / "sub" / "x.md"
-    report.write_atomic(path, "one")
-    report.write_atomic(path, "two")
+    write_atomic(path, "one")
+    write_atomic(path, "two")
     assert path.read_text() == "two"
     assert [p.name for p in path.parent.iterdir()] == ["x.md"]

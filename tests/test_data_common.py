@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from weirdnet._atomic import write_atomic
 from weirdnet.data.common import (
-    atomic_write,
     byte_tokens,
     cache_path,
     cached_bytes,
@@ -53,5 +53,5 @@ def test_cache_writes_are_atomic_and_reused(tmp_path):
     assert path.parent == tmp_path / "cache" / "corpora" and path.parent.is_dir()
     assert cached_bytes(path, lambda: b"abc") == b"abc"
     assert cached_bytes(path, lambda: b"other") == b"abc"
-    atomic_write(path, b"new")
+    write_atomic(path, b"new")
     assert path.read_bytes() == b"new" and list(path.parent.iterdir()) == [path]

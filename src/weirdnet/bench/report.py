@@ -9,9 +9,9 @@ and methods, and the ratio tables.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from weirdnet._atomic import write_atomic
 
 from .analysis import ratio_specs
 from .suite import Suite, get_suite
@@ -114,21 +114,6 @@ def render_markdown(doc: dict, suite: Suite | None = None) -> str:
     if doc.get("notes"):
         lines += ["", "## Notes", "", *(f"- {n}" for n in doc["notes"])]
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder + ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_report(out_dir: Path, name: str, doc: dict, markdown: str) -> tuple[Path, Path]:

@@ -1,7 +1,7 @@
 """``weirdnet data ...``: list, generate, show and download datasets.
 
-Each subcommand is registered by a function ``add(subparsers)`` in :data:`SUBCOMMANDS` that
-creates its parser and sets ``handler(args, argv) -> exit status``.
+Each subcommand is registered by a function ``add(subparsers)`` (listed in
+:func:`_subcommands`) that creates its parser and sets ``handler(args, argv) -> exit status``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,11 @@ def _run_list(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-SUBCOMMANDS = (_add_list,)
-"""Functions registering one ``weirdnet data`` subcommand each, in ``--help`` order."""
+def _subcommands():
+    from weirdnet.data.cmd_download import add_download
+    from weirdnet.data.cmd_lra import add_generate, add_show
+
+    return (_add_list, add_generate, add_show, add_download)
 
 
 def add_data_command(subparsers: argparse._SubParsersAction,
@@ -39,5 +42,5 @@ def add_data_command(subparsers: argparse._SubParsersAction,
         description="Datasets of weirdnet.data; see `weirdnet data SUBCOMMAND --help`.",
     )
     commands = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
-    for add in SUBCOMMANDS:
+    for add in _subcommands():  # each registers one subcommand, in --help order
         add(commands)

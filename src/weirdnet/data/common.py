@@ -17,17 +17,16 @@ Conventions used by every module of :mod:`weirdnet.data`:
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from weirdnet._atomic import write_atomic
 from weirdnet.data.registry import DataMissingError, data_root
 
-__all__ = ["BYTE_VOCAB", "SHIFTED_BYTE_VOCAB", "atomic_write", "byte_tokens", "cache_path",
+__all__ = ["BYTE_VOCAB", "SHIFTED_BYTE_VOCAB", "byte_tokens", "cache_path",
            "cached_bytes", "check_option", "contiguous_bounds", "require_path",
            "seeded_split", "split_fractions"]
 
@@ -105,25 +104,12 @@ def cache_path(*parts: str) -> Path:
     return path
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file next to ``path``, then rename it to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def cached_bytes(path: Path, build: Callable[[], bytes]) -> bytes:
     """The bytes cached at ``path``; built by ``build()`` and written there on first use."""
     if path.is_file():
         return path.read_bytes()
     data = build()
-    atomic_write(path, data)
+    write_atomic(path, data)
     return data
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import torch
 import torch.nn as nn
 
 from weirdnet import __version__
+from weirdnet._atomic import write_atomic
 
 from .config import ConfigError, from_dict, to_dict
 from .safetensors_io import load_file, save_file
@@ -63,7 +63,7 @@ class WeirdNetModel(nn.Module):
                   {"weirdnet.model": type(self).__name__, "weirdnet.version": __version__})
         document = {"format": "weirdnet-model", "version": __version__,
                     "model": type(self).__name__, "config": to_dict(self.config)}
-        _write_text_atomic(directory / CONFIG_FILE, json.dumps(document, indent=2) + "\n")
+        write_atomic(directory / CONFIG_FILE, json.dumps(document, indent=2) + "\n")
         return directory
 
     @classmethod
@@ -89,17 +89,6 @@ class WeirdNetModel(nn.Module):
         _check_state(model, tensors, directory)
         model.load_state_dict(tensors, strict=True, assign=True)
         return model
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _read_config(directory: Path) -> tuple[str, dict[str, Any]]:

@@ -14,10 +14,11 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from pathlib import Path
 
 import torch
+
+from weirdnet._atomic import write_atomic
 
 DTYPES = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -60,22 +61,7 @@ def save_file(tensors: dict[str, torch.Tensor], path: str | os.PathLike,
     header["__metadata__"] = meta
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    _write_atomic(Path(path), [struct.pack("<Q", len(text)), text, *chunks])
-
-
-def _write_atomic(path: Path, parts: list[bytes]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            for part in parts:
-                handle.write(part)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, [struct.pack("<Q", len(text)), text, *chunks])
 
 
 def read_header(raw: bytes, path: str) -> tuple[dict, int]:
