@@ -9,26 +9,61 @@ levels instead of storing them: between forward and backward only the inputs are
 
 Backends (one signature):
   * ``"cpu"``: fused C kernels (``csrc/weird_scan.c``), built on first use;
-  * ``"torch"``: pure PyTorch, any device.
+  * ``"torch"``: pure PyTorch, any device;
+  * ``"triton"``: fused Triton kernels (``scan_triton``) for CUDA tensors; on CPU tensors
+    only under the Triton interpreter (``TRITON_INTERPRET=1``, for tests).
 ``backend=None`` picks ``"cpu"`` for CPU tensors when the kernels can be built, else
-``"torch"``.  ``WEIRDNET_SCAN_BACKEND=torch`` forces the fallback everywhere.
+``"torch"``, and ``"triton"`` for CUDA tensors when ``triton`` imports, else ``"torch"``.
+``WEIRDNET_SCAN_BACKEND=torch`` forces the fallback everywhere (any name forces that one).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 
 import torch
 
 from . import _cpu_kernel, scan_torch
 from .scan_checks import check_scan_inputs, levels_needed
 
-BACKENDS = ("cpu", "torch")
+BACKENDS = ("cpu", "torch", "triton")
+_TRITON_MODULE = __package__ + ".scan_triton"
+_triton_import_error: str | None = None
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """Dtype of the scan state: float64 for float64 inputs, float32 otherwise."""
     return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _triton_module():
+    """``scan_triton``, imported on first use; None when ``triton`` does not import."""
+    global _triton_import_error
+    if _TRITON_MODULE in sys.modules:
+        return sys.modules[_TRITON_MODULE]
+    if _triton_import_error is not None:
+        return None
+    try:
+        return importlib.import_module(_TRITON_MODULE)
+    except Exception as err:  # not installed, or an installation that cannot load
+        _triton_import_error = f"{type(err).__name__}: {err}"
+        return None
+
+
+def _check_triton(device: torch.device) -> None:
+    """Raise a ValueError saying why backend 'triton' cannot run on ``device``."""
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"backend 'triton' takes CUDA tensors, got tensors on {device}")
+    module = _triton_module()
+    if module is None:
+        raise ValueError("backend 'triton' was requested but triton does not import "
+                         f"({_triton_import_error}); pip install 'weirdnet[triton]'")
+    if device.type == "cpu" and not module.INTERPRETED:
+        raise ValueError("backend 'triton' takes CUDA tensors; CPU tensors run only under "
+                         "the Triton interpreter: set TRITON_INTERPRET=1 before "
+                         "weirdnet.ops.scan_triton is first imported")
 
 
 def resolve_backend(device: torch.device, backend: str | None = None) -> str:
@@ -39,10 +74,14 @@ def resolve_backend(device: torch.device, backend: str | None = None) -> str:
     if choice == "cpu" and device.type != "cpu":
         raise ValueError(f"backend 'cpu' takes CPU tensors, got tensors on {device}")
     if choice is None:
+        if device.type == "cuda":
+            return "triton" if _triton_module() is not None else "torch"
         use_c = device.type == "cpu" and _cpu_kernel.available()
         choice = "cpu" if use_c else "torch"
     if choice == "cpu" and not _cpu_kernel.available():
         raise ValueError("backend 'cpu' was requested but the C kernel could not be built")
+    if choice == "triton":
+        _check_triton(device)
     return choice
 
 
@@ -53,6 +92,8 @@ def scan_backend_name(device: torch.device | str = "cpu") -> str:
 
 def implementation(backend: str):
     """Module with ``fwd``, ``bwd`` and ``extend`` for a resolved backend name."""
+    if backend == "triton":
+        return _triton_module()
     return _cpu_kernel if backend == "cpu" else scan_torch
 
 
@@ -62,8 +103,14 @@ def prepare_input(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def kernel_input(x: torch.Tensor, backend: str) -> torch.Tensor:
+    """(B, L, D) ``x`` as the backend reads it: Triton loads any float dtype itself (and
+    returns results in it), the others take the compute dtype."""
+    return prepare_input(x, x.dtype if backend == "triton" else compute_dtype(x.dtype))
+
+
 def kernel_mask(mask, backend: str):
-    """The mask as the backend reads it: uint8 bytes for the C kernel, bool for torch."""
+    """The mask as the backend reads it: uint8 bytes for the C kernel, bool otherwise."""
     if mask is None:
         return None
     return mask.contiguous().view(torch.uint8) if backend == "cpu" else mask
@@ -77,7 +124,7 @@ class _WeirdScanFunction(torch.autograd.Function):
         dtype = compute_dtype(a.dtype)
         nlev = levels_needed(a.shape[1])
         impl = implementation(backend)
-        out = impl.fwd(prepare_input(a, dtype), prepare_input(v, dtype),
+        out = impl.fwd(kernel_input(a, backend), kernel_input(v, backend),
                        log_w.to(dtype).contiguous(), kernel_mask(mask, backend), split, nlev)
         ctx.save_for_backward(a, v, log_w, mask)
         ctx.split, ctx.backend, ctx.nlev = split, backend, nlev
@@ -90,8 +137,9 @@ class _WeirdScanFunction(torch.autograd.Function):
         dtype = compute_dtype(a.dtype)
         impl = implementation(ctx.backend)
         da, dv, dlogw = impl.bwd(
-            prepare_input(a, dtype), prepare_input(v, dtype), log_w.to(dtype).contiguous(),
-            kernel_mask(mask, ctx.backend), prepare_input(grad, dtype), ctx.split, ctx.nlev,
+            kernel_input(a, ctx.backend), kernel_input(v, ctx.backend),
+            log_w.to(dtype).contiguous(), kernel_mask(mask, ctx.backend),
+            kernel_input(grad, ctx.backend), ctx.split, ctx.nlev,
         )
         grad_log_w = torch.zeros_like(log_w)
         grad_log_w[: ctx.nlev] = dlogw.to(log_w.dtype)
@@ -116,7 +164,8 @@ def weird_scan(a, v, log_w, *, reverse=False, mask=None, backend=None):
             suffix scan.
         mask: optional (B, L) bool, True for real tokens; padded tokens contribute nothing.
             Outputs at padded positions are finite (0 where no real token is in reach).
-        backend: None (auto), "cpu" (fused C kernel) or "torch".
+        backend: None (auto), "cpu" (fused C kernel), "torch" or "triton" (fused Triton
+            kernels; CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``).
 
     Returns:
         O: (B, L, D) in ``a``'s dtype, computed with float32 state (float64 for float64).

@@ -1,0 +1,516 @@
+"""Fused Triton kernels for the Weird-attention scan: backend ``"triton"`` of ``weird_scan``.
+
+Same contracts as ``scan_torch`` and the C kernels (``fwd``, ``bwd``, ``extend``).  The state
+is the running-max triple ``(m, h, u)`` of DESIGN.md section 8 (``H = e^m h``,
+``U = e^m u``) in float32 (float64 for float64 inputs) whatever the input dtype; A, V and
+the output gradient are read in their own dtype (bf16, fp16, fp32, fp64), and O, dA, dV
+are written in it.
+
+Why no single pass with a small carry.  The scan is the causal convolution
+``H_i = sum_d a_d X_{i-d}`` with ``a_d = prod_{k in bits(d)} W_k``.  A streaming
+evaluation must carry, from one tile to the next, at least the rank of the kernel's Hankel
+matrix ``[a_{i+j}]``, and for generic W that rank is full (checked: n x n matrices have
+rank n for n = 32 and 128; a geometric kernel, as in linear attention or Mamba, has rank
+1).  So the past must be read again; the kernels read it in ``ceil(K / c)`` passes over
+memory instead of the K passes of the level-by-level PyTorch scan (K = ceil(log2 L)).
+
+Exact multi-pass form.  Write the distance in base ``C = 2^c`` (``c = LEVELS_PER_PASS``):
+``d = sum_j d_j C^j`` with digits ``d_j < C``.  bits(d) is the disjoint union of the
+digits' bits shifted by ``jc``, so ``a_d = prod_j a^(j)_{d_j}`` exactly, ``a^(j)`` being the
+kernel of levels ``[jc, jc + c)`` (DESIGN.md section 8's ``a_{qC+r} = a_r a'_q``, applied
+recursively).  The scan is therefore the composition of passes: pass j runs levels
+``[jc, jc + c)`` along "rows" ``q`` of ``2^(jc)`` residues ``r`` (position
+``p = q 2^(jc) + r``), with shifts of ``1 .. C/2`` rows that together reach back at most
+``C - 1`` rows.  A program owns a tile of ``TILE = C`` rows of a block of (residue,
+channel) columns, loads it with the ``C`` rows before it (the halo), runs the levels on
+that window of ``2C`` rows in registers / shared memory (a shift is ``tl.gather`` along the
+rows) and stores its ``C`` rows, which are exact: everything they depend on is in the
+window.  Each row gets the arithmetic of a plain level-by-level scan in the order
+0, 1, ..., K-1, with one change of form ``(m, h, u) -> (m + log u, h / u, 1)`` between
+passes (the same ``(H, U)``).  The last pass has at most ``C`` rows: one program per column
+block holds whole columns, with no halo.  Nothing is approximated (the change of form
+adds one rounding per pass), and rows never read later rows: causality is bitwise.
+
+Memory traffic.  ``L <= 2^c`` (256 by default) is one pass: one read of A and V, one write
+of O.  Up to ``2^(2c)`` (65,536) it is two passes, plus one float32 intermediate
+``(log U, O)`` written and read once (8 bytes per element each way).  The halo is read
+twice; tiles of a column are consecutive in the grid so that the second read can come
+from L2 (not measured).  The intermediate loads as ``(m, h, u) = (log U, O, 1)``, exactly
+like ``(A, V)``: every pass is the same kernel.
+
+Backward (the mirrored scan of DESIGN.md section 8).  The intermediates of passes
+1 .. n-1 are recomputed, then the passes run backwards, n .. 1.  A program recomputes its
+window's forward levels; in the last pass (whole columns, so exact ``U`` and ``O`` in every
+row) it turns the output gradient G into the adjoint ``(bm, b1, b2) = (-log U, G, G O)``,
+in the others it loads the adjoint the pass above wrote.  It then runs the adjoint levels
+from the top down, adding level k's term ``W_k e^{bm_i + m_{i-s}} (h_{i-s} b1_i -
+u_{i-s} b2_i)`` to d log_w.  The forward state before level k is recomputed from the
+window's input for every k (``c (c - 1) / 2`` level steps, on chip) rather than stored:
+between passes only ``(bm, b1, b2)`` goes through memory.  With a halo the window is
+``[(q-1) C, (q+1) C)``: the program writes the adjoint of rows ``[(q-1) C, q C)`` (each
+sees the ``C - 1`` rows ahead it needs) and the level-k terms whose source row is in
+``[(q-1) C + 2^k, q C + 2^k)``, exactly the rows whose forward state (``2^k - 1`` rows
+back) and adjoint after level k (``C - 2^(k+1)`` rows ahead) are complete in the window;
+over ``q = 0 .. tiles`` those ranges tile the sequence.  d log_w partial sums go to one
+slot per program and are summed in float64 (deterministic, no atomics).  Only the op's
+inputs are kept between forward and backward, so the forward does not write ``log U``:
+the backward's last pass computes it exactly, for free.
+
+Decoding (``extend``): one launch per call; one program per (batch row, channel block)
+walks the tokens and levels in order over the ring buffers of ``scan_torch.extend``, with
+the full pass's change of form every ``c`` levels, so its outputs are ``fwd``'s bit for bit
+(same combine, same order; checked under the interpreter).  The PyTorch step runs about
+20 small kernels per level, ~20 K launches per token on a GPU; this is one.
+
+Not tuned: ``LEVELS_PER_PASS``, ``TILE_ELEMENTS``, ``MAX_BLOCK_D`` and ``NUM_WARPS`` are
+first guesses.  These kernels have been run only by the Triton interpreter
+(``TRITON_INTERPRET=1``) on CPU tensors, never compiled for a GPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from .scan_torch import _parts  # (channel slice, reverse?) of the causal/anti-causal ranges
+
+LEVELS_PER_PASS = 8  # c: levels per pass; a tile is 2^c rows (and 2^c more of halo)
+TILE_ELEMENTS = 4096  # target rows x columns of one state tensor in a program
+MAX_BLOCK_D = 16  # channels per program (16 bf16 channels = one 32-byte sector per row)
+NUM_WARPS = 8
+
+
+def _interpreting() -> bool:
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+# Whether the kernels of this module were built for the Triton interpreter (CPU tensors)
+# or for the GPU: triton.jit decides when the module is imported.
+INTERPRETED = _interpreting()
+
+# tl.sum and tl.cdiv are @triton.jit functions of triton.language.standard, built when
+# triton is imported: if that happened before TRITON_INTERPRET=1 was set, the interpreter
+# cannot call them.  The kernels use tl.reduce with this combine function (what tl.sum
+# does; the interpreter maps it to numpy.sum) and plain integer arithmetic instead.
+_SUM = tl.standard._sum_combine
+
+
+# ----------------------------------------------------------------------------------------
+# Kernel helpers
+# ----------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _combine(m, h, u, mp, hp, up):
+    """Merge partner (mp, hp, up) into (m, h, u): the combine of scan_torch and the C code."""
+    d = m - mp
+    e = tl.exp(-tl.abs(d))
+    keep = d >= 0
+    st = tl.where(keep, 1.0, e)
+    sp = tl.where(keep, e, 1.0)
+    return tl.where(keep, m, mp), h * st + hp * sp, u * st + up * sp
+
+
+@triton.jit
+def _level_fwd(m, h, u, c, w, row, s, WIN: tl.constexpr, COLS: tl.constexpr):
+    """One level on a (WIN, COLS) window: row i takes row i - s (out of place).
+
+    ``w``: (WIN,) window rows; ``row``: (WIN,) absolute rows; ``c``: (COLS,) log W.
+    A row before the sequence start (absolute row < s) has no partner.
+    """
+    idx = tl.broadcast_to(tl.maximum(w - s, 0)[:, None], (WIN, COLS))
+    m2, h2, u2 = _combine(m, h, u, tl.gather(m, idx, 0) + c[None, :], tl.gather(h, idx, 0),
+                          tl.gather(u, idx, 0))
+    has = ((w >= s) & (row >= s))[:, None]
+    return tl.where(has, m2, m), tl.where(has, h2, h), tl.where(has, u2, u)
+
+
+@triton.jit
+def _geometry(q0, pid_c, L, nres, d_lo, d_hi, WIN: tl.constexpr, BLOCK_R: tl.constexpr,
+              BLOCK_D: tl.constexpr, REV: tl.constexpr):
+    """Window of a program: rows q0 .. q0+WIN-1, a block of residues x channels.
+
+    Returns (w, row, d, pm, ok): window rows (WIN,), absolute rows (WIN,), channels
+    (COLS,), memory position (WIN, COLS) int64 and ok (WIN, COLS): the element exists.
+    """
+    w = tl.arange(0, WIN)
+    row = q0 + w
+    j = tl.arange(0, BLOCK_R * BLOCK_D)
+    n_rb = (nres + BLOCK_R - 1) // BLOCK_R
+    r = (pid_c % n_rb) * BLOCK_R + j // BLOCK_D
+    d = d_lo + (pid_c // n_rb) * BLOCK_D + j % BLOCK_D
+    p = row.to(tl.int64)[:, None] * nres + r[None, :]
+    ok = (row >= 0)[:, None] & (p < L) & ((r < nres) & (d < d_hi))[None, :]
+    if REV:
+        p = L - 1 - p
+    return w, row, d, p, ok
+
+
+@triton.jit
+def _load_state(x1_ptr, x2_ptr, mask_ptr, s1b, s1l, s2b, s2l, b, pm, d, ok, L,
+                FIRST: tl.constexpr, HAS_MASK: tl.constexpr, STATE: tl.constexpr,
+                NEG: tl.constexpr):
+    """(m, h, real) of the pass input: (A, V) or (log U, O); padding is (NEG, 0)."""
+    real = ok
+    if FIRST:
+        if HAS_MASK:
+            real = ok & (tl.load(mask_ptr + b * L + pm, mask=ok, other=0) != 0)
+    neg = tl.full(pm.shape, NEG, STATE)
+    m = tl.load(x1_ptr + b * s1b + pm * s1l + d[None, :], mask=real, other=0).to(STATE)
+    h = tl.load(x2_ptr + b * s2b + pm * s2l + d[None, :], mask=real, other=0).to(STATE)
+    return tl.where(real, m, neg), h, real
+
+
+@triton.jit
+def _forward_levels(m, h, u, logw_ptr, D, lo, d, dmask, w, row, NL: tl.constexpr,
+                    WIN: tl.constexpr, COLS: tl.constexpr, STATE: tl.constexpr):
+    """Levels lo .. lo+NL-1 of the pass, in order."""
+    for k in tl.static_range(NL):
+        c = tl.load(logw_ptr + (lo + k) * D + d, mask=dmask, other=0).to(STATE)
+        m, h, u = _level_fwd(m, h, u, c, w, row, 1 << k, WIN, COLS)
+    return m, h, u
+
+
+# ----------------------------------------------------------------------------------------
+# Forward pass
+# ----------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _fwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, logw_ptr, y1_ptr, y2_ptr,
+                     s1b, s1l, s2b, s2l, L, D, d_lo, d_hi, lo, nres, nq,
+                     NL: tl.constexpr, TILE: tl.constexpr, WIN: tl.constexpr,
+                     HALO: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+                     REV: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr,
+                     HAS_MASK: tl.constexpr, STATE: tl.constexpr, NEG: tl.constexpr):
+    """One pass: levels lo .. lo+NL-1 over rows of ``nres`` residues, tile TILE rows.
+
+    Input (x1, x2): (A, V) with strides (s*b, s*l, 1) when FIRST, else the previous
+    pass's (log U, O).  Output: (log U, O) float state, or O alone (y2) when LAST.
+    Grid: (nq * column blocks, B); the tile index varies fastest.
+    """
+    pid = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    q = pid % nq
+    q0 = (q - HALO) * TILE
+    w, row, d, pm, ok = _geometry(q0, pid // nq, L, nres, d_lo, d_hi, WIN, BLOCK_R, BLOCK_D,
+                                  REV)
+    COLS: tl.constexpr = BLOCK_R * BLOCK_D
+    m, h, real = _load_state(x1_ptr, x2_ptr, mask_ptr, s1b, s1l, s2b, s2l, b, pm, d, ok, L,
+                             FIRST, HAS_MASK, STATE, NEG)
+    u = tl.full((WIN, COLS), 1.0, STATE)
+    m, h, u = _forward_levels(m, h, u, logw_ptr, D, lo, d, d < d_hi, w, row, NL, WIN, COLS,
+                              STATE)
+    out = ok & (w >= WIN - TILE)[:, None]
+    offs = (b * L + pm) * D + d[None, :]
+    if LAST:
+        tl.store(y2_ptr + offs, (h / u).to(y2_ptr.dtype.element_ty), mask=out)
+    else:
+        tl.store(y1_ptr + offs, m + tl.log(u), mask=out)
+        tl.store(y2_ptr + offs, h / u, mask=out)
+
+
+# ----------------------------------------------------------------------------------------
+# Backward pass
+# ----------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _adjoint_from_grad(g_ptr, sgb, sgl, b, pm, d, ok, m, h, u, STATE: tl.constexpr,
+                       NEG: tl.constexpr):
+    """(bm, b1, b2) = (-log U, G, G O) from the final forward state; 0 out of reach."""
+    live = ok & (m > NEG * 0.5)
+    g = tl.load(g_ptr + b * sgb + pm * sgl + d[None, :], mask=live, other=0).to(STATE)
+    bm = tl.where(live, -(m + tl.log(u)), tl.full(m.shape, NEG, STATE))
+    return bm, g, g * (h / u)
+
+
+@triton.jit
+def _dlogw_term(bm, b1, b2, fm, fh, fu, c, w, sel, s, WIN: tl.constexpr, COLS: tl.constexpr):
+    """Level term of d log_w per source row, and the adjoint's partner (rows + s)."""
+    has = (w + s < WIN)[:, None]
+    idx = tl.broadcast_to(tl.minimum(w + s, WIN - 1)[:, None], (WIN, COLS))
+    bmp = tl.gather(bm, idx, 0) + c[None, :]
+    b1p = tl.gather(b1, idx, 0)
+    b2p = tl.gather(b2, idx, 0)
+    term = tl.exp(bmp + fm) * (fh * b1p - fu * b2p)
+    term = tl.where(sel & has, term, 0.0)
+    return term, bmp, b1p, b2p, has
+
+
+@triton.jit
+def _bwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, logw_ptr, g_ptr, bi_m, bi_1, bi_2,
+                     bo_m, bo_1, bo_2, part_ptr,
+                     s1b, s1l, s2b, s2l, sgb, sgl, L, D, d_lo, d_hi, lo, nres, nq, n_rb,
+                     NL: tl.constexpr, TILE: tl.constexpr, WIN: tl.constexpr,
+                     HALO: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+                     REV: tl.constexpr, FIRST: tl.constexpr, TOP: tl.constexpr,
+                     HAS_MASK: tl.constexpr, STATE: tl.constexpr, NEG: tl.constexpr):
+    """Adjoint of one pass, and its levels' d log_w partial sums.
+
+    Adjoint input: the output gradient G (strided) when TOP (last pass), else the
+    (bm, b1, b2) buffers of the pass above.  Output: (dA, dV) into (bo_1, bo_2) when FIRST,
+    else (bm, b1, b2) into bo_*.  part: (B, nq, n_rb, NL, D) float, this program's slot
+    holding its sum of every level's term.  Grid: (nq * column blocks, B), where nq counts
+    one program more than tiles when HALO (the window is [(q-1) TILE, (q+1) TILE)).
+    """
+    pid = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    q = pid % nq
+    pid_c = pid // nq
+    w, row, d, pm, ok = _geometry((q - HALO) * TILE, pid_c, L, nres, d_lo, d_hi, WIN,
+                                  BLOCK_R, BLOCK_D, REV)
+    COLS: tl.constexpr = BLOCK_R * BLOCK_D
+    dmask = d < d_hi
+    fm0, fh0, real = _load_state(x1_ptr, x2_ptr, mask_ptr, s1b, s1l, s2b, s2l, b, pm, d, ok,
+                                 L, FIRST, HAS_MASK, STATE, NEG)
+    fu0 = tl.full((WIN, COLS), 1.0, STATE)
+    offs = (b * L + pm) * D + d[None, :]
+    if TOP:
+        m, h, u = _forward_levels(fm0, fh0, fu0, logw_ptr, D, lo, d, dmask, w, row, NL, WIN,
+                                  COLS, STATE)
+        bm, b1, b2 = _adjoint_from_grad(g_ptr, sgb, sgl, b, pm, d, ok, m, h, u, STATE, NEG)
+    else:
+        bm = tl.load(bi_m + offs, mask=ok, other=NEG)
+        b1 = tl.load(bi_1 + offs, mask=ok, other=0)
+        b2 = tl.load(bi_2 + offs, mask=ok, other=0)
+    part = part_ptr + ((b * nq + q) * n_rb + pid_c % n_rb) * NL * D
+    d_blk = d_lo + (pid_c // n_rb) * BLOCK_D + tl.arange(0, BLOCK_D)
+    for kk in tl.static_range(NL):
+        k: tl.constexpr = NL - 1 - kk
+        fm, fh, fu = _forward_levels(fm0, fh0, fu0, logw_ptr, D, lo, d, dmask, w, row, k,
+                                     WIN, COLS, STATE)
+        c = tl.load(logw_ptr + (lo + k) * D + d, mask=dmask, other=0).to(STATE)
+        src = (w >= (1 << k) * HALO) & (w < (1 << k) * HALO + TILE)
+        term, bmp, b1p, b2p, has = _dlogw_term(bm, b1, b2, fm, fh, fu, c, w,
+                                               ok & src[:, None], 1 << k, WIN, COLS)
+        acc = tl.reduce(tl.reshape(tl.reduce(term, 0, _SUM), (BLOCK_R, BLOCK_D)), 0, _SUM)
+        tl.store(part + k * D + d_blk, acc, mask=d_blk < d_hi)
+        m2, c1, c2 = _combine(bm, b1, b2, bmp, b1p, b2p)
+        bm, b1, b2 = tl.where(has, m2, bm), tl.where(has, c1, b1), tl.where(has, c2, b2)
+    out = ok & (w < TILE)[:, None]
+    if FIRST:
+        e = tl.where(real, tl.exp(fm0 + bm), 0.0)
+        dv = e * b1
+        da = tl.where(real, fh0 * dv - e * b2, 0.0)
+        tl.store(bo_1 + offs, da.to(bo_1.dtype.element_ty), mask=out)
+        tl.store(bo_2 + offs, dv.to(bo_2.dtype.element_ty), mask=out)
+    else:
+        tl.store(bo_m + offs, bm, mask=out)
+        tl.store(bo_1 + offs, b1, mask=out)
+        tl.store(bo_2 + offs, b2, mask=out)
+
+
+# ----------------------------------------------------------------------------------------
+# Decoding
+# ----------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _extend_kernel(a_ptr, v_ptr, valid_ptr, logw_ptr, rm_ptr, rh_ptr, ru_ptr, out_ptr,
+                   sab, sat, svb, svt, B, T, D, nlev, t0, cpass,
+                   HAS_MASK: tl.constexpr, BLOCK_D: tl.constexpr, STATE: tl.constexpr,
+                   NEG: tl.constexpr):
+    """Tokens t0 .. t0+T-1 of one batch row and channel block, in order.
+
+    Ring rows as in ``scan_torch.extend``: level k owns rows [2^k - 1, 2^(k+1) - 1) of
+    (rows, B, D), row (2^k - 1) + (t mod 2^k) holding position t's state before level k.
+    After every ``cpass`` levels the state takes the form the full pass hands from one
+    pass to the next, so the outputs are bitwise those of the full pass.
+    """
+    b = tl.program_id(1).to(tl.int64)
+    d = tl.program_id(0) * BLOCK_D + tl.arange(0, BLOCK_D)
+    dm = d < D
+    for tt in range(T):
+        t = t0 + tt
+        real = dm
+        if HAS_MASK:
+            real = dm & (tl.load(valid_ptr + b * T + tt + d * 0) != 0)  # a (BLOCK_D,) mask
+        m = tl.load(a_ptr + b * sab + tt * sat + d, mask=real, other=0).to(STATE)
+        m = tl.where(real, m, tl.full((BLOCK_D,), NEG, STATE))
+        h = tl.load(v_ptr + b * svb + tt * svt + d, mask=real, other=0).to(STATE)
+        u = tl.full((BLOCK_D,), 1.0, STATE)
+        for k in range(nlev):
+            s = 1 << k
+            offs = (((s - 1) + (t & (s - 1))) * B + b) * D + d
+            if t >= s:
+                c = tl.load(logw_ptr + k * D + d, mask=dm, other=0)
+                mp = tl.load(rm_ptr + offs, mask=dm, other=0) + c
+                hp = tl.load(rh_ptr + offs, mask=dm, other=0)
+                up = tl.load(ru_ptr + offs, mask=dm, other=1)
+                tl.store(rm_ptr + offs, m, mask=dm)
+                tl.store(rh_ptr + offs, h, mask=dm)
+                tl.store(ru_ptr + offs, u, mask=dm)
+                m, h, u = _combine(m, h, u, mp, hp, up)
+            else:
+                tl.store(rm_ptr + offs, m, mask=dm)
+                tl.store(rh_ptr + offs, h, mask=dm)
+                tl.store(ru_ptr + offs, u, mask=dm)
+            if (k + 1) % cpass == 0:
+                m = m + tl.log(u)
+                h = h / u
+                u = tl.full((BLOCK_D,), 1.0, STATE)
+        tl.store(out_ptr + (b * T + tt) * D + d, (h / u).to(out_ptr.dtype.element_ty), mask=dm)
+
+
+# ----------------------------------------------------------------------------------------
+# Host side
+# ----------------------------------------------------------------------------------------
+
+
+class _Pass:
+    """Levels [lo, lo + nl) along rows of ``nres = 2^lo`` residues, in tiles of ``tile`` rows
+    (with a halo of one tile before each when ``halo``); ``nq`` tiles."""
+
+    def __init__(self, lo: int, nl: int, length: int, last: bool):
+        self.lo, self.nl, self.nres = lo, nl, 1 << lo
+        self.halo = 0 if last else 1
+        self.tile = 1 << nl
+        self.win = self.tile * (1 + self.halo)
+        self.nq = triton.cdiv(triton.cdiv(length, self.nres), self.tile)
+
+    def blocks(self, width: int) -> tuple[int, int]:
+        """(BLOCK_R, BLOCK_D) for a channel range of ``width``."""
+        block_d = min(MAX_BLOCK_D, triton.next_power_of_2(width))
+        fill = max(1, TILE_ELEMENTS // (self.win * block_d))
+        return min(triton.next_power_of_2(self.nres), fill), block_d
+
+
+def plan(length: int, nlev: int) -> list[_Pass]:
+    """The passes of a scan over ``length`` positions with ``nlev`` levels (at least one)."""
+    c = LEVELS_PER_PASS
+    los = list(range(0, max(nlev, 1), c))
+    return [_Pass(lo, min(c, nlev - lo), length, i == len(los) - 1) for i, lo in enumerate(los)]
+
+
+def _state(dtype: torch.dtype):
+    """(tl state dtype, NEG sentinel) for a compute dtype (float32 or float64)."""
+    return (tl.float64, -1e300) if dtype == torch.float64 else (tl.float32, -1e30)
+
+
+def _device(x: torch.Tensor):
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+
+
+def _common(ps: _Pass, x, part: slice, mask, log_w, first: bool):
+    """Arguments shared by the forward and backward launches of one pass and part."""
+    x1, x2 = x
+    B, L, D = x1.shape
+    block_r, block_d = ps.blocks(part.stop - part.start)
+    n_rb = triton.cdiv(ps.nres, block_r)
+    n_cb = n_rb * triton.cdiv(part.stop - part.start, block_d)
+    state, neg = _state(log_w.dtype)
+    strides = (x1.stride(0), x1.stride(1), x2.stride(0), x2.stride(1))
+    consts = dict(NL=ps.nl, TILE=ps.tile, WIN=ps.win, HALO=ps.halo, BLOCK_R=block_r,
+                  BLOCK_D=block_d, HAS_MASK=first and mask is not None, STATE=state, NEG=neg,
+                  num_warps=NUM_WARPS)
+    return B, L, D, n_rb, n_cb, strides, consts
+
+
+def _launch_fwd(ps: _Pass, x, y, mask, log_w, part: slice, rev: bool, first: bool,
+                last: bool) -> None:
+    B, L, D, _, n_cb, strides, consts = _common(ps, x, part, mask, log_w, first)
+    mask_arg = x[0] if mask is None else mask
+    _fwd_pass_kernel[(ps.nq * n_cb, B)](
+        x[0], x[1], mask_arg, log_w, y[0], y[1], *strides, L, D, part.start, part.stop, ps.lo,
+        ps.nres, ps.nq, REV=rev, FIRST=first, LAST=last, **consts)
+
+
+def _launch_bwd(ps: _Pass, x, adj, out, mask, log_w, part: slice, rev: bool,
+                first: bool) -> torch.Tensor:
+    """Run one backward pass on ``part``; returns its d log_w rows (nl, D) float64."""
+    B, L, D, n_rb, n_cb, strides, consts = _common(ps, x, part, mask, log_w, first)
+    nq = ps.nq + ps.halo
+    top = isinstance(adj, torch.Tensor)
+    g = adj if top else x[0]
+    bi = (x[0],) * 3 if top else adj
+    part_sums = torch.zeros((B, nq, n_rb, ps.nl, D), dtype=log_w.dtype, device=log_w.device)
+    _bwd_pass_kernel[(nq * n_cb, B)](
+        x[0], x[1], x[0] if mask is None else mask, log_w, g, *bi, *out, part_sums, *strides,
+        g.stride(0), g.stride(1), L, D, part.start, part.stop, ps.lo, ps.nres, nq, n_rb,
+        REV=rev, FIRST=first, TOP=top, **consts)
+    return part_sums.sum((0, 1, 2), dtype=torch.float64)
+
+
+def fwd(a, v, log_w, mask, split: int, nlev: int) -> torch.Tensor:
+    """O = H / U in ``a``'s dtype.
+
+    a, v: (B, L, D) any float dtype, unit channel stride; log_w: (>= nlev, D) contiguous in
+    the state dtype (float32, or float64 for float64 inputs); mask: (B, L) bool or None.
+    Channels [0, split) are causal, [split, D) anti-causal.
+    """
+    B, L, D = a.shape
+    out = torch.empty((B, L, D), dtype=a.dtype, device=a.device)
+    if out.numel() == 0:
+        return out
+    passes, mask = plan(L, nlev), None if mask is None else mask.contiguous()
+    x = (a, v)
+    with _device(a):
+        for i, ps in enumerate(passes):
+            last = i == len(passes) - 1
+            y = (out, out) if last else _buffers(a, log_w.dtype, 2)
+            for part, rev in _parts(D, split):
+                _launch_fwd(ps, x, y, mask, log_w, part, rev, i == 0, last)
+            x = y
+    return out
+
+
+def _buffers(a: torch.Tensor, dtype: torch.dtype, n: int):
+    return tuple(torch.empty(a.shape, dtype=dtype, device=a.device) for _ in range(n))
+
+
+def bwd(a, v, log_w, mask, grad, split: int, nlev: int):
+    """Gradients (dA, dV, dlog_w) of ``sum(grad * fwd(...))``.
+
+    a, v, grad: (B, L, D) unit channel stride; dA, dV in ``a``'s dtype; dlog_w (nlev, D)
+    float64.  Recomputes the forward intermediates, then runs the passes backwards.
+    """
+    B, L, D = a.shape
+    da = torch.empty((B, L, D), dtype=a.dtype, device=a.device)
+    dv = torch.empty_like(da)
+    dlogw = torch.zeros((nlev, D), dtype=torch.float64, device=a.device)
+    if da.numel() == 0:
+        return da, dv, dlogw
+    passes, mask = plan(L, nlev), None if mask is None else mask.contiguous()
+    with _device(a):
+        xs = [(a, v)]
+        for i, ps in enumerate(passes[:-1]):
+            xs.append(_buffers(a, log_w.dtype, 2))
+            for part, rev in _parts(D, split):
+                _launch_fwd(ps, xs[-2], xs[-1], mask, log_w, part, rev, i == 0, False)
+        adj = grad
+        for i in reversed(range(len(passes))):
+            ps, x = passes[i], xs.pop()
+            out = (da, da, dv) if i == 0 else _buffers(a, log_w.dtype, 3)
+            for part, rev in _parts(D, split):
+                dlogw[ps.lo : ps.lo + ps.nl] += _launch_bwd(ps, x, adj, out, mask, log_w, part,
+                                                            rev, i == 0)
+            adj = out
+    return da, dv, dlogw
+
+
+def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> torch.Tensor:
+    """Decode tokens t0 .. t0+T-1 in one launch; contract of ``scan_torch.extend``.
+
+    a, v: (B, T, D) in the state dtype; valid: (B, T) bool or None; ring_*:
+    (2^nlev - 1, B, D) contiguous.  Returns O (B, T, D), bitwise ``fwd``'s outputs.
+    """
+    B, T, D = a.shape
+    out = torch.empty((B, T, D), dtype=a.dtype, device=a.device)
+    if out.numel() == 0:
+        return out
+    state, neg = _state(log_w.dtype)
+    block_d = min(256, triton.next_power_of_2(D))
+    mask_arg = a if valid is None else valid.contiguous()
+    with _device(a):
+        _extend_kernel[(triton.cdiv(D, block_d), B)](
+            a, v, mask_arg, log_w, ring_m, ring_h, ring_u, out, a.stride(0), a.stride(1),
+            v.stride(0), v.stride(1), B, T, D, nlev, t0, LEVELS_PER_PASS,
+            HAS_MASK=valid is not None, BLOCK_D=block_d, STATE=state, NEG=neg, num_warps=4)
+    return out

@@ -1,0 +1,391 @@
+"""The Triton backend of weird_scan: exact against the float64 reference.
+
+Without a GPU the kernels run on CPU tensors through the Triton interpreter: this module
+imports ``weirdnet.ops.scan_triton`` with ``TRITON_INTERPRET=1`` (and restores the
+variable), so the interpreter serves these tests and nothing else in the process.  Small
+``LEVELS_PER_PASS`` values make short sequences take the multi-pass path with halos that a
+GPU takes from L = 257 on.  With CUDA the same tests run compiled, plus the full sizes.
+"""
+
+import importlib
+import math
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="triton is not installed (pip install 'weirdnet[triton]')")
+
+from test_scan import make_inputs, reach_mask  # noqa: E402
+from weirdnet.ops import (  # noqa: E402
+    WeirdScanCache,
+    scan,
+    weird_scan,
+    weird_scan_bidirectional,
+    weird_scan_reference,  # noqa: E402
+)
+
+from conftest import rel_err  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+
+
+def _import_kernels():
+    """``weirdnet.ops.scan_triton``, built for the interpreter when there is no GPU."""
+    if CUDA:
+        return importlib.import_module("weirdnet.ops.scan_triton")
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        return importlib.import_module("weirdnet.ops.scan_triton")
+    finally:
+        if old is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+
+
+st = _import_kernels()
+if not CUDA and not st.INTERPRETED:
+    pytest.skip("weirdnet.ops.scan_triton was imported for a GPU before this module, and "
+                "there is no GPU", allow_module_level=True)
+
+cuda_only = pytest.mark.skipif(not CUDA, reason="full sizes need a GPU (interpreter too slow)")
+
+# (L, levels per pass): the default (one pass up to L = 256, two beyond) and small passes,
+# which give 2 to 9 passes with halos at these lengths.
+CASES = [(1, 8), (2, 8), (3, 8), (7, 8), (37, 8), (100, 8), (300, 8),
+         (2, 1), (7, 1), (37, 2), (100, 3)]
+
+
+@pytest.fixture
+def passes(monkeypatch):
+    """Set the kernels' levels per pass (and tile size) for one test."""
+
+    def configure(levels: int, tile_elements: int | None = None):
+        monkeypatch.setattr(st, "LEVELS_PER_PASS", levels)
+        if tile_elements is not None:
+            monkeypatch.setattr(st, "TILE_ELEMENTS", tile_elements)
+
+    return configure
+
+
+def on_device(*xs):
+    return [None if x is None else x.to(DEVICE) for x in xs]
+
+
+def reference(a, v, log_w, mask, reverse):
+    """Float64 reference; reverse=None is the bidirectional form (split D // 2)."""
+    if reverse is not None:
+        return weird_scan_reference(a, v, log_w, reverse=reverse, mask=mask)
+    h = a.shape[-1] // 2
+    halves = [weird_scan_reference(a[..., s], v[..., s], log_w[:, s], reverse=r, mask=mask)
+              for s, r in ((slice(0, h), False), (slice(h, None), True))]
+    return torch.cat(halves, -1)
+
+
+def run(a, v, log_w, mask, reverse):
+    if reverse is None:
+        return weird_scan_bidirectional(a, v, log_w, mask=mask, backend="triton")
+    return weird_scan(a, v, log_w, reverse=reverse, mask=mask, backend="triton")
+
+
+def keep_mask(mask, B, L, reverse):
+    """(B, L, D-broadcastable) outputs with a real token in reach (reference finite)."""
+    if reverse is not None:
+        return reach_mask(mask, B, L, reverse)
+    return reach_mask(mask, B, L, False) & reach_mask(mask, B, L, True)
+
+
+@pytest.mark.parametrize("L,levels", CASES)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_forward_matches_reference(passes, L, levels, reverse):
+    passes(levels)
+    B, D = 2, 5 if L < 300 else 3
+    a, v, log_w, mask = make_inputs(B, L, D, seed=L + levels)
+    ref = weird_scan_reference(a, v, log_w, reverse=reverse, mask=mask)
+    keep = reach_mask(mask, B, L, reverse).expand_as(ref)
+    for dtype, tol in [(torch.float64, 1e-12), (torch.float32, 2e-6)]:
+        xs = on_device(a.to(dtype), v.to(dtype), log_w.to(dtype), mask)
+        out = weird_scan(*xs[:3], reverse=reverse, mask=xs[3], backend="triton").cpu()
+        assert out.dtype == dtype and out.shape == (B, L, D)
+        assert torch.isfinite(out).all(), "padded or unreachable outputs must be finite"
+        assert rel_err(out[keep], ref[keep]) <= tol
+
+
+def test_many_channel_blocks_and_batch_rows(passes):
+    """D = 37: three channel blocks, the last one partial; residue blocks in later passes."""
+    passes(2)
+    B, L, D = 3, 45, 37
+    a, v, log_w, mask = make_inputs(B, L, D, seed=37)
+    ref = weird_scan_reference(a, v, log_w, mask=mask)
+    keep = reach_mask(mask, B, L, False).expand_as(ref)
+    out = weird_scan(*on_device(a.float(), v.float(), log_w.float()), mask=mask.to(DEVICE),
+                     backend="triton").cpu()
+    assert rel_err(out[keep], ref[keep]) <= 2e-6
+
+
+# (L, levels, reverse, dtype): every length and pass structure in float64 (exactness), and
+# float32 where it adds a path; reverse=None is the bidirectional form.
+GRAD_CASES = [
+    (1, 8, False, torch.float32), (2, 8, True, torch.float32), (3, 8, None, torch.float64),
+    (7, 8, False, torch.float64), (37, 8, True, torch.float32), (100, 8, None, torch.float32),
+    (100, 8, False, torch.float64), (300, 8, True, torch.float64),
+    (300, 8, None, torch.float32), (7, 1, True, torch.float64), (7, 1, None, torch.float32),
+    (37, 2, False, torch.float64), (37, 2, True, torch.float32), (100, 3, None, torch.float64),
+]
+
+
+@pytest.mark.parametrize("L,levels,reverse,dtype", GRAD_CASES)
+def test_gradients_match_reference(passes, L, levels, reverse, dtype):
+    passes(levels)
+    B, D = 2, 5 if L < 300 else 3
+    a, v, log_w, mask = make_inputs(B, L, D, seed=10 + L + levels)
+    keep = keep_mask(mask, B, L, reverse)
+    grad = torch.randn(B, L, D, dtype=torch.float64) * keep
+    leaves = [x.clone().requires_grad_() for x in (a, v, log_w)]
+    ref = reference(*leaves, mask, reverse)
+    ref_grads = torch.autograd.grad(ref.nan_to_num(), leaves, grad)
+
+    xs = [x.detach().to(dtype).to(DEVICE).requires_grad_() for x in (a, v, log_w)]
+    mask_d, = on_device(mask)
+    out = run(*xs, mask_d, reverse)
+    assert rel_err(out.cpu()[keep.expand_as(ref)], ref[keep.expand_as(ref)]) <= 2e-6
+    grads = torch.autograd.grad(out, xs, grad.to(dtype).to(DEVICE))
+    tol = 1e-11 if dtype == torch.float64 else 2e-6
+    for name, got, want in zip(("a", "v", "log_w"), grads, ref_grads):
+        assert got.dtype == dtype and torch.isfinite(got).all()
+        assert rel_err(got.cpu(), want) <= tol, name
+
+
+@pytest.mark.parametrize("levels", [2, 8])
+def test_bidirectional_is_forward_then_backward_halves(passes, levels):
+    passes(levels)
+    a, v, log_w, mask = on_device(*make_inputs(2, 45, 9, seed=3))
+    out = weird_scan_bidirectional(a, v, log_w, mask=mask, backend="triton")
+    fwd = weird_scan(a[..., :4], v[..., :4], log_w[:, :4], mask=mask, backend="triton")
+    bwd = weird_scan(a[..., 4:], v[..., 4:], log_w[:, 4:], mask=mask, reverse=True,
+                     backend="triton")
+    assert torch.equal(out, torch.cat([fwd, bwd], -1))
+
+
+@pytest.mark.parametrize("dtype,tol,gtol", [(torch.bfloat16, 1e-2, 2e-2),
+                                            (torch.float16, 2e-3, 4e-3)])
+@pytest.mark.parametrize("levels", [3, 8])
+def test_half_precision_inputs_float32_state(passes, dtype, tol, gtol, levels):
+    """bf16/fp16 in and out, float32 state: errors are the output's own rounding."""
+    passes(levels)
+    B, L, D = 2, 100, 6
+    a, v, log_w, mask = make_inputs(B, L, D, seed=16)
+    a, v = a.to(dtype), v.to(dtype)  # the reference sees the rounded inputs
+    keep = reach_mask(mask, B, L, False)
+    grad = (torch.randn(B, L, D, dtype=torch.float64) * keep).to(dtype)
+    leaves = [x.double().requires_grad_() for x in (a, v, log_w)]
+    ref = weird_scan_reference(*leaves, mask=mask)
+    ref_grads = torch.autograd.grad(ref.nan_to_num(), leaves, grad.double())
+
+    xs = [x.detach().to(DEVICE).requires_grad_() for x in (a, v, log_w.float())]
+    out = weird_scan(*xs, mask=mask.to(DEVICE), backend="triton")
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    k = keep.expand_as(ref)
+    assert rel_err(out.cpu()[k], ref[k]) <= tol
+    grads = torch.autograd.grad(out, xs, grad.to(DEVICE))
+    assert [g.dtype for g in grads] == [dtype, dtype, torch.float32]
+    for name, got, want in zip(("a", "v", "log_w"), grads, ref_grads):
+        assert rel_err(got.cpu(), want) <= gtol, name
+
+
+def test_nan_fails_the_error_measure_and_extremes_stay_finite(passes):
+    """rel_err turns any NaN into inf; logits of +-120 and log-weights of +-60 stay exact."""
+    assert rel_err(torch.tensor([float("nan"), 1.0]), torch.ones(2)) == math.inf
+    passes(3)
+    a, v, log_w, mask = make_inputs(2, 100, 4, seed=5, scale=40.0)
+    log_w = log_w * 10
+    ref = weird_scan_reference(a, v, log_w, mask=mask)
+    keep = reach_mask(mask, 2, 100, False).expand_as(ref)
+    xs = [x.float().to(DEVICE).requires_grad_() for x in (a, v, log_w)]
+    out = weird_scan(*xs, mask=mask.to(DEVICE), backend="triton")
+    assert torch.isfinite(out).all()
+    assert rel_err(out.cpu()[keep], ref[keep]) <= 2e-6
+    out.sum().backward()
+    assert all(torch.isfinite(x.grad).all() for x in xs)
+
+
+def test_fully_padded_rows_are_finite_and_get_zero_gradient(passes):
+    passes(2)
+    a, v, log_w, _ = make_inputs(2, 20, 5, seed=1)
+    mask = torch.zeros(2, 20, dtype=torch.bool)
+    mask[1, 10:] = True
+    xs = [x.float().to(DEVICE).requires_grad_() for x in (a, v, log_w)]
+    out = weird_scan(*xs, mask=mask.to(DEVICE), backend="triton")
+    assert torch.isfinite(out).all()
+    assert torch.equal(out[0], torch.zeros_like(out[0]))  # no real token: O = 0
+    out.sum().backward()
+    pad = ~mask.to(DEVICE)
+    assert torch.equal(xs[0].grad[pad], torch.zeros_like(xs[0].grad[pad]))
+    assert torch.equal(xs[1].grad[pad], torch.zeros_like(xs[1].grad[pad]))
+    assert all(torch.isfinite(x.grad).all() for x in xs)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_exact_causality_float32(passes, reverse):
+    """Changing tokens from position t on leaves every earlier output bitwise unchanged,
+    across tiles, halos and passes."""
+    passes(2)
+    B, L, D, t = 2, 70, 6, 29
+    a, v, log_w, mask = make_inputs(B, L, D, seed=7, scale=4.0)
+    a, v, log_w = a.float(), v.float(), log_w.float()
+    a2, v2, mask2 = a.clone(), v.clone(), mask.clone()
+    later = slice(t, None) if not reverse else slice(None, t + 1)
+    a2[:, later] = torch.randn_like(a2[:, later]) * 30
+    v2[:, later] += 100.0
+    mask2[:, later] = ~mask2[:, later]
+    out1 = weird_scan(*on_device(a, v, log_w), reverse=reverse, mask=mask.to(DEVICE),
+                      backend="triton")
+    out2 = weird_scan(*on_device(a2, v2, log_w), reverse=reverse, mask=mask2.to(DEVICE),
+                      backend="triton")
+    earlier = slice(None, t) if not reverse else slice(t + 1, None)
+    assert torch.equal(out1[:, earlier], out2[:, earlier])
+
+
+@pytest.mark.parametrize("levels", [2, 8])
+def test_decoding_is_bitwise_the_full_pass(passes, levels):
+    passes(levels)
+    B, L, D = 3, 29, 6
+    a, v, log_w, mask = make_inputs(B, L, D, seed=29)
+    a, v, log_w, mask = on_device(a.float(), v.float(), log_w.float(), mask)
+    full = weird_scan(a, v, log_w, mask=mask, backend="triton")
+    cache = WeirdScanCache(log_w, B, backend="triton")  # 5 levels: up to 32 tokens
+    cut = 11
+    prefix = cache.extend(a[:, :cut], v[:, :cut], mask[:, :cut])
+    steps = [cache.step(a[:, t], v[:, t], mask[:, t]) for t in range(cut, L)]
+    assert torch.equal(torch.cat([prefix, torch.stack(steps, 1)], 1), full)
+
+
+def test_noncontiguous_inputs_extra_levels_and_empty(passes):
+    passes(2)
+    a, v, log_w, mask = make_inputs(2, 30, 8, seed=5)
+    a, v, log_w, mask = on_device(a.float(), v.float(), log_w.float(), mask)
+    base = weird_scan(a, v, log_w, mask=mask, backend="triton")
+    wide = torch.cat([a, a], -1)[..., 8:]
+    vt = v.transpose(0, 1).contiguous().transpose(0, 1)
+    extra = torch.cat([log_w, torch.randn(3, 8, device=DEVICE)])
+    assert torch.equal(weird_scan(wide, vt, extra, mask=mask, backend="triton"), base)
+    empty = weird_scan(a[:, :0].requires_grad_(), v[:, :0], log_w, backend="triton")
+    assert empty.shape == (2, 0, 8)
+
+
+def test_autograd_saves_only_the_inputs():
+    B, L, D = 2, 64, 8
+    a, v, log_w, mask = make_inputs(B, L, D, seed=11)
+    a, v, log_w = (x.float().to(DEVICE).requires_grad_() for x in (a, v, log_w))
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        weird_scan(a, v, log_w, mask=mask.to(DEVICE), backend="triton")
+    assert sum(saved) <= 2 * B * L * D + log_w.numel() + mask.numel()
+
+
+# ---------------------------------------------------------------------------------------
+# Dispatch
+# ---------------------------------------------------------------------------------------
+
+
+def test_dispatch_auto_and_forced(monkeypatch):
+    assert "triton" in scan.BACKENDS
+    cpu_auto = scan.resolve_backend(torch.device("cpu"))
+    assert cpu_auto in ("cpu", "torch")  # CPU tensors never pick Triton by themselves
+    assert scan.resolve_backend(torch.device("cuda")) == "triton"  # triton imports here
+    assert scan.resolve_backend(torch.device(DEVICE), "triton") == "triton"
+    monkeypatch.setenv("WEIRDNET_SCAN_BACKEND", "triton")
+    assert scan.resolve_backend(torch.device(DEVICE)) == "triton"
+
+
+def test_forcing_triton_on_cpu_without_the_interpreter_is_an_error(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(st, "INTERPRETED", False)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        weird_scan(torch.randn(1, 4, 2), torch.randn(1, 4, 2), torch.zeros(2, 2),
+                   backend="triton")
+    with pytest.raises(ValueError, match="CUDA tensors"):
+        scan.resolve_backend(torch.device("meta"), "triton")
+
+
+def test_without_triton_cuda_falls_back_and_forcing_names_the_cause(monkeypatch):
+    monkeypatch.setattr(scan, "_triton_module", lambda: None)
+    monkeypatch.setattr(scan, "_triton_import_error", "ImportError: no triton")
+    assert scan.resolve_backend(torch.device("cuda")) == "torch"
+    with pytest.raises(ValueError, match="triton does not import.*no triton"):
+        scan.resolve_backend(torch.device("cpu"), "triton")
+
+
+# ---------------------------------------------------------------------------------------
+# Long sequences
+# ---------------------------------------------------------------------------------------
+
+
+def paper_init_inputs(L, D, seed=64):
+    """A = X W_A, V = X W_V with the papers' initialisation, log_w = cumsum(w)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, L, D, generator=g)
+    w_a = torch.randn(D, D, generator=g) / math.sqrt(D)
+    w_v = torch.randn(D, D, generator=g) / math.sqrt(D)
+    return x @ w_a, x @ w_v, torch.randn(16, D, generator=g).cumsum(0)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2),
+                                       (torch.float16, 2e-3)])
+def test_stability_64k_forward(passes, dtype, tol):
+    """L = 65,536: finite and close to float64 in every input dtype.  In the interpreter
+    one wide tiling (11 levels per pass) keeps it to seconds: the running-max state that
+    makes it stable is the same in every tiling, and the tilings are checked above."""
+    D = 64 if CUDA else 8
+    if not CUDA:
+        passes(11, tile_elements=1 << 16)
+    a, v, log_w = paper_init_inputs(65536, D)
+    want = weird_scan(a.double(), v.double(), log_w.double(), backend="cpu" if
+                      scan._cpu_kernel.available() else "torch")
+    out = weird_scan(*on_device(a.to(dtype), v.to(dtype), log_w), backend="triton")
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    assert rel_err(out.cpu(), want) <= tol
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 3e-2),
+                                       (torch.float16, 3e-2)])
+def test_stability_64k_gradients_cuda(dtype, tol):
+    a, v, log_w = on_device(*paper_init_inputs(65536, 64))
+    ys = [x.double().requires_grad_() for x in (a, v, log_w)]
+    weird_scan(*ys, backend="torch").square().mean().backward()
+    xs = [a.to(dtype).requires_grad_(), v.to(dtype).requires_grad_(),
+          log_w.clone().requires_grad_()]
+    weird_scan(*xs, backend="triton").float().square().mean().backward()
+    for x, y in zip(xs, ys):
+        assert torch.isfinite(x.grad).all()
+        assert rel_err(x.grad, y.grad) <= tol
+
+
+@cuda_only
+@pytest.mark.parametrize("L", [1000, 4097, 16384, 65536])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_full_sizes_match_torch_backend_cuda(L, reverse):
+    """Default tiling at full sizes against the PyTorch backend in float64."""
+    B, D = 2, 64
+    a, v, log_w, mask = on_device(*make_inputs(B, L, D, seed=L, scale=1.0))
+    grad = torch.randn(B, L, D, dtype=torch.float64, device=DEVICE)
+    keep = reach_mask(mask.cpu(), B, L, reverse).to(DEVICE).expand(B, L, D)
+    results = {}
+    for dtype, backend in ((torch.float64, "torch"), (torch.float32, "triton")):
+        xs = [x.to(dtype).requires_grad_() for x in (a, v, log_w)]
+        out = weird_scan(*xs, reverse=reverse, mask=mask, backend=backend)
+        results[backend] = (out, torch.autograd.grad(out, xs, (grad * keep).to(dtype)))
+    (out, grads), (want, want_grads) = results["triton"], results["torch"]
+    assert torch.isfinite(out).all()
+    assert rel_err(out[keep], want[keep]) <= 2e-5
+    for got, ref in zip(grads, want_grads):
+        assert rel_err(got, ref) <= 1e-4
