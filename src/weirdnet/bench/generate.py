@@ -81,12 +81,12 @@ def _decode_steps(model, prompt, n: int, device) -> tuple[float, list[float]]:
 
 
 def _layer_step_us(mixer, context: int, device, repeats: int = 20) -> float:
-    """Median µs of one cached step of ``mixer`` after ``context`` tokens."""
+    """Median µs of one cached step of ``mixer`` at the end of ``context`` tokens."""
     import torch
 
-    with torch.no_grad():
-        cache = mixer.init_cache(1, context + repeats + 1)
-        mixer(torch.randn(1, context, mixer.dim, device=device), cache=cache)
+    with torch.no_grad():  # the steps fill positions context - repeats + 1 ... context
+        cache = mixer.init_cache(1, context)
+        mixer(torch.randn(1, context - repeats, mixer.dim, device=device), cache=cache)
         x = torch.randn(1, mixer.dim, device=device)
         times = []
         for _ in range(repeats):
@@ -141,8 +141,8 @@ def _markdown(doc: dict) -> str:
              f"- batch 1, float32, greedy; {c['new_tokens']} tokens decoded after a prompt "
              "of (context − new tokens); tokens/s = 1 / median step time (a step = logits "
              "of the last token, argmax, one cached pass through every layer)",
-             "- layer step: median of 20 cached steps of one mixer layer after `context` "
-             "tokens", ""]
+             "- layer step: median of the last 20 cached steps of one mixer layer (projections "
+             "included) up to `context` tokens", ""]
     header = ["context", "model", "tokens/s", "step ms", "prefill s", "weird layer µs",
               "softmax layer µs"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
