@@ -1,5 +1,6 @@
-"""Writers of small archives in the official layouts, for the data tests."""
+"""Writers of small archives in the official layouts, and other helpers of the data tests."""
 
+import importlib.metadata
 import io
 import tarfile
 import zipfile
@@ -22,3 +23,12 @@ def write_zip(path: Path, files: dict[str, bytes]) -> Path:
         for name, data in files.items():
             archive.writestr(name, data)
     return path
+
+
+def installed(name: str) -> bool:
+    """Whether the distribution ``name`` is installed (without importing it)."""
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True

