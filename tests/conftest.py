@@ -47,3 +47,23 @@ def random_log_w(levels: int, dim: int, mode: str = "cumexp", dtype=torch.float6
     if mode == "exp":
         return w
     return torch.zeros_like(w)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """For modules of small-tensor tests (``pytestmark = pytest.mark.usefixtures(
+    "one_thread")``): with one thread, a machine busy with other work does not make every
+    small op wait for a second OpenMP thread to be scheduled."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def random_padding_mask(B: int, L: int, g: torch.Generator) -> torch.Tensor:
+    """(B, L) bool, ~25% padding at random; row 0 fully real, the last row fully padded
+    (B >= 3)."""
+    mask = torch.rand(B, L, generator=g) > 0.25
+    mask[0] = True
+    mask[-1] = False
+    return mask

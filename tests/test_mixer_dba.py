@@ -19,27 +19,12 @@ from weirdnet.ops.dba import (
     dba_reference,
 )
 
-from conftest import rel_err
+from conftest import random_padding_mask, rel_err
 
 LENGTHS = [1, 7, 37, 1000]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These tests use small tensors: with one thread, a machine busy with other work
-    does not make every small op wait for a second OpenMP thread to be scheduled."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def random_mask(B, L, g):
-    """~25% padding at random; row 0 fully real, the last row fully padded (B >= 3)."""
-    mask = torch.rand(B, L, generator=g) > 0.25
-    mask[0] = True
-    mask[-1] = False
-    return mask
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def op_inputs(B, H, n, d, d_p, d_in, seed):
@@ -49,7 +34,7 @@ def op_inputs(B, H, n, d, d_p, d_in, seed):
     q, k, v = rn(B, H, n, d), rn(B, H, n, d), rn(B, H, n, d)
     z, r = rn(H, d_p, d) / math.sqrt(d), rn(H, d, d_in) / math.sqrt(d_in)
     wr, wc = rn(B, H, n, d_p), rn(B, H, n, d_p)
-    return (q, k, v, z, wr, wc, r), random_mask(B, n, g)
+    return (q, k, v, z, wr, wc, r), random_padding_mask(B, n, g)
 
 
 def assert_grads_close(got, want, tol, names):
@@ -93,7 +78,7 @@ def test_cross_op_matches_reference(L):
     rn = lambda *s: torch.randn(*s, dtype=torch.float64, generator=g)  # noqa: E731
     inputs = (rn(B, H, L, d), rn(B, H, d_p, d), rn(B, H, d_p, d), rn(B, H, d_p, d) / 3,
               rn(B, H, L, d_p), rn(H, d, d_in) / 3)
-    check_against(dba_cross_attention, dba_cross_reference, inputs, random_mask(B, L, g))
+    check_against(dba_cross_attention, dba_cross_reference, inputs, random_padding_mask(B, L, g))
 
 
 @pytest.mark.parametrize("per_sample_z", [False, True])
@@ -104,7 +89,7 @@ def test_compress_matches_reference(per_sample_z):
     values = torch.randn(B, 1, n, e, dtype=torch.float64, generator=g)
     z = torch.randn(*((B,) if per_sample_z else ()), H, d_p, d, dtype=torch.float64,
                     generator=g)
-    mask = random_mask(B, n, g)
+    mask = random_padding_mask(B, n, g)
     check_against(lambda k, v, zz, m: dba_compress(k, v, zz, m), dba_compress_reference,
                   (keys, values, z), mask)
     # keys as values: the fused backward
@@ -117,7 +102,7 @@ def test_fused_functions_gradcheck():
     rn = lambda *s: torch.randn(*s, dtype=torch.float64, generator=g,  # noqa: E731
                                 requires_grad=True)
     B, n, c = 3, 9, 5
-    mask = random_mask(B, n, g)
+    mask = random_padding_mask(B, n, g)
     for w_soft in (rn(3, c), rn(B, 3, c)):
         for w_lin, w_out in ((rn(2, c), rn(4, c)), (rn(0, c), rn(0, c))):
             args = (rn(B, n, c), w_soft, w_lin, w_out)
@@ -195,7 +180,7 @@ def test_self_layer_matches_reference(L):
     layer = DBAttention(24, heads=3, d_p=5, d_in=7)
     g = torch.Generator().manual_seed(L)
     x = torch.randn(3, L, 24, dtype=torch.float64, generator=g)
-    mask = random_mask(3, L, g)
+    mask = random_padding_mask(3, L, g)
     check_layer(layer, lambda m, x: m(x, mask), lambda m, x: self_reference(m, x, mask), [x])
 
 
@@ -207,7 +192,7 @@ def test_cross_layer_matches_reference(n, m):
     g = torch.Generator().manual_seed(n * m)
     x = torch.randn(3, n, 24, dtype=torch.float64, generator=g)
     context = torch.randn(3, m, 10, dtype=torch.float64, generator=g)
-    mask, context_mask = random_mask(3, n, g), random_mask(3, m, g).roll(1, 0)
+    mask, context_mask = random_padding_mask(3, n, g), random_padding_mask(3, m, g).roll(1, 0)
     check_layer(layer, lambda mod, x, c: mod(x, c, context_mask, mask),
                 lambda mod, x, c: cross_reference(mod, x, c, context_mask, mask), [x, context])
 

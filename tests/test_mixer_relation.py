@@ -16,34 +16,19 @@ from weirdnet.layers import build
 from weirdnet.layers.relation import Relation, RelationCache
 from weirdnet.ops.relation import relation_mix, relation_mix_continue, relation_reference
 
-from conftest import rel_err
+from conftest import random_padding_mask, rel_err
 
 LENGTHS = [1, 7, 37, 1000]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These tests use small tensors: with one thread, a machine busy with other work
-    does not make every small op wait for a second OpenMP thread to be scheduled."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def random_mask(B, L, g):
-    """~25% padding at random; row 0 fully real, the last row fully padded (B >= 3)."""
-    mask = torch.rand(B, L, generator=g) > 0.25
-    mask[0] = True
-    mask[-1] = False
-    return mask
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_hg(B, L, d, seed):
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(B, L, d, dtype=torch.float64, generator=g)
     gg = torch.randn(B, L, d, dtype=torch.float64, generator=g)
-    return h, gg, random_mask(B, L, g)
+    return h, gg, random_padding_mask(B, L, g)
 
 
 def explicit_layer(layer, x, mask):
@@ -92,7 +77,7 @@ def test_layer_values_and_gradients_match_reference(L, causal):
     twin = float64_copy(layer)
     g = torch.Generator().manual_seed(100 + L)
     x = torch.randn(B, L, D, dtype=torch.float64, generator=g)
-    mask = random_mask(B, L, g)
+    mask = random_padding_mask(B, L, g)
     grad = torch.randn(B, L, D, dtype=torch.float64, generator=g)
 
     x64 = x.clone().requires_grad_()
@@ -115,7 +100,7 @@ def test_padding_never_changes_real_outputs(causal):
     layer = make_layer(D, D, causal, seed=1)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(B, L, D, generator=g)
-    mask = random_mask(B, L, g)
+    mask = random_padding_mask(B, L, g)
     mask[-1, :5] = True  # the last row keeps a few real tokens here
     y = layer(x, mask)
     garbage = torch.randn(B, P, D, generator=g) * 1e3
