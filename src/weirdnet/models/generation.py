@@ -7,7 +7,8 @@ mode is restored afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +52,18 @@ def check_prompt(backbone: Backbone, prompt_ids: torch.Tensor, max_new_tokens: i
     return None if bool(prompt_mask.all()) else prompt_mask
 
 
+@contextmanager
+def inference(model: torch.nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) and no autograd inside; the model's mode is restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
 def decode(model: torch.nn.Module, backbone: Backbone,
            logits_of: Callable[[torch.Tensor], torch.Tensor], prompt_ids: torch.Tensor,
            max_new_tokens: int, sampling: Sampling, prompt_mask=None, context=None
@@ -62,14 +75,9 @@ def decode(model: torch.nn.Module, backbone: Backbone,
     stops early once every sequence has.
     """
     prompt_mask = check_prompt(backbone, prompt_ids, max_new_tokens, prompt_mask)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            return _loop(backbone, logits_of, prompt_ids, max_new_tokens, sampling,
-                         prompt_mask, context)
-    finally:
-        model.train(was_training)
+    with inference(model):
+        return _loop(backbone, logits_of, prompt_ids, max_new_tokens, sampling, prompt_mask,
+                     context)
 
 
 def _loop(backbone, logits_of, prompt_ids, max_new_tokens, sampling: Sampling, prompt_mask,

@@ -57,11 +57,7 @@ class WeirdNetLM(WeirdNetModel):
         super().__init__(LMConfig() if config is None else config)
         cfg = self.config.backbone
         self.backbone = Backbone(cfg)
-        if self.config.tie_embeddings:
-            self.head = None
-        else:
-            self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
-            nn.init.normal_(self.head.weight, std=cfg.dim ** -0.5)
+        self.head = output_head(cfg, self.config.tie_embeddings)
 
     @property
     def max_len(self) -> int:
@@ -69,8 +65,7 @@ class WeirdNetLM(WeirdNetModel):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Hidden states (..., D) -> logits (..., vocab)."""
-        weight = self.backbone.embed.weight if self.head is None else self.head.weight
-        return F.linear(hidden, weight)
+        return output_logits(hidden, self.backbone, self.head)
 
     def forward(self, input_ids: torch.Tensor, targets: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> LMOutput:
@@ -98,6 +93,23 @@ class WeirdNetLM(WeirdNetModel):
         sampling = Sampling(temperature, top_k, top_p, eos_id, generator)
         return decode(self, self.backbone, self.logits, prompt_ids, max_new_tokens, sampling,
                       prompt_mask)
+
+
+def output_head(config: BackboneConfig, tie: bool) -> nn.Linear | None:
+    """The output projection of a token model: None when tied to the token embedding
+    (GPT-2), else ``Linear(D, vocab, bias=False)`` with weights ~ N(0, 1/√D)."""
+    if tie:
+        return None
+    head = nn.Linear(config.dim, config.vocab_size, bias=False)
+    nn.init.normal_(head.weight, std=config.dim ** -0.5)
+    return head
+
+
+def output_logits(hidden: torch.Tensor, backbone: Backbone, head: nn.Linear | None
+                  ) -> torch.Tensor:
+    """Hidden states (..., D) -> logits (..., vocab) through ``head``, or through the
+    backbone's token embedding when ``head`` is None (tied)."""
+    return F.linear(hidden, backbone.embed.weight if head is None else head.weight)
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None

@@ -20,8 +20,6 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-PAPER = "paper"
-
 
 @dataclass(frozen=True)
 class Preset:
@@ -87,8 +85,7 @@ def _lra_config(task: str, depth: int, dim: int, d_ff: int, pattern: str, causal
 
 def _cpu_version(preset: Preset, **backbone) -> Preset:
     config = copy.deepcopy(preset.config)
-    target = config["decoder"] if "decoder" in config else config["backbone"]
-    target.update(backbone)
+    config["backbone"].update(backbone)
     return Preset(f"{preset.name}-cpu", preset.model, config,
                   f"small CPU version of {preset.name}")
 

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 from weirdnet.layers import DBACrossAttention
 from weirdnet.layers.softmax import SoftmaxCrossAttention
@@ -21,8 +19,8 @@ from weirdnet.layers.softmax import SoftmaxCrossAttention
 from .backbone import Backbone, PerBlockContext
 from .base import WeirdNetModel
 from .config import BackboneConfig, ConfigError
-from .generation import Sampling, decode
-from .lm import LMOutput, lm_loss
+from .generation import Sampling, decode, inference
+from .lm import LMOutput, lm_loss, output_head, output_logits
 
 CROSS_MIXERS = ("softmax", "dba")
 
@@ -69,11 +67,7 @@ class WeirdNetSeq2Seq(WeirdNetModel):
         cfg = self.config
         self.encoder = Backbone(cfg.encoder)
         self.decoder = Backbone(cfg.decoder, cross_factory=self._cross_factory())
-        if cfg.tie_embeddings:
-            self.head = None
-        else:
-            self.head = nn.Linear(cfg.decoder.dim, cfg.decoder.vocab_size, bias=False)
-            nn.init.normal_(self.head.weight, std=cfg.decoder.dim ** -0.5)
+        self.head = output_head(cfg.decoder, cfg.tie_embeddings)
 
     def _cross_factory(self):
         cfg = self.config
@@ -89,8 +83,7 @@ class WeirdNetSeq2Seq(WeirdNetModel):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Decoder hidden states (..., D) -> logits (..., vocab)."""
-        weight = self.decoder.embed.weight if self.head is None else self.head.weight
-        return F.linear(hidden, weight)
+        return output_logits(hidden, self.decoder, self.head)
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The encoder's output (B, Ls, D_enc)."""
@@ -121,13 +114,8 @@ class WeirdNetSeq2Seq(WeirdNetModel):
                  ) -> torch.Tensor:
         """Greedy (temperature 0) or sampled decoding from ``bos_id``: (B, 1 + new)."""
         sampling = Sampling(temperature, top_k, top_p, eos_id, generator)
-        was_training = self.training
-        self.eval()
-        try:
-            with torch.no_grad():
-                context = self.precompute_context(self.encode(src, src_mask), src_mask)
-        finally:
-            self.train(was_training)
+        with inference(self):
+            context = self.precompute_context(self.encode(src, src_mask), src_mask)
         start = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
         return decode(self, self.decoder, self.logits, start, max_new_tokens, sampling,
                       context=context)
