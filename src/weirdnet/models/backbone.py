@@ -97,6 +97,9 @@ class Backbone(nn.Module):
                              f"{cfg.input_dim}), got {_describe(inputs)}")
         if inputs.shape[1] < 1:
             raise ValueError("inputs must have at least one position")
+        if inputs.shape[1] > cfg.max_len:
+            raise ValueError(f"sequence length {inputs.shape[1]} exceeds max_len="
+                             f"{cfg.max_len}: the model takes at most {cfg.max_len} positions")
         check_mask(mask, inputs.shape[0], inputs.shape[1])
 
     def positions(self, mask: torch.Tensor | None, batch: int, length: int,
@@ -109,11 +112,7 @@ class Backbone(nn.Module):
             pos = (mask.long().cumsum(1) - 1).clamp(min=0)
         if start is not None:
             pos = pos + start.unsqueeze(1)
-        top = int(pos.max()) if pos.numel() else 0
-        if top >= self.config.max_len:
-            raise ValueError(f"position {top} exceeds max_len={self.config.max_len}: the "
-                             f"model takes at most {self.config.max_len} tokens")
-        return pos
+        return pos  # < max_len: checked on the length (full pass) or the cache capacity
 
     def embed_inputs(self, inputs: torch.Tensor, mask, start=None) -> torch.Tensor:
         """Token/value embedding + position embedding, dropout: (B, L, D)."""
