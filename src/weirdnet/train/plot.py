@@ -1,0 +1,338 @@
+"""``weirdnet plot``: training and evaluation curves of one or more runs, as one PNG.
+
+A run directory holds ``log.jsonl``, one JSON event per line (``start``, ``train``,
+``eval``, ``end``), written by ``weirdnet train``.  :func:`read_log` reads it into a
+:class:`RunLog`; :func:`plot_runs` draws the runs side by side: the training loss against
+the optimizer step (raw as a faint line, an exponential moving average as the solid one),
+then one panel per evaluation metric (the val split solid with markers, any other split
+dashed), one colour per run in every panel.
+
+A resumed run appends to the same log, so the steps redone after a crash appear twice:
+for each (event, split, step) the last line wins, and a ``start`` event at step S drops
+the earlier points after S (the abandoned part of a crashed run that was not redone yet).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from weirdnet._atomic import write_atomic
+
+LOG_NAME = "log.jsonl"
+PLOT_NAME = "curves.png"
+METRIC_ORDER = ("loss", "bpc", "perplexity", "accuracy", "token_accuracy", "exact_match")
+"""Evaluation metrics in panel order; other metrics follow alphabetically."""
+LOG_SCALE_METRICS = frozenset({"perplexity"})
+DPI = 120
+_PANEL_SIZE = (4.8, 3.6)  # inches per panel
+
+DESCRIPTION = """\
+Draw the training and evaluation curves of one or more runs into one PNG.
+
+Panels side by side: the training loss against the optimizer step (raw as a faint line,
+an exponential moving average as the solid one, see --smooth), then one panel per
+evaluation metric (default: every metric of any run's val evaluations, in the order
+loss, bpc, perplexity, accuracy, token_accuracy, exact_match, then the others
+alphabetically; perplexity on a log scale). Each run keeps its colour in every panel.
+
+RUN is a run directory written by `weirdnet train` (or its log.jsonl). Steps redone
+after a resume count once (the last logged value wins); a malformed line, such as a
+half-written last line after a crash, is skipped with a warning. The PNG goes to
+RUN/curves.png for one run, else ./curves.png, unless --out says otherwise.
+
+examples:
+  weirdnet plot runs/quickstart
+  weirdnet plot runs/a runs/b --out compare.png --metrics loss,accuracy
+"""
+
+_NO_MATPLOTLIB = ("weirdnet plot needs matplotlib: pip install 'weirdnet[plot]' "
+                  "(or pip install matplotlib)")
+
+
+class TrainPoint(NamedTuple):
+    """One ``train`` event: the step and what was logged there (NaN where missing)."""
+
+    step: int
+    loss: float
+    lr: float
+    tokens_per_s: float
+
+
+@dataclass
+class RunLog:
+    """The events of one run's ``log.jsonl``, deduplicated and sorted by step."""
+
+    name: str
+    """The run directory's name."""
+    path: Path
+    """The ``log.jsonl`` file."""
+    train: list[TrainPoint] = field(default_factory=list)
+    evals: dict[str, list[tuple[int, dict[str, float]]]] = field(default_factory=dict)
+    """``{split: [(step, {metric: value}), ...]}``."""
+    results: dict[str, dict[str, float]] | None = None
+    """The ``end`` event's final metrics per split, if the run finished."""
+    best_step: int | None = None
+    task: str | None = None
+    """From the last ``start`` event ("lm", "classification", ...)."""
+
+    def metrics(self, split: str = "val") -> list[str]:
+        """The metrics that appear in this run's evaluations of ``split``."""
+        seen: dict[str, None] = {}
+        for _, values in self.evals.get(split, ()):
+            seen.update(dict.fromkeys(values))
+        return list(seen)
+
+
+def _log_file(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    file = path if path.suffix == ".jsonl" and not path.is_dir() else path / LOG_NAME
+    if not file.is_file():
+        raise FileNotFoundError(f"{path} is not a run directory: no {LOG_NAME} "
+                                f"(runs are written by `weirdnet train`)")
+    return file
+
+
+def _number(value: Any) -> float:
+    """``value`` as a float; NaN for anything that is not a number (missing, null, text)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return math.nan
+
+
+def read_log(path: str | os.PathLike) -> RunLog:
+    """Read a run's ``log.jsonl`` (``path``: the run directory or the file itself).
+
+    For each (event, split, step) the last occurrence wins, and a ``start`` event at
+    step S drops the train and eval points after S logged before it (a resumed run
+    redoes them).  Unknown events and keys are ignored; a line that is not a JSON object
+    with an ``event`` and an integer ``step`` is skipped with a warning naming it.
+    """
+    file = _log_file(path)
+    train: dict[int, TrainPoint] = {}
+    evals: dict[str, dict[int, dict[str, float]]] = {}
+    log = RunLog(name=file.parent.resolve().name, path=file)
+    with file.open(encoding="utf-8", errors="replace") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+                if not isinstance(event, dict):
+                    raise ValueError("not a JSON object")
+                kind, step = event["event"], event["step"]
+                if not isinstance(step, int) or isinstance(step, bool):
+                    raise ValueError(f"step {step!r} is not an integer")
+            except (ValueError, KeyError) as error:
+                reason = f"no {error}" if isinstance(error, KeyError) else str(error)
+                warnings.warn(f"{file}:{lineno}: skipped a malformed line ({reason})",
+                              stacklevel=2)
+                continue
+            if kind == "train":
+                train[step] = TrainPoint(step, _number(event.get("loss")),
+                                         _number(event.get("lr")),
+                                         _number(event.get("tokens_per_s")))
+            elif kind == "eval":
+                metrics = event.get("metrics")
+                if isinstance(metrics, dict):
+                    split = str(event.get("split", "val"))
+                    evals.setdefault(split, {})[step] = {
+                        str(k): _number(v) for k, v in metrics.items()
+                        if isinstance(v, int | float) and not isinstance(v, bool)}
+            elif kind == "start":
+                log.task = event.get("task", log.task)
+                log.results, log.best_step = None, None  # running again: a new end comes
+                for points in (train, *evals.values()):
+                    for stale in [s for s in points if s > step]:
+                        del points[stale]
+            elif kind == "end":
+                results = event.get("results")
+                log.results = results if isinstance(results, dict) else None
+                best = event.get("best_step")
+                log.best_step = best if isinstance(best, int) else None
+    log.train = [train[s] for s in sorted(train)]
+    log.evals = {split: [(s, points[s]) for s in sorted(points)]
+                 for split, points in evals.items() if points}
+    return log
+
+
+def order_metrics(names) -> list[str]:
+    """``names`` deduplicated, in :data:`METRIC_ORDER` and then alphabetically."""
+    names = set(names)
+    known = [m for m in METRIC_ORDER if m in names]
+    return known + sorted(names - set(known))
+
+
+def ema(values: list[float], smooth: float) -> list[float]:
+    """Exponential moving average ``m = smooth * m + (1 - smooth) * x``, started at the
+    first finite value; non-finite values (a diverged step) leave it unchanged."""
+    out, mean = [], math.nan
+    for x in values:
+        if math.isfinite(x):
+            mean = x if math.isnan(mean) else smooth * mean + (1.0 - smooth) * x
+        out.append(mean)
+    return out
+
+
+def _labels(paths: list[Path], logs: list[RunLog]) -> list[str]:
+    """Run names for the legend; the paths as given where two runs share a name."""
+    names = [log.name for log in logs]
+    return [str(p) if names.count(n) > 1 else n for p, n in zip(paths, names)]
+
+
+def _finite(values) -> list[float]:
+    return [v if math.isfinite(v) else math.nan for v in values]
+
+
+def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike | None = None,
+              metrics: list[str] | None = None, smooth: float = 0.9) -> Path:
+    """Draw the curves of ``runs`` (run directories or their ``log.jsonl``) into one PNG
+    and return its path (default: ``RUN/curves.png`` for one run, else ``./curves.png``).
+
+    ``metrics``: the evaluation metrics to draw, one panel each (default: every metric in
+    any run's val evaluations, see :func:`order_metrics`).  ``smooth`` in [0, 1): the EMA
+    factor of the training loss.  Raises ``FileNotFoundError`` for a path without a log,
+    ``ValueError`` for a run with no training step yet or a metric no run has, and
+    ``ImportError`` without matplotlib.
+    """
+    paths = [Path(r) for r in runs]
+    if not paths:
+        raise ValueError("no runs to plot")
+    if not 0.0 <= smooth < 1.0:
+        raise ValueError(f"smooth must be in [0, 1), got {smooth}")
+    logs = [read_log(p) for p in paths]
+    for p, log in zip(paths, logs):
+        if not log.train:
+            raise ValueError(f"run {log.name} ({p}) has no training steps logged yet")
+    if metrics is None:
+        metrics = order_metrics(m for log in logs for m in log.metrics("val"))
+    else:
+        available = {m for log in logs for points in log.evals.values()
+                     for _, values in points for m in values}
+        missing = [m for m in metrics if m not in available]
+        if missing:
+            raise ValueError(f"no run has evaluation metric(s) {', '.join(missing)} "
+                             f"(available: {', '.join(order_metrics(available)) or 'none'})")
+        metrics = list(dict.fromkeys(metrics))
+    if out is None:
+        out = (logs[0].path.parent if len(logs) == 1 else Path.cwd()) / PLOT_NAME
+    try:
+        from matplotlib import colormaps
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
+        from matplotlib.ticker import LogFormatter
+    except ImportError:
+        raise ImportError(_NO_MATPLOTLIB) from None
+
+    labels = _labels(paths, logs)
+    palette = colormaps["tab10"].colors
+    colours = [palette[i % len(palette)] for i in range(len(logs))]
+    panels = 1 + len(metrics)
+    fig = Figure(figsize=(_PANEL_SIZE[0] * panels, _PANEL_SIZE[1]), dpi=DPI)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, panels, squeeze=False)[0]
+
+    ax = axes[0]
+    for log, label, colour in zip(logs, labels, colours):
+        steps = [p.step for p in log.train]
+        loss = _finite(p.loss for p in log.train)
+        ax.plot(steps, loss, color=colour, alpha=0.25, linewidth=0.8)
+        ax.plot(steps, ema(loss, smooth), color=colour, linewidth=1.6, label=label)
+    ax.set_title(f"training loss (EMA {smooth:g})" if smooth else "training loss")
+    ax.set_ylabel("loss")
+    ax.legend(fontsize="small")
+
+    other_splits = sorted({s for log in logs for s in log.evals} - {"val"})
+    for ax, metric in zip(axes[1:], metrics):
+        splits_drawn = set()
+        for log, colour in zip(logs, colours):
+            for split in ("val", *other_splits):
+                points = [(s, v[metric]) for s, v in log.evals.get(split, ()) if metric in v]
+                if not points:
+                    continue
+                splits_drawn.add(split)
+                steps, values = zip(*points)
+                val = split == "val"
+                ax.plot(steps, _finite(values), color=colour, linewidth=1.4 if val else 1.0,
+                        linestyle="-" if val else "--", marker="o" if val else "x",
+                        markersize=3.5)
+        if metric in LOG_SCALE_METRICS:
+            ax.set_yscale("log")
+            for axis_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+                axis_formatter(LogFormatter())  # plain "4", "6", "10", not 4×10⁰
+        shown = [s for s in ("val", *other_splits) if s in splits_drawn]
+        ax.set_title(f"{' / '.join(shown) or 'val'} {metric}")
+        ax.set_ylabel(metric + (" (log scale)" if metric in LOG_SCALE_METRICS else ""))
+        if shown != ["val"] and shown:  # tell the splits apart by line style
+            ax.legend(handles=[Line2D([], [], color="grey", linestyle="-" if s == "val"
+                                      else "--", marker="o" if s == "val" else "x",
+                                      markersize=3.5, label=s) for s in shown],
+                      fontsize="small")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI)
+    return write_atomic(out, buffer.getvalue())
+
+
+def _smooth(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
+def _metric_list(text: str) -> list[str]:
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("no metric names given")
+    return names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``weirdnet plot``."""
+    parser.add_argument("runs", nargs="+", metavar="RUN",
+                        help="run directory written by `weirdnet train` (or its log.jsonl)")
+    parser.add_argument("--out", type=Path, default=None, metavar="PNG",
+                        help=f"image to write (default: RUN/{PLOT_NAME} for one run, "
+                             f"else ./{PLOT_NAME})")
+    parser.add_argument("--metrics", type=_metric_list, default=None, metavar="M1,M2",
+                        help="comma-separated evaluation metrics, one panel each "
+                             "(default: every metric of the val evaluations)")
+    parser.add_argument("--smooth", type=_smooth, default=0.9, metavar="S",
+                        help="EMA factor in [0, 1) of the training-loss line; 0 draws the "
+                             "raw loss only (default: %(default)s)")
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Draw the plot and print where it went; 2 on a missing run, bad input or no
+    matplotlib (the message on stderr)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            path = plot_runs(args.runs, out=args.out, metrics=args.metrics,
+                             smooth=args.smooth)
+        except (FileNotFoundError, ValueError, ImportError) as error:
+            text = str(error)  # the ImportError's message already says who speaks
+            status, message = 2, text if text.startswith("weirdnet plot") else (
+                f"weirdnet plot: {text}")
+        else:
+            status, message = 0, f"wrote {path}"
+    for warning in caught:
+        print(f"weirdnet plot: warning: {warning.message}", file=sys.stderr)
+    print(message, file=sys.stderr if status else sys.stdout)
+    return status
