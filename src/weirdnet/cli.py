@@ -169,8 +169,17 @@ def _run_info(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def _add_training(subparsers: argparse._SubParsersAction) -> None:
+    """``weirdnet train|eval|generate|plot`` (see :mod:`weirdnet.train.commands`)."""
+    from weirdnet.train import commands
+
+    for add in (commands.add_train, commands.add_eval, commands.add_generate,
+                commands.add_plot):
+        add(subparsers, _FORMATTER)
+
+
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
-    _add_bench, _add_data, _add_info)
+    _add_training, _add_bench, _add_data, _add_info)
 """Functions registering one subcommand each, in ``--help`` order."""
 
 

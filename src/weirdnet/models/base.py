@@ -53,12 +53,16 @@ class WeirdNetModel(nn.Module):
         seen = {id(p): p for p in self.parameters() if p.requires_grad or not trainable_only}
         return sum(p.numel() for p in seen.values())
 
-    def save(self, directory: str | os.PathLike) -> Path:
+    def save(self, directory: str | os.PathLike,
+             state_dict: dict[str, torch.Tensor] | None = None) -> Path:
         """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if
-        needed; each file written to a temporary file, then renamed).  Returns the path."""
+        needed; each file written to a temporary file, then renamed).  Returns the path.
+
+        state_dict: the weights to write instead of ``self.state_dict()`` (e.g. the full
+        state gathered from a sharded FSDP model)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        tensors = {name: t for name, t in self.state_dict().items()}
+        tensors = dict(self.state_dict() if state_dict is None else state_dict)
         save_file(tensors, directory / WEIGHTS_FILE,
                   {"weirdnet.model": type(self).__name__, "weirdnet.version": __version__})
         document = {"format": "weirdnet-model", "version": __version__,

@@ -1,0 +1,175 @@
+"""Training checkpoints: written atomically, the last N kept, verified when read.
+
+A checkpoint is a directory ``RUN/checkpoints/step-00001200/``:
+
+- ``config.json`` + ``model.safetensors``: the model, as ``model.save`` writes it (so
+  ``weirdnet eval``/``generate`` and ``weirdnet.models.load`` take it directly);
+- ``trainer.pt``: optimizer, scheduler, loss-scaler and RNG states, data position, best
+  metric so far (``torch.load(weights_only=True)``: no pickled code);
+- ``train_config.json``, ``data_info.json``: the run's configuration and what the model
+  needs to know of its data (vocabulary, text encoding, special ids);
+- ``manifest.json``: the SHA-256 of every other file, written last.
+
+It is written into a hidden temporary directory which is renamed into place, so a crash
+leaves either no checkpoint or a complete one.  :func:`load_latest` verifies the
+manifest; a damaged checkpoint is reported and the one before it is used.
+``RUN/best/`` (the best model so far) is replaced the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+import re
+import shutil
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from weirdnet._atomic import write_atomic
+from weirdnet.models.base import CheckpointError
+
+__all__ = ["CheckpointError", "capture_rng", "list_checkpoints", "load_latest",
+           "read_checkpoint", "restore_rng", "save_checkpoint", "save_directory"]
+
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+MANIFEST, TRAINER_STATE = "manifest.json", "trainer.pt"
+TRAIN_CONFIG, DATA_INFO = "train_config.json", "data_info.json"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save_directory(target: Path, write_files: Callable[[Path], None]) -> Path:
+    """Write a directory atomically: ``write_files(tmp)`` fills a hidden temporary sibling,
+    a manifest of checksums is added, then it replaces ``target``."""
+    target = Path(target)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        write_files(tmp)
+        files = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        write_atomic(tmp / MANIFEST, json.dumps({"files": files}, indent=1) + "\n")
+        old = target.parent / f".{target.name}.old-{os.getpid()}"
+        if target.exists():
+            target.rename(old)
+        tmp.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def verify_directory(directory: Path) -> None:
+    """Raise :class:`CheckpointError` unless every file of the manifest is intact."""
+    manifest = directory / MANIFEST
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"{manifest} is missing or unreadable ({error})") from None
+    for name, expected in files.items():
+        path = directory / name
+        if not path.is_file():
+            raise CheckpointError(f"{path} is missing")
+        if _sha256(path) != expected:
+            raise CheckpointError(f"{path} is corrupted (its SHA-256 differs from the "
+                                  "manifest's)")
+
+
+def save_checkpoint(run_dir: Path, step: int, write_model: Callable[[Path], None],
+                    trainer_state: dict[str, Any], keep_last: int) -> Path:
+    """Write ``RUN/checkpoints/step-<step>`` (``write_model(dir)`` writes the model and the
+    run's description files) and delete all but the newest ``keep_last``."""
+    def write_files(tmp: Path) -> None:
+        write_model(tmp)
+        buffer = io.BytesIO()
+        torch.save(trainer_state, buffer)
+        write_atomic(tmp / TRAINER_STATE, buffer.getvalue())
+
+    path = save_directory(Path(run_dir) / "checkpoints" / f"step-{step:08d}", write_files)
+    for old in list_checkpoints(run_dir)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's checkpoint directories, oldest first."""
+    folder = Path(run_dir) / "checkpoints"
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir()
+             if p.is_dir() and (m := _STEP_DIR.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def read_checkpoint(directory: Path, map_location: str | torch.device = "cpu"
+                    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(model state dict, trainer state) of a verified checkpoint directory."""
+    from weirdnet.models.base import WEIGHTS_FILE
+    from weirdnet.models.safetensors_io import load_file
+
+    verify_directory(directory)
+    try:
+        tensors, _ = load_file(directory / WEIGHTS_FILE, map_location)
+        state = torch.load(directory / TRAINER_STATE, map_location=map_location,
+                           weights_only=True)
+    except (ValueError, RuntimeError, OSError) as error:
+        raise CheckpointError(f"{directory} cannot be read: {error}") from None
+    return tensors, state
+
+
+def load_latest(run_dir: Path, map_location: str | torch.device = "cpu"
+                ) -> tuple[Path, dict[str, torch.Tensor], dict[str, Any]] | None:
+    """The newest intact checkpoint of the run: (directory, model state, trainer state),
+    or None if there is none.  Damaged ones are reported (a warning) and skipped."""
+    checkpoints = list_checkpoints(run_dir)
+    problems = []
+    for directory in reversed(checkpoints):
+        try:
+            tensors, state = read_checkpoint(directory, map_location)
+        except CheckpointError as error:
+            problems.append(str(error))
+            warnings.warn(f"checkpoint {directory.name} is damaged and is skipped: {error}",
+                          stacklevel=2)
+            continue
+        return directory, tensors, state
+    if problems:
+        raise CheckpointError(f"every checkpoint of {run_dir} is damaged: "
+                              + "; ".join(problems))
+    return None
+
+
+def capture_rng() -> dict[str, Any]:
+    """This process's random states (Python, NumPy, torch CPU and CUDA) as tensors and
+    plain values, loadable with ``weights_only=True``."""
+    numpy_state = np.random.get_state()
+    state = {"python": list(random.getstate()[1]), "python_pos": random.getstate()[2],
+             "numpy": torch.from_numpy(numpy_state[1].astype(np.int64)),
+             "numpy_pos": int(numpy_state[2]), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Set the random states captured by :func:`capture_rng`."""
+    random.setstate((3, tuple(state["python"]), state["python_pos"]))
+    np.random.set_state(("MT19937", state["numpy"].numpy().astype(np.uint32),
+                         state["numpy_pos"], 0, 0.0))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

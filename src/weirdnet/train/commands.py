@@ -1,0 +1,346 @@
+"""``weirdnet train | eval | generate | plot``: parsers and handlers.
+
+Each ``add_<name>(subparsers, formatter)`` registers one subcommand and sets
+``handler(args, argv) -> exit status``.  Expected failures (bad config, missing data,
+damaged checkpoint) print ``weirdnet <command>: <message>`` and return 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+TRAIN_DESCRIPTION = """\
+Train a model of a config file and evaluate it; the same command runs on one process or,
+under torchrun, on several (DDP; FSDP for models above 300M parameters).
+
+CONFIG is a TOML file (see configs/, and weirdnet.train.config for every key) or an
+existing run directory (its train_config.json; implies --resume).  --set overrides a key:
+--set train.steps=100 --set model.backbone.dim=64 --set data.options.seq_len=512.
+
+The run goes to RUN = run.out_dir/run.name (default runs/<config name>): log.jsonl,
+checkpoints/step-* (the last train.keep_last), best/ (the best model by the evaluation
+metric), results.json.  A progress bar shows loss, tokens/s and the ETA; a results table
+is printed at the end.  Ctrl-C saves a checkpoint; --resume continues exactly where the
+last intact checkpoint left off (model, optimizer, schedule, random states, data order).
+
+examples:
+  weirdnet train configs/quickstart.toml
+  weirdnet train configs/lra/listops-cpu.toml --set train.steps=200
+  weirdnet train runs/quickstart --resume --set train.steps=2000   # continue, longer
+  torchrun --nproc_per_node 2 -m weirdnet train configs/lm/enwik8-weirdnet-small.toml
+"""
+
+EVAL_DESCRIPTION = """\
+Evaluate a trained model: a run directory (its best/ model), its best/ directory or one of
+its checkpoints/step-* directories.  The dataset and options come from the run's
+train_config.json (override them with --set data.KEY=VALUE); a model saved with
+model.save() outside a run needs --set data.dataset=NAME.  Prints a table of the metrics
+(lm: loss, bpc, perplexity; classification/retrieval: loss, accuracy; seq2seq: loss,
+token_accuracy, exact_match) on each split.
+
+examples:
+  weirdnet eval runs/quickstart
+  weirdnet eval runs/quickstart/checkpoints/step-00000600 --split test
+  weirdnet eval runs/listops --set data.root=/data/lra_release/listops-1000
+"""
+
+GENERATE_DESCRIPTION = """\
+Generate text with a trained language model (or decode with a seq2seq model): CHECKPOINT
+is a run directory (its best/ model), a best/ or checkpoints/step-* directory.  The prompt
+is encoded with the text encoding of the run's dataset (UTF-8 for the byte corpora) and
+the continuation is decoded the same way (bytes that do not decode are replaced).  Uses
+the models' cached decoding (O(D log L) per token in Weird-attention layers).
+
+examples:
+  weirdnet generate runs/quickstart --prompt "def "
+  weirdnet generate runs/quickstart --prompt "import " --max-new-tokens 400 \\
+      --temperature 0.8 --top-k 40 --num-samples 3 --seed 1
+  weirdnet generate runs/seq2seq-reverse --prompt "12345" --temperature 0
+"""
+
+
+def _fail(command: str, error: BaseException) -> int:
+    message = error.args[0] if isinstance(error, KeyError) and error.args else error
+    print(f"weirdnet {command}: {message}", file=sys.stderr)
+    return 2
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    from weirdnet.data.registry import DataMissingError
+    from weirdnet.models.base import CheckpointError
+    from weirdnet.models.config import ConfigError
+    from weirdnet.train.trainer import RunError
+
+    return (ConfigError, CheckpointError, DataMissingError, RunError, FileNotFoundError,
+            KeyError, ImportError, ValueError)
+
+
+def add_set_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="override a config key (dotted; TOML value), repeatable")
+
+
+# ---- train ------------------------------------------------------------------------------
+
+def add_train(subparsers, formatter) -> None:
+    parser = subparsers.add_parser("train", help="train and evaluate a model from a config",
+                                   description=TRAIN_DESCRIPTION, formatter_class=formatter)
+    parser.add_argument("config", metavar="CONFIG", help="TOML config file or run directory")
+    add_set_argument(parser)
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run from its last intact checkpoint")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="delete an existing run directory of the same name first")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=run_train)
+
+
+def run_train(args: argparse.Namespace, argv: list[str]) -> int:
+    from weirdnet.train.config import load_config
+    from weirdnet.train.trainer import train
+
+    source = Path(args.config)
+    resume = args.resume
+    try:
+        if source.is_dir():
+            config_file = source / "train_config.json"
+            if not config_file.is_file():
+                raise FileNotFoundError(f"{source} is a directory without train_config.json; "
+                                        "give a TOML config file or a run directory")
+            resume = True
+            config = load_config(config_file, args.overrides)
+        else:
+            config = load_config(source, args.overrides)
+        train(config, resume=resume, overwrite=args.overwrite,
+              progress_bar=not args.no_progress)
+    except _expected_errors() as error:
+        return _fail("train", error)
+    return 0
+
+
+# ---- eval -------------------------------------------------------------------------------
+
+def find_model_dir(path: Path) -> tuple[Path, Path | None]:
+    """(directory of the saved model, directory holding its run files or None) for a run
+    directory, its best/ or a checkpoint directory."""
+    from weirdnet.train.checkpoint import TRAIN_CONFIG
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    model_dir = path / "best" if (path / "best" / "config.json").is_file() else path
+    if not (model_dir / "config.json").is_file():
+        from weirdnet.train.checkpoint import list_checkpoints
+
+        found = list_checkpoints(path)
+        if not found:
+            raise FileNotFoundError(f"{path} holds no model: expected a run directory (with "
+                                    "best/ or checkpoints/), or a directory with config.json "
+                                    "and model.safetensors")
+        model_dir = found[-1]
+    for candidate in (model_dir, path, model_dir.parent.parent):
+        if (candidate / TRAIN_CONFIG).is_file():
+            return model_dir, candidate
+    return model_dir, None
+
+
+def load_trained(path: Path, device: str = "cpu"):
+    """(model, train config dict or None, data info dict or None) of a run/checkpoint;
+    the checkpoint's manifest is verified when it has one."""
+    from weirdnet.models.base import load
+    from weirdnet.train.checkpoint import DATA_INFO, MANIFEST, TRAIN_CONFIG, verify_directory
+
+    model_dir, run_files = find_model_dir(path)
+    if (model_dir / MANIFEST).is_file():
+        verify_directory(model_dir)
+    model = load(model_dir, map_location=device)
+    config = info = None
+    if run_files is not None:
+        config = json.loads((run_files / TRAIN_CONFIG).read_text())
+        if (run_files / DATA_INFO).is_file():
+            info = json.loads((run_files / DATA_INFO).read_text())
+    return model, config, info, model_dir
+
+
+def add_eval(subparsers, formatter) -> None:
+    parser = subparsers.add_parser("eval", help="evaluate a run or checkpoint",
+                                   description=EVAL_DESCRIPTION, formatter_class=formatter)
+    parser.add_argument("target", metavar="RUN_OR_CHECKPOINT")
+    parser.add_argument("--split", action="append", default=None,
+                        help="split to evaluate (repeatable; default: the run's "
+                             "evaluation and test splits)")
+    add_set_argument(parser)
+    parser.add_argument("--batch-size", type=int, default=32, help="items per batch (32)")
+    parser.add_argument("--limit", type=int, default=0,
+                        help="evaluate only the first N items of each split (0 = all)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.set_defaults(handler=run_eval)
+
+
+def run_eval(args: argparse.Namespace, argv: list[str]) -> int:
+    try:
+        summary = evaluate_target(args)
+    except _expected_errors() as error:
+        return _fail("eval", error)
+    from weirdnet.train.runlog import results_table
+
+    print(results_table(summary))
+    return 0
+
+
+def evaluate_target(args: argparse.Namespace) -> dict:
+    """Evaluate ``args.target`` on its splits; the summary for :func:`results_table`."""
+    import torch
+
+    from weirdnet.data.registry import get
+    from weirdnet.train.config import TrainConfig, apply_overrides
+    from weirdnet.train.trainer import evaluate
+
+    if args.batch_size < 1 or args.limit < 0:
+        raise ValueError("--batch-size must be >= 1 and --limit >= 0")
+    device = torch.device(args.device if args.device != "auto" else
+                          ("cuda" if torch.cuda.is_available() else "cpu"))
+    model, config_dict, _, model_dir = load_trained(Path(args.target), device)
+    config = TrainConfig.from_dict(apply_overrides(config_dict or {}, args.overrides))
+    data = config.data
+    splits = args.split or [data.eval_split] + ([data.test_split] if data.test_split else [])
+    results = {}
+    for split in splits:
+        options = {**data.options, **data.eval_options}
+        dataset = get(data.dataset, split, root=data.root or None, **options)
+        _check_fits(model, dataset.info, model_dir)
+        results[split] = evaluate(model, dataset, dataset.info.task, dataset.info,
+                                  args.batch_size, device, args.limit)
+    return {"model_dir": str(model_dir), "task": dataset.info.task, "dataset": data.dataset,
+            "best_step": _step_of(model_dir), "parameters": model.num_parameters(),
+            "results": results}
+
+
+def _step_of(model_dir: Path) -> str:
+    metrics = model_dir / "metrics.json"
+    if metrics.is_file():
+        return str(json.loads(metrics.read_text()).get("step", "?"))
+    return model_dir.name.removeprefix("step-").lstrip("0") or "0"
+
+
+def _check_fits(model, info, model_dir: Path) -> None:
+    """The model and the dataset agree on the task, vocabulary/channels and classes."""
+    from weirdnet.models.base import CheckpointError
+    from weirdnet.train.tasks import MODEL_CLASSES
+
+    expected = MODEL_CLASSES.get(info.task)
+    if type(model).__name__ != expected:
+        raise CheckpointError(f"{model_dir} holds a {type(model).__name__}, but the dataset's "
+                              f"task {info.task!r} needs a {expected}")
+    cfg = model.config
+    backbone = getattr(cfg, "backbone", None) or cfg.encoder
+    for key in ("vocab_size", "input_dim"):
+        if getattr(info, key) is not None and getattr(backbone, key) != getattr(info, key):
+            raise CheckpointError(f"{model_dir} was built for {key}={getattr(backbone, key)}, "
+                                  f"the dataset has {key}={getattr(info, key)}")
+    classes = getattr(cfg, "num_classes", None)
+    if classes is not None and info.num_classes is not None and classes != info.num_classes:
+        raise CheckpointError(f"{model_dir} has {classes} classes, the dataset "
+                              f"{info.num_classes}")
+
+
+# ---- generate ---------------------------------------------------------------------------
+
+def add_generate(subparsers, formatter) -> None:
+    parser = subparsers.add_parser("generate", help="generate text with a trained model",
+                                   description=GENERATE_DESCRIPTION, formatter_class=formatter)
+    parser.add_argument("target", metavar="CHECKPOINT", help="run, best/ or checkpoint dir")
+    parser.add_argument("--prompt", default="", help="text to continue (default: empty)")
+    parser.add_argument("--max-new-tokens", type=int, default=200, help="tokens to add (200)")
+    parser.add_argument("--temperature", type=float, default=0.8,
+                        help="sampling temperature; 0 = greedy (0.8)")
+    parser.add_argument("--top-k", type=int, default=None, help="sample from the k best")
+    parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass")
+    parser.add_argument("--num-samples", type=int, default=1, help="continuations (1)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (0)")
+    parser.add_argument("--encoding", default=None,
+                        help="text encoding of the tokens (default: the run's dataset's)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.set_defaults(handler=run_generate)
+
+
+def run_generate(args: argparse.Namespace, argv: list[str]) -> int:
+    try:
+        texts = generate_texts(args)
+    except _expected_errors() as error:
+        return _fail("generate", error)
+    for i, text in enumerate(texts):
+        if len(texts) > 1:
+            print(f"--- sample {i + 1} ---")
+        print(text)
+    return 0
+
+
+def generate_texts(args: argparse.Namespace) -> list[str]:
+    """The prompt plus each sampled continuation, decoded to text."""
+    import torch
+
+    from weirdnet.models.lm import WeirdNetLM
+    from weirdnet.models.seq2seq import WeirdNetSeq2Seq
+
+    if args.max_new_tokens < 1 or args.num_samples < 1:
+        raise ValueError("--max-new-tokens and --num-samples must be >= 1")
+    device = torch.device(args.device if args.device != "auto" else
+                          ("cuda" if torch.cuda.is_available() else "cpu"))
+    model, _, info, model_dir = load_trained(Path(args.target), device)
+    info = info or {}
+    encoding = args.encoding or info.get("encoding") or "utf-8"
+    if not isinstance(model, WeirdNetLM | WeirdNetSeq2Seq):
+        raise ValueError(f"{model_dir} holds a {type(model).__name__}; generate needs a "
+                         "language model (WeirdNetLM) or a WeirdNetSeq2Seq")
+    vocab = (model.config.backbone if isinstance(model, WeirdNetLM)
+             else model.config.decoder).vocab_size
+    if vocab != 256:
+        raise ValueError(f"{model_dir} has a vocabulary of {vocab} ids, not bytes; generate "
+                         "encodes prompts as bytes (vocab_size 256)")
+    prompt = list(args.prompt.encode(encoding))
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+                "eos_id": info.get("eos_id"), "generator": generator}
+    if isinstance(model, WeirdNetSeq2Seq):
+        return _decode_seq2seq(model, prompt, args, sampling, info, encoding, device)
+    if not prompt:  # an empty prompt starts from a newline
+        prompt = [ord("\n")]
+    if len(prompt) + args.max_new_tokens > model.max_len:
+        raise ValueError(f"prompt ({len(prompt)} tokens) + --max-new-tokens "
+                         f"({args.max_new_tokens}) exceeds the model's max_len "
+                         f"{model.max_len}")
+    ids = torch.tensor([prompt] * args.num_samples, device=device)
+    out = model.generate(ids, args.max_new_tokens, **sampling)
+    return [bytes(row).decode(encoding, errors="replace") for row in out.tolist()]
+
+
+def _decode_seq2seq(model, prompt, args, sampling, info, encoding, device) -> list[str]:
+    import torch
+
+    bos, eos = info.get("bos_id"), info.get("eos_id")
+    if bos is None:
+        raise ValueError("the run's data_info.json names no bos_id; cannot start decoding")
+    src = torch.tensor([prompt] * args.num_samples, device=device)
+    out = model.generate(src, args.max_new_tokens, bos, **sampling)
+    texts = []
+    for row in out[:, 1:].tolist():
+        if eos in row:
+            row = row[:row.index(eos)]
+        texts.append(f"{args.prompt} -> {bytes(row).decode(encoding, errors='replace')}")
+    return texts
+
+
+# ---- plot -------------------------------------------------------------------------------
+
+def add_plot(subparsers, formatter) -> None:
+    from weirdnet.train import plot
+
+    parser = subparsers.add_parser("plot", help="draw learning curves of runs as a PNG",
+                                   description=plot.DESCRIPTION, formatter_class=formatter)
+    plot.add_arguments(parser)
+    parser.set_defaults(handler=plot.run)

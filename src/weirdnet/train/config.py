@@ -1,0 +1,305 @@
+"""The run configuration of ``weirdnet train``: a TOML file, ``--set`` overrides, checks.
+
+A config file has up to six tables; every key has a default except ``data.dataset``::
+
+    extends = "base.toml"        # optional: start from another file (relative path)
+
+    [run]       name, out_dir, seed, deterministic, device, tensorboard
+    [data]      dataset, root, options, eval_options, train_split, eval_split, test_split
+    [model]     preset (optional), then any key of the model's config, e.g.
+                [model.backbone] dim = 128, depth = 4, pattern = "B"
+    [optim]     name ("adamw" | "adam"), lr, betas, eps, weight_decay
+    [schedule]  name ("cosine" | "rsqrt" | "constant"), warmup_steps, min_lr_ratio
+    [train]     steps, batch_size, grad_accum, clip, precision, eval_every, eval_batches,
+                checkpoint_every, keep_last, early_stop_patience, best_metric, log_every,
+                num_workers, distributed
+
+``--set section.key=value`` (dotted, any depth, e.g. ``model.backbone.dim=64``) overrides
+a key; the value is read as a TOML value (``64``, ``1e-3``, ``true``, ``[0.9, 0.98]``,
+``"text"``) and a bare word is a string.  Unknown keys and values of the wrong type are
+errors that name the key (and suggest the closest known one).
+
+``batch_size`` is the *global* batch of one optimizer step: each of the N processes of a
+torchrun job gets ``batch_size / (N · grad_accum)`` items per micro-batch, so the same
+config trains the same way on one process or several.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from weirdnet.models.config import ConfigError, from_dict
+
+__all__ = ["ConfigError", "DataConfig", "OptimConfig", "RunConfig", "ScheduleConfig",
+           "TrainConfig", "TrainSection", "apply_overrides", "load_config", "parse_value",
+           "read_toml"]
+
+OPTIMIZERS = ("adamw", "adam")
+SCHEDULES = ("cosine", "rsqrt", "constant")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+DISTRIBUTED = ("auto", "ddp", "fsdp")
+
+
+@dataclass
+class RunConfig:
+    """Where the run goes and how it is seeded.
+
+    name: run directory name under ``out_dir`` (default: the config file's stem).
+    seed: seeds Python, NumPy and torch (each process adds its rank for dropout).
+    deterministic: ``torch.use_deterministic_algorithms(True)`` (slower on GPU).
+    device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N".
+    tensorboard: also write TensorBoard events to ``RUN/tensorboard`` (needs tensorboard).
+    """
+
+    name: str = ""
+    out_dir: str = "runs"
+    seed: int = 0
+    deterministic: bool = False
+    device: str = "auto"
+    tensorboard: bool = False
+
+
+@dataclass
+class DataConfig:
+    """The dataset (``weirdnet data list``) and its options.
+
+    options: given to every split, e.g. ``{seq_len = 256}``; eval_options: extra options
+    for the evaluation and test splits only.  test_split = "" skips the final test.
+    """
+
+    dataset: str = ""
+    root: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    eval_options: dict[str, Any] = field(default_factory=dict)
+    train_split: str = "train"
+    eval_split: str = "val"
+    test_split: str = "test"
+
+
+@dataclass
+class OptimConfig:
+    """The optimizer: AdamW (decoupled weight decay) or Adam (L2 added to the gradient)."""
+
+    name: str = "adamw"
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+
+
+@dataclass
+class ScheduleConfig:
+    """Learning-rate schedule (see :mod:`weirdnet.train.schedule`): linear warmup over
+    ``warmup_steps``, then "cosine" decay to ``min_lr_ratio``·lr at the last step, LRA's
+    "rsqrt" decay ∝ 1/√step, or "constant"."""
+
+    name: str = "cosine"
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1
+
+
+@dataclass
+class TrainSection:
+    """The loop.
+
+    steps: optimizer steps; batch_size: global items per step (see the module doc);
+    grad_accum: micro-batches per step; clip: max gradient norm (0 = off);
+    precision: "auto" (bf16 autocast on a GPU that has it, else fp32), "fp32", "bf16",
+    "fp16" (CUDA only, with loss scaling);
+    eval_every: evaluate every N steps (0 = only at the end) on at most eval_batches
+    batches (0 = the whole split); checkpoint_every: steps between checkpoints (0 = only
+    at eval points and the end); keep_last: checkpoints kept;
+    early_stop_patience: stop after this many evaluations without improvement (0 = off);
+    best_metric: "auto" (accuracy for classification/retrieval, exact_match for seq2seq,
+    loss for lm) or a metric name, "-" prefixed if lower is better, e.g. "-loss";
+    log_every: steps between log lines; num_workers: DataLoader workers;
+    distributed: "auto" (FSDP for models of more than 300M parameters, else DDP), "ddp",
+    "fsdp" (only used under torchrun with more than one process).
+    """
+
+    steps: int = 1000
+    batch_size: int = 32
+    grad_accum: int = 1
+    clip: float = 1.0
+    precision: str = "auto"
+    eval_every: int = 200
+    eval_batches: int = 50
+    checkpoint_every: int = 0
+    keep_last: int = 2
+    early_stop_patience: int = 0
+    best_metric: str = "auto"
+    log_every: int = 10
+    num_workers: int = 0
+    distributed: str = "auto"
+
+
+@dataclass
+class TrainConfig:
+    """A whole run: see the module doc.  ``model`` stays a dict: it is checked when the
+    model is built (by the model config classes), with ``model.`` in every error."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: dict[str, Any] = field(default_factory=dict)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    train: TrainSection = field(default_factory=TrainSection)
+
+    def __post_init__(self) -> None:
+        check(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (tuples become lists)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Build from a dict (as read from TOML or JSON), checking keys and types."""
+        return from_dict(cls, data, where="config")
+
+
+def check(config: TrainConfig) -> None:
+    """Value checks beyond types; raise :class:`ConfigError` naming the key."""
+    if not config.data.dataset:
+        raise ConfigError("data.dataset is not set; name a dataset (`weirdnet data list`)")
+    _choice("optim.name", config.optim.name, OPTIMIZERS)
+    _choice("schedule.name", config.schedule.name, SCHEDULES)
+    _choice("train.precision", config.train.precision, PRECISIONS)
+    _choice("train.distributed", config.train.distributed, DISTRIBUTED)
+    train = config.train
+    for key in ("steps", "batch_size", "grad_accum", "keep_last", "log_every"):
+        _at_least(f"train.{key}", getattr(train, key), 1)
+    for key in ("eval_every", "eval_batches", "checkpoint_every", "early_stop_patience",
+                "num_workers"):
+        _at_least(f"train.{key}", getattr(train, key), 0)
+    _at_least("schedule.warmup_steps", config.schedule.warmup_steps, 0)
+    if train.batch_size % train.grad_accum:
+        raise ConfigError(f"train.batch_size={train.batch_size} is not a multiple of "
+                          f"train.grad_accum={train.grad_accum}")
+    if config.optim.lr <= 0 or train.clip < 0 or config.optim.weight_decay < 0:
+        raise ConfigError("optim.lr must be > 0, train.clip and optim.weight_decay >= 0; got "
+                          f"{config.optim.lr}, {train.clip}, {config.optim.weight_decay}")
+    if not 0.0 <= config.schedule.min_lr_ratio <= 1.0:
+        raise ConfigError(f"schedule.min_lr_ratio must be in [0, 1], got "
+                          f"{config.schedule.min_lr_ratio}")
+    if len(config.optim.betas) != 2 or not all(0 <= b < 1 for b in config.optim.betas):
+        raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {config.optim.betas}")
+
+
+def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        close = difflib.get_close_matches(value, choices, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"{key} must be one of {', '.join(choices)}; got {value!r}{hint}")
+
+
+def _at_least(key: str, value: int, low: int) -> None:
+    if value < low:
+        raise ConfigError(f"{key} must be >= {low}, got {value}")
+
+
+def read_toml(path: str | os.PathLike, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The dict of TOML file ``path``, merged over the file its ``extends`` key names."""
+    path = Path(path).resolve()
+    if path in _seen:
+        raise ConfigError(f"{path}: 'extends' loops back to itself")
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path} is not valid TOML: {error}") from error
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: extends must be a file name, got {parent!r}")
+    return merge(read_toml(path.parent / parent, (*_seen, path)), data)
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of ``base`` with ``update`` merged in (tables merge, values replace)."""
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value: TOML syntax (numbers, booleans, arrays, quoted strings, inline
+    tables); anything else is taken as a bare string."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], assignments: list[str]) -> dict[str, Any]:
+    """``data`` with every ``key.path=value`` of ``assignments`` set (a deep copy)."""
+    out = copy.deepcopy(data)
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            raise ConfigError(f"--set {assignment!r}: expected section.key=value, e.g. "
+                              "train.steps=100")
+        _check_known_path(parts)
+        node = out
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {assignment!r}: {part!r} is a value, not a table")
+            node = child
+        node[parts[-1]] = parse_value(text.strip())
+    return out
+
+
+def _check_known_path(parts: list[str]) -> None:
+    """Unknown sections/keys of the fixed tables fail here, before any type check."""
+    sections = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    if parts[0] not in sections:
+        _unknown(parts[0], list(sections), "section")
+    if parts[0] == "model" or len(parts) < 2:
+        return
+    section_type = {"run": RunConfig, "data": DataConfig, "optim": OptimConfig,
+                    "schedule": ScheduleConfig, "train": TrainSection}[parts[0]]
+    known = [f.name for f in dataclasses.fields(section_type)]
+    if parts[1] not in known:
+        _unknown(f"{parts[0]}.{parts[1]}", [f"{parts[0]}.{k}" for k in known], "key")
+
+
+def _unknown(name: str, known: list[str], what: str) -> None:
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(f"unknown {what} {name!r}{hint} (known: {', '.join(known)})")
+
+
+def load_config(path: str | os.PathLike, overrides: list[str] = ()) -> TrainConfig:
+    """Read ``path`` (TOML, or a run's ``train_config.json``), apply ``overrides`` and
+    check everything; ``run.name`` defaults to the file's stem."""
+    path = Path(path)
+    if path.suffix == ".json":
+        import json
+
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise ConfigError(f"cannot read {path}: {error}") from error
+    else:
+        data = read_toml(path)
+    data = apply_overrides(data, list(overrides))
+    config = TrainConfig.from_dict(data)
+    if not config.run.name:
+        config.run.name = path.stem
+    return config

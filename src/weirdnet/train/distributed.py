@@ -1,0 +1,149 @@
+"""Processes, devices and model wrapping: one process, or a ``torchrun`` job.
+
+Under ``torchrun --nproc_per_node N`` (``WORLD_SIZE`` > 1 in the environment) the
+process group is initialised from the environment torchrun sets (NCCL on CUDA, gloo on
+CPU), each process takes GPU ``LOCAL_RANK``, and the model is wrapped in
+DistributedDataParallel or, for large models, sharded with FSDP (``fully_shard`` on every
+block, then on the whole model).  Model and optimizer states are gathered to full,
+CPU-resident state dicts for checkpoints, so a checkpoint loads into any world size.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+__all__ = ["Processes", "all_reduce_sums", "setup", "teardown", "wrap"]
+
+FSDP_MIN_PARAMETERS = 300_000_000
+"""``train.distributed = "auto"`` shards models larger than this with FSDP."""
+
+
+@dataclass
+class Processes:
+    """This process's place in the job: rank, world size, its device and the wrapping."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    mode: str = "single"  # "single", "ddp" or "fsdp"
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the process that logs and writes files."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def _device(name: str, local_rank: int) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"run.device={name!r} but CUDA is not available here "
+                               "(use run.device=\"cpu\" or \"auto\")")
+        if device.index is None:
+            device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    return device
+
+
+def setup(device: str = "auto") -> Processes:
+    """Join the torchrun job if there is one; pick this process's device."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    target = _device(device, local_rank)
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if target.type == "cuda" else "gloo")
+    return Processes(rank, world_size, local_rank, target)
+
+
+def teardown(processes: Processes) -> None:
+    """Leave the process group (if this job made one)."""
+    if processes.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def wrap(model: nn.Module, processes: Processes, mode: str, parameters: int) -> nn.Module:
+    """The model as this job trains it: itself, DDP or FSDP (``mode``: "auto", "ddp",
+    "fsdp"; only used when there is more than one process)."""
+    if not processes.distributed:
+        processes.mode = "single"
+        return model
+    if mode == "auto":
+        mode = "fsdp" if parameters > FSDP_MIN_PARAMETERS else "ddp"
+    processes.mode = mode
+    if mode == "ddp":
+        ids = [processes.device.index] if processes.device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    from torch.distributed.fsdp import fully_shard
+
+    from weirdnet.models.blocks import Block
+
+    for module in model.modules():
+        if isinstance(module, Block):
+            fully_shard(module)
+    fully_shard(model)
+    return model
+
+
+def no_sync(wrapped: nn.Module, skip: bool):
+    """Context that skips DDP's gradient all-reduce for an accumulation micro-batch."""
+    if skip and isinstance(wrapped, nn.parallel.DistributedDataParallel):
+        return wrapped.no_sync()
+    return nullcontext()
+
+
+def eval_module(wrapped: nn.Module) -> nn.Module:
+    """The module to evaluate with: DDP's inner module (no collectives per forward);
+    an FSDP model must run as it is (every rank runs the same number of batches)."""
+    if isinstance(wrapped, nn.parallel.DistributedDataParallel):
+        return wrapped.module
+    return wrapped
+
+
+def all_reduce_sums(sums: dict[str, float], processes: Processes) -> dict[str, float]:
+    """Sum a dict of numbers over all processes (float64; every rank gets the result)."""
+    if not processes.distributed:
+        return dict(sums)
+    keys = sorted(sums)
+    values = torch.tensor([float(sums[k]) for k in keys], dtype=torch.float64)
+    if processes.device.type == "cuda":
+        values = values.to(processes.device)
+    dist.all_reduce(values)
+    return dict(zip(keys, values.tolist(), strict=True))
+
+
+def gather_objects(value: Any, processes: Processes) -> list[Any]:
+    """Every rank's ``value``, in rank order (on every rank)."""
+    if not processes.distributed:
+        return [value]
+    out: list[Any] = [None] * processes.world_size
+    dist.all_gather_object(out, value)
+    return out
+
+
+def broadcast_object(value: Any, processes: Processes) -> Any:
+    """Rank 0's ``value`` on every rank."""
+    if not processes.distributed:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier(processes: Processes) -> None:
+    if processes.distributed:
+        dist.barrier()

@@ -1,0 +1,108 @@
+"""A run's record: ``RUN/log.jsonl`` (one JSON event a line), optional TensorBoard, and
+the results table printed at the end of every run.
+
+Events (every one has ``event``, ``step`` (optimizer steps done) and ``time`` (Unix s)):
+
+- ``start``: run, task, world_size, parameters, resumed_from, config;
+- ``train``: loss (mean over the steps since the last line), lr, grad_norm,
+  tokens_per_s, samples_per_s;
+- ``eval``: split, metrics (e.g. loss, accuracy or bpc, perplexity);
+- ``end``: results ({"val": metrics, "test": metrics}), best_step.
+
+A resumed run appends to the same file; readers keep the last event of each
+(event, split, step) (see :func:`weirdnet.train.plot.read_log`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunLog", "results_table"]
+
+
+class RunLog:
+    """Appends events to ``run_dir/log.jsonl`` (flushed per line) when ``enabled``."""
+
+    def __init__(self, run_dir: Path, enabled: bool = True, tensorboard: bool = False):
+        self.enabled = enabled
+        self.handle = None
+        self.writer = None
+        if not enabled:
+            return
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.handle = open(run_dir / "log.jsonl", "a", encoding="utf-8")
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as error:
+                raise ImportError("run.tensorboard = true needs the tensorboard package: pip "
+                                  "install tensorboard") from error
+            self.writer = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def start(self, step: int, **fields: Any) -> None:
+        self.event("start", step, **fields)
+
+    def event(self, kind: str, step: int, **fields: Any) -> None:
+        """Write one event (and its scalars to TensorBoard)."""
+        if not self.enabled:
+            return
+        record = {"event": kind, "step": step, "time": time.time(), **fields}
+        self.handle.write(json.dumps(record) + "\n")
+        self.handle.flush()
+        if self.writer is not None:
+            self._tensorboard(kind, step, fields)
+
+    def _tensorboard(self, kind: str, step: int, fields: dict[str, Any]) -> None:
+        if kind == "train":
+            for key in ("loss", "lr", "grad_norm", "tokens_per_s"):
+                self.writer.add_scalar(f"train/{key}", fields[key], step)
+        elif kind == "eval":
+            for key, value in fields["metrics"].items():
+                self.writer.add_scalar(f"{fields['split']}/{key}", value, step)
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+        if self.writer is not None:
+            self.writer.close()
+
+
+_ORDER = ("loss", "bpc", "perplexity", "accuracy", "token_accuracy", "exact_match")
+
+
+def _format(value: float) -> str:
+    return f"{value:.4f}" if abs(value) < 1e4 else f"{value:.4g}"
+
+
+def results_table(summary: dict[str, Any]) -> str:
+    """The end-of-run table: one row per metric, one column per split, then where the
+    run's files are."""
+    results = summary["results"]
+    splits = list(results)
+    names = [m for m in _ORDER if any(m in results[s] for s in splits)]
+    names += sorted({m for s in splits for m in results[s]} - set(names))
+    header = f"| metric | {' | '.join(splits)} |"
+    if "model_dir" in summary:  # weirdnet eval
+        title = (f"\nEvaluation of {summary['model_dir']} (step {summary['best_step']}; "
+                 f"{summary['task']} on {summary['dataset']}, "
+                 f"{summary['parameters']:,} parameters)")
+    else:
+        title = (f"\nResults of {summary['run']} ({summary['task']} on {summary['dataset']}, "
+                 f"best model from step {summary['best_step']} of {summary['steps']}"
+                 f"{', stopped early' if summary.get('stopped_early') else ''}, "
+                 f"{summary['parameters']:,} parameters)")
+    lines = [title, "", header, "|" + "---|" * (len(splits) + 1)]
+    for name in names:
+        cells = [_format(results[s][name]) if name in results[s] else "" for s in splits]
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    if "model_dir" in summary:
+        return "\n".join(lines)
+    run_dir = summary["run_dir"]
+    lines += ["", f"run directory: {run_dir}  (log.jsonl, results.json, best/, checkpoints/)",
+              f"next: weirdnet eval {run_dir} | weirdnet plot {run_dir}"]
+    if summary["task"] == "lm":
+        lines[-1] += f" | weirdnet generate {run_dir} --prompt \"...\""
+    return "\n".join(lines)
