@@ -218,7 +218,7 @@ class Trainer:
             path = ckpt.save_checkpoint(
                 self.run_dir, self.state.step, lambda d: self._write_model(d, model_state),
                 trainer_state, self.config.train.keep_last)
-            self.last_checkpoint_step = self.state.step
+        self.last_checkpoint_step = self.state.step
         dist_util.barrier(self.processes)
         return path
 
