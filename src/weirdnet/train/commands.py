@@ -326,7 +326,9 @@ def _decode_seq2seq(model, prompt, args, sampling, info, encoding, device) -> li
     if bos is None:
         raise ValueError("the run's data_info.json names no bos_id; cannot start decoding")
     src = torch.tensor([prompt] * args.num_samples, device=device)
-    out = model.generate(src, args.max_new_tokens, bos, **sampling)
+    # decoding stops at eos; the decoder cannot go beyond its max_len positions
+    steps = min(args.max_new_tokens, model.config.decoder.max_len - 1)
+    out = model.generate(src, steps, bos, **sampling)
     texts = []
     for row in out[:, 1:].tolist():
         if eos in row:

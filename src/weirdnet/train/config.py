@@ -11,8 +11,8 @@ A config file has up to six tables; every key has a default except ``data.datase
     [optim]     name ("adamw" | "adam"), lr, betas, eps, weight_decay
     [schedule]  name ("cosine" | "rsqrt" | "constant"), warmup_steps, min_lr_ratio
     [train]     steps, batch_size, grad_accum, clip, precision, eval_every, eval_batches,
-                checkpoint_every, keep_last, early_stop_patience, best_metric, log_every,
-                num_workers, distributed
+                final_eval_batches, checkpoint_every, keep_last, early_stop_patience,
+                best_metric, log_every, num_workers, distributed
 
 ``--set section.key=value`` (dotted, any depth, e.g. ``model.backbone.dim=64``) overrides
 a key; the value is read as a TOML value (``64``, ``1e-3``, ``true``, ``[0.9, 0.98]``,
@@ -114,8 +114,11 @@ class TrainSection:
     grad_accum: micro-batches per step; clip: max gradient norm (0 = off);
     precision: "auto" (bf16 autocast on a GPU that has it, else fp32), "fp32", "bf16",
     "fp16" (CUDA only, with loss scaling);
-    eval_every: evaluate every N steps (0 = only at the end) on at most eval_batches
-    batches (0 = the whole split); checkpoint_every: steps between checkpoints (0 = only
+    eval_every: evaluate every N steps (0 = only at the end) on the first
+    eval_batches x batch_size items of the split (0 = the whole split);
+    final_eval_batches: the same for the evaluation of the best model on the evaluation
+    and test splits at the end (0 = whole splits);
+    checkpoint_every: steps between checkpoints (0 = only
     at eval points and the end); keep_last: checkpoints kept;
     early_stop_patience: stop after this many evaluations without improvement (0 = off);
     best_metric: "auto" (accuracy for classification/retrieval, exact_match for seq2seq,
@@ -132,6 +135,7 @@ class TrainSection:
     precision: str = "auto"
     eval_every: int = 200
     eval_batches: int = 50
+    final_eval_batches: int = 0
     checkpoint_every: int = 0
     keep_last: int = 2
     early_stop_patience: int = 0
@@ -177,8 +181,8 @@ def check(config: TrainConfig) -> None:
     train = config.train
     for key in ("steps", "batch_size", "grad_accum", "keep_last", "log_every"):
         _at_least(f"train.{key}", getattr(train, key), 1)
-    for key in ("eval_every", "eval_batches", "checkpoint_every", "early_stop_patience",
-                "num_workers"):
+    for key in ("eval_every", "eval_batches", "final_eval_batches", "checkpoint_every",
+                "early_stop_patience", "num_workers"):
         _at_least(f"train.{key}", getattr(train, key), 0)
     _at_least("schedule.warmup_steps", config.schedule.warmup_steps, 0)
     if train.batch_size % train.grad_accum:

@@ -71,8 +71,10 @@ def setup(device: str = "auto") -> Processes:
 
 
 def teardown(processes: Processes) -> None:
-    """Leave the process group (if this job made one)."""
+    """Leave the process group (if this job made one), after every rank got here: gloo
+    aborts a process whose peer tears down its connections first."""
     if processes.distributed and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 

@@ -58,10 +58,15 @@ def _collate(pad_id: int):
 
 def train_loader(dataset: Dataset, sampler: ResumableSampler, micro_batch: int, pad_id: int,
                  num_workers: int, pin_memory: bool) -> DataLoader:
-    """The DataLoader of one epoch from the sampler's current position."""
+    """The DataLoader of one epoch from the sampler's current position.
+
+    It gets its own generator (seeded from the epoch) for its workers' base seed: by
+    default each new DataLoader iterator draws from the global torch RNG, which would
+    shift the dropout masks of a resumed run (it starts its iterator at another step)."""
+    generator = torch.Generator().manual_seed(sampler.seed + sampler.epoch)
     return DataLoader(dataset, batch_size=micro_batch, sampler=sampler,
                       collate_fn=_collate(pad_id), num_workers=num_workers, drop_last=True,
-                      pin_memory=pin_memory)
+                      pin_memory=pin_memory, generator=generator)
 
 
 class EvalBatches:

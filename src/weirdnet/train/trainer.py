@@ -272,9 +272,11 @@ class Trainer:
 
     # -- evaluation --
 
-    def evaluate(self, split: str, limit: int) -> dict[str, float]:
-        """Metrics of the model on ``split`` ("eval" or "test"), over all ranks."""
-        batches = EvalBatches(self.splits[split], self.processes, self.micro_batch, limit,
+    def evaluate(self, split: str, max_batches: int) -> dict[str, float]:
+        """Metrics of the model on ``split`` ("eval" or "test"), over all ranks: the first
+        ``max_batches`` x ``train.batch_size`` items of it (0 = all)."""
+        items = max_batches * self.config.train.batch_size
+        batches = EvalBatches(self.splits[split], self.processes, self.micro_batch, items,
                               self.info.pad_id)
         model = dist_util.eval_module(self.wrapped)
         was_training = model.training
@@ -415,7 +417,7 @@ class Trainer:
         if self.state.best_step is None or not self.config.train.eval_every:
             self._evaluate_and_track()  # no periodic evaluation ran: the last model is best
         self._load_best()
-        limit = 0
+        limit = self.config.train.final_eval_batches
         results = {"val": self.evaluate("eval", limit)}
         if "test" in self.splits:
             results["test"] = self.evaluate("test", limit)
