@@ -228,3 +228,12 @@ def test_gradient_accumulation_matches_the_full_batch(tmp_path):
     assert diff / sum(float(a[k].norm() ** 2) for k in a) ** 0.5 < 1e-5
     assert one["results"]["val"]["loss"] == pytest.approx(two["results"]["val"]["loss"],
                                                           rel=1e-5)
+
+
+def test_early_stopping_after_patience_evaluations_without_improvement(tmp_path):
+    """With lr 1e-12 the float32 weights never change, so the evaluation loss never
+    improves after the first evaluation: patience 2 stops at the third."""
+    summary = _train(tmp_path, "optim.lr=1e-12", "train.early_stop_patience=2",
+                     steps=20, eval_every=2, checkpoint_every=0, dropout=0.0)
+    assert summary["stopped_early"] is True
+    assert summary["steps"] == 6 and summary["best_step"] == 2

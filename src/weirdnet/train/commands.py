@@ -20,6 +20,20 @@ CONFIG is a TOML file (see configs/, and weirdnet.train.config for every key) or
 existing run directory (its train_config.json; implies --resume).  --set overrides a key:
 --set train.steps=100 --set model.backbone.dim=64 --set data.options.seq_len=512.
 
+Config tables and keys (defaults and meanings: weirdnet/train/config.py):
+  extends = "base.toml"   start from another config file
+  [run]       name, out_dir ("runs"), seed, deterministic, device ("auto"), tensorboard
+  [data]      dataset (required), root, options, eval_options, train_split,
+              eval_split, test_split ("" = none)
+  [model]     preset (optional), class (optional), then any key of the model config,
+              e.g. [model.backbone] dim, depth, d_ff, heads, pattern, dropout, ...
+  [optim]     name (adamw|adam), lr, betas, eps, weight_decay
+  [schedule]  name (cosine|rsqrt|constant), warmup_steps, min_lr_ratio
+  [train]     steps, batch_size (global), grad_accum, clip, precision
+              (auto|fp32|bf16|fp16), eval_every, eval_batches, final_eval_batches,
+              checkpoint_every, keep_last, early_stop_patience, best_metric, log_every,
+              num_workers, distributed (auto|ddp|fsdp)
+
 The run goes to RUN = run.out_dir/run.name (default runs/<config name>): log.jsonl,
 checkpoints/step-* (the last train.keep_last), best/ (the best model by the evaluation
 metric), results.json.  A progress bar shows loss, tokens/s and the ETA; a results table
