@@ -208,16 +208,15 @@ def run_eval(args: argparse.Namespace, argv: list[str]) -> int:
 
 def evaluate_target(args: argparse.Namespace) -> dict:
     """Evaluate ``args.target`` on its splits; the summary for :func:`results_table`."""
-    import torch
 
     from weirdnet.data.registry import get
     from weirdnet.train.config import TrainConfig, apply_overrides
+    from weirdnet.train.distributed import resolve_device
     from weirdnet.train.trainer import evaluate
 
     if args.batch_size < 1 or args.limit < 0:
         raise ValueError("--batch-size must be >= 1 and --limit >= 0")
-    device = torch.device(args.device if args.device != "auto" else
-                          ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = resolve_device(args.device)
     model, config_dict, _, model_dir = load_trained(Path(args.target), device)
     config = TrainConfig.from_dict(apply_overrides(config_dict or {}, args.overrides))
     data = config.data
@@ -300,11 +299,11 @@ def generate_texts(args: argparse.Namespace) -> list[str]:
 
     from weirdnet.models.lm import WeirdNetLM
     from weirdnet.models.seq2seq import WeirdNetSeq2Seq
+    from weirdnet.train.distributed import resolve_device
 
     if args.max_new_tokens < 1 or args.num_samples < 1:
         raise ValueError("--max-new-tokens and --num-samples must be >= 1")
-    device = torch.device(args.device if args.device != "auto" else
-                          ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = resolve_device(args.device)
     model, _, info, model_dir = load_trained(Path(args.target), device)
     info = info or {}
     encoding = args.encoding or info.get("encoding") or "utf-8"

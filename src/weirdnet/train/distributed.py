@@ -45,7 +45,9 @@ class Processes:
         return self.world_size > 1
 
 
-def _device(name: str, local_rank: int) -> torch.device:
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """The device of ``run.device``/``--device``: "auto" is CUDA (GPU ``local_rank``) if
+    available, else the CPU."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
@@ -64,7 +66,7 @@ def setup(device: str = "auto") -> Processes:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    target = _device(device, local_rank)
+    target = resolve_device(device, local_rank)
     if world_size > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if target.type == "cuda" else "gloo")
     return Processes(rank, world_size, local_rank, target)
