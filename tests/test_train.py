@@ -237,3 +237,17 @@ def test_early_stopping_after_patience_evaluations_without_improvement(tmp_path)
                      steps=20, eval_every=2, checkpoint_every=0, dropout=0.0)
     assert summary["stopped_early"] is True
     assert summary["steps"] == 6 and summary["best_step"] == 2
+
+
+def test_bf16_autocast_trains_and_fp16_needs_cuda(tmp_path):
+    fp32 = _train(tmp_path, "run.name=fp32", steps=4, eval_every=0, checkpoint_every=0,
+                  dropout=0.0)
+    bf16 = _train(tmp_path, "run.name=bf16", "train.precision=bf16", steps=4, eval_every=0,
+                  checkpoint_every=0, dropout=0.0)
+    assert bf16["results"]["val"]["loss"] == pytest.approx(fp32["results"]["val"]["loss"],
+                                                           rel=2e-2)
+    if not torch.cuda.is_available():
+        from weirdnet.models.config import ConfigError
+
+        with pytest.raises(ConfigError, match="fp16.*needs a CUDA device"):
+            _train(tmp_path, "run.name=fp16", "train.precision=fp16", steps=2)
