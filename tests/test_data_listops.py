@@ -244,3 +244,19 @@ def test_cli_generate_and_show(tmp_path, capsys):
     assert _cli("generate", "listops", "--out", out, "--n", "1") == 2  # not overwritten
     assert _cli("generate", "listops", "--out", str(tmp_path / "x"), "--workers", "2") == 2
     assert "pathfinder only" in capsys.readouterr().err
+
+
+def test_progress_counting_passes_rows_through_when_the_bar_redraws():
+    """tqdm.update returns True when it redraws; the rows must still reach the writer."""
+    from weirdnet.data.listops import _counted
+
+    class RedrawingBar:
+        count = 0
+
+        def update(self, n):
+            self.count += n
+            return True
+
+    bar = RedrawingBar()
+    rows = [("[MAX 1 2 ]", 2), ("[MIN 3 4 ]", 3)]
+    assert list(_counted(iter(rows), bar)) == rows and bar.count == 2

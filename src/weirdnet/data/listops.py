@@ -233,8 +233,16 @@ def write_listops_files(out_dir: Path, *, n_train: int = LRA_SIZES["train"],
         for split in SPLITS:
             paths[split] = out_dir / f"basic_{split}.tsv"
             rows = itertools.islice(stream, sizes[split])
-            write_listops_tsv(paths[split], (bar.update(1) or row for row in rows))
+            write_listops_tsv(paths[split], _counted(rows, bar))
     return paths
+
+
+def _counted(rows, bar):
+    """``rows`` unchanged, advancing ``bar`` by one per row (``tqdm.update`` returns True
+    when it redraws, so it cannot sit inside an ``or`` expression)."""
+    for row in rows:
+        bar.update(1)
+        yield row
 
 
 # ---------------------------------------------------------------------------- tokeniser
