@@ -211,7 +211,7 @@ def evaluate_target(args: argparse.Namespace) -> dict:
 
     from weirdnet.data.registry import get
     from weirdnet.train.config import TrainConfig, apply_overrides
-    from weirdnet.train.distributed import resolve_device
+    from weirdnet.train.distributed import Processes, resolve_device
     from weirdnet.train.trainer import evaluate
 
     if args.batch_size < 1 or args.limit < 0:
@@ -226,8 +226,8 @@ def evaluate_target(args: argparse.Namespace) -> dict:
         options = {**data.options, **data.eval_options}
         dataset = get(data.dataset, split, root=data.root or None, **options)
         _check_fits(model, dataset.info, model_dir)
-        results[split] = evaluate(model, dataset, dataset.info.task, dataset.info,
-                                  args.batch_size, device, args.limit)
+        results[split] = evaluate(model, dataset, dataset.info, args.batch_size,
+                                  Processes(device=device), args.limit)
     return {"model_dir": str(model_dir), "task": dataset.info.task, "dataset": data.dataset,
             "best_step": _step_of(model_dir), "parameters": model.num_parameters(),
             "results": results}

@@ -30,8 +30,8 @@ from weirdnet.data.registry import DatasetInfo
 from weirdnet.models.config import ConfigError
 from weirdnet.train.config import merge
 
-__all__ = ["MODEL_CLASSES", "Sums", "batch_metrics", "build_model_config", "lower_is_better",
-           "metrics_from_sums", "train_loss"]
+__all__ = ["MODEL_CLASSES", "Sums", "add_sums", "batch_metrics", "best_metric",
+           "build_model_config", "forward", "metrics_from_sums", "to_device", "train_loss"]
 
 MODEL_CLASSES = {"lm": "WeirdNetLM", "classification": "WeirdNetClassifier",
                  "retrieval": "WeirdNetDualEncoder", "seq2seq": "WeirdNetSeq2Seq"}
@@ -53,11 +53,6 @@ def best_metric(task: str, configured: str) -> tuple[str, bool]:
     name = _BEST_METRIC[task] if configured == "auto" else configured
     lower = name.startswith("-") or name.lstrip("-") in _LOWER_IS_BETTER
     return name.lstrip("-"), lower
-
-
-def lower_is_better(metric: str) -> bool:
-    """Whether smaller values of ``metric`` are better."""
-    return metric in _LOWER_IS_BETTER
 
 
 def build_model_config(model: dict[str, Any], info: DatasetInfo) -> tuple[str, dict[str, Any]]:
@@ -122,36 +117,43 @@ def _set_from_data(config: dict[str, Any], explicit: dict[str, Any], key: str, v
 
 # ---- feeding batches -------------------------------------------------------------------
 
-def _mask_or_none(mask: torch.Tensor | None) -> torch.Tensor | None:
-    """None when every position is real (lets the mixers take their unmasked paths)."""
-    return None if mask is None or bool(mask.all()) else mask
+def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """The batch's tensors on ``device``.  A ``<key>_mask`` that is True everywhere becomes
+    None, decided on the host before the copy: the mixers then take their unmasked paths,
+    with no device sync and no mask transfer."""
+    out = {}
+    for key, value in batch.items():
+        if key.endswith("_mask") and torch.is_tensor(value) and bool(value.all()):
+            value = None
+        out[key] = value.to(device, non_blocking=True) if torch.is_tensor(value) else value
+    return out
 
 
 def forward(model: torch.nn.Module, batch: dict[str, Any], task: str
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Run ``model`` on ``batch``: (logits, targets, counted-target mask or None).
+    """Run ``model`` on ``batch`` (as :func:`to_device` gives it): (logits, targets,
+    counted-target mask or None).
 
     lm / seq2seq: logits (B, L, V), targets (B, L); classification / retrieval: logits
     (B, K), labels (B,).
     """
     if task == "lm":
-        tokens, mask = batch["tokens"], _mask_or_none(batch.get("tokens_mask"))
+        tokens, mask = batch["tokens"], batch.get("tokens_mask")
         mask = None if mask is None else mask[:, 1:]
         targets = tokens[:, 1:]
         return model(tokens[:, :-1], None, mask).logits, targets, mask
     if task == "seq2seq":
-        tgt, tgt_mask = batch["tgt"], _mask_or_none(batch.get("tgt_mask"))
+        tgt, tgt_mask = batch["tgt"], batch.get("tgt_mask")
         tgt_mask = None if tgt_mask is None else tgt_mask[:, 1:]
-        logits = model(batch["src"], tgt[:, :-1], _mask_or_none(batch.get("src_mask")),
+        logits = model(batch["src"], tgt[:, :-1], batch.get("src_mask"),
                        tgt_mask).logits
         return logits, tgt[:, 1:], tgt_mask
     if task == "retrieval":
         logits = model(batch["tokens"], batch["tokens2"],
-                       _mask_or_none(batch.get("tokens_mask")),
-                       _mask_or_none(batch.get("tokens2_mask"))).logits
+                       batch.get("tokens_mask"), batch.get("tokens2_mask")).logits
         return logits, batch["label"], None
     key = "tokens" if "tokens" in batch else "values"
-    logits = model(batch[key], _mask_or_none(batch.get(f"{key}_mask"))).logits
+    logits = model(batch[key], batch.get(f"{key}_mask")).logits
     return logits, batch["label"], None
 
 

@@ -21,6 +21,7 @@ import os
 import random
 import shutil
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,23 +276,9 @@ class Trainer:
     def evaluate(self, split: str, max_batches: int) -> dict[str, float]:
         """Metrics of the model on ``split`` ("eval" or "test"), over all ranks: the first
         ``max_batches`` x ``train.batch_size`` items of it (0 = all)."""
-        items = max_batches * self.config.train.batch_size
-        batches = EvalBatches(self.splits[split], self.processes, self.micro_batch, items,
-                              self.info.pad_id)
-        model = dist_util.eval_module(self.wrapped)
-        was_training = model.training
-        model.eval()
-        sums: tasks.Sums = {}
-        try:
-            for batch, keep in batches:
-                with self._autocast():
-                    stats = tasks.batch_metrics(model, self._to_device(batch), self.task)
-                if keep:
-                    tasks.add_sums(sums, stats)
-        finally:
-            model.train(was_training)
-        return tasks.metrics_from_sums(dist_util.all_reduce_sums(sums, self.processes),
-                                       self.task, self.info)
+        return evaluate(dist_util.eval_module(self.wrapped), self.splits[split], self.info,
+                        self.micro_batch, self.processes,
+                        max_batches * self.config.train.batch_size, self._autocast)
 
     # -- training --
 
@@ -299,11 +286,6 @@ class Trainer:
         device_type = self.processes.device.type
         return torch.autocast(device_type, dtype=self.amp_dtype or torch.float32,
                               enabled=self.amp_dtype is not None)
-
-    def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
-        device = self.processes.device
-        return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v
-                for k, v in batch.items()}
 
     def _micro_batches(self):
         """Endless (epoch, micro-batch) stream from the saved data position."""
@@ -324,7 +306,7 @@ class Trainer:
         accum = self.config.train.grad_accum
         loss_sum, targets = 0.0, 0
         for k in range(accum):
-            batch = self._to_device(next(stream))
+            batch = tasks.to_device(next(stream), self.processes.device)
             with dist_util.no_sync(self.wrapped, k < accum - 1), self._autocast():
                 loss, count = tasks.train_loss(self.wrapped, batch, self.task)
                 self.scaler.scale(loss / accum).backward()
@@ -501,14 +483,25 @@ def train(config: TrainConfig, *, resume: bool = False, overwrite: bool = False,
         dist_util.teardown(trainer.processes)
 
 
-def evaluate(model: nn.Module, dataset, task: str, info, batch_size: int,
-             device: torch.device, limit: int = 0) -> dict[str, float]:
-    """Metrics of ``model`` on ``dataset`` in one process (``weirdnet eval``)."""
-    batches = EvalBatches(dataset, dist_util.Processes(device=device), batch_size, limit,
-                          info.pad_id)
+def evaluate(model: nn.Module, dataset, info, batch_size: int,
+             processes: dist_util.Processes, limit: int = 0, autocast=nullcontext
+             ) -> dict[str, float]:
+    """Metrics of ``model`` on the first ``limit`` items of ``dataset`` (0 = all), this
+    rank's share of them summed over all ranks (see
+    :class:`~weirdnet.train.loading.EvalBatches`); ``autocast()`` wraps each forward.
+    The model is in eval mode meanwhile; its mode is restored afterwards."""
+    batches = EvalBatches(dataset, processes, batch_size, limit, info.pad_id)
+    was_training = model.training
     model.eval()
     sums: tasks.Sums = {}
-    for batch, _ in batches:
-        batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-        tasks.add_sums(sums, tasks.batch_metrics(model, batch, task))
-    return tasks.metrics_from_sums(sums, task, info)
+    try:
+        for batch, keep in batches:
+            with autocast():
+                stats = tasks.batch_metrics(model, tasks.to_device(batch, processes.device),
+                                            info.task)
+            if keep:
+                tasks.add_sums(sums, stats)
+    finally:
+        model.train(was_training)
+    return tasks.metrics_from_sums(dist_util.all_reduce_sums(sums, processes), info.task,
+                                   info)
