@@ -163,8 +163,8 @@ def find_model_dir(path: Path) -> tuple[Path, Path | None]:
 
 
 def load_trained(path: Path, device: str = "cpu"):
-    """(model, train config dict or None, data info dict or None) of a run/checkpoint;
-    the checkpoint's manifest is verified when it has one."""
+    """(model, train config dict or None, data info dict or None, model directory) of a
+    run or checkpoint; the checkpoint's manifest is verified when it has one."""
     from weirdnet.models.base import load
     from weirdnet.train.checkpoint import DATA_INFO, MANIFEST, TRAIN_CONFIG, verify_directory
 

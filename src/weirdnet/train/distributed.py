@@ -139,15 +139,6 @@ def gather_objects(value: Any, processes: Processes) -> list[Any]:
     return out
 
 
-def broadcast_object(value: Any, processes: Processes) -> Any:
-    """Rank 0's ``value`` on every rank."""
-    if not processes.distributed:
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
 def barrier(processes: Processes) -> None:
     if processes.distributed:
         dist.barrier()

@@ -42,9 +42,6 @@ class RunLog:
                                   "install tensorboard") from error
             self.writer = SummaryWriter(str(run_dir / "tensorboard"))
 
-    def start(self, step: int, **fields: Any) -> None:
-        self.event("start", step, **fields)
-
     def event(self, kind: str, step: int, **fields: Any) -> None:
         """Write one event (and its scalars to TensorBoard)."""
         if not self.enabled:

@@ -22,7 +22,7 @@ import random
 import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,6 @@ class Progress:
     best_value: float | None = None
     best_step: int | None = None
     evals_without_improvement: int = 0
-    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 # ---- set-up ----------------------------------------------------------------------------
@@ -346,7 +345,6 @@ class Trainer:
         """Periodic evaluation; returns True when early stopping says stop."""
         metrics = self.evaluate("eval", self.config.train.eval_batches)
         self.log.event("eval", self.state.step, split="val", metrics=metrics)
-        self.state.history.append({"step": self.state.step, **metrics})
         if self._improved(metrics):
             self._save_best(metrics)
         patience = self.config.train.early_stop_patience
@@ -356,7 +354,7 @@ class Trainer:
         """Train to ``train.steps`` (or early stop), then evaluate the best model; returns
         the results (also in ``RUN/results.json``)."""
         cfg = self.config.train
-        self.log.start(self.state.step, run=self.config.run.name, task=self.task,
+        self.log.event("start", self.state.step, run=self.config.run.name, task=self.task,
                        world_size=self.processes.world_size, parameters=self.parameters,
                        resumed_from=self.resumed_from, config=self.config.to_dict())
         if self.processes.is_main:
