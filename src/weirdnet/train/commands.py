@@ -93,6 +93,7 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
 
 
 def add_set_argument(parser: argparse.ArgumentParser) -> None:
+    """The repeatable ``--set KEY=VALUE`` option (collected in ``args.overrides``)."""
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE",
                         help="override a config key (dotted; TOML value), repeatable")
@@ -101,6 +102,7 @@ def add_set_argument(parser: argparse.ArgumentParser) -> None:
 # ---- train ------------------------------------------------------------------------------
 
 def add_train(subparsers, formatter) -> None:
+    """Register ``weirdnet train``."""
     parser = subparsers.add_parser("train", help="train and evaluate a model from a config",
                                    description=TRAIN_DESCRIPTION, formatter_class=formatter)
     parser.add_argument("config", metavar="CONFIG", help="TOML config file or run directory")
@@ -114,6 +116,7 @@ def add_train(subparsers, formatter) -> None:
 
 
 def run_train(args: argparse.Namespace, argv: list[str]) -> int:
+    """Handle ``weirdnet train``: load the config (or the run's), train, exit status."""
     from weirdnet.train.config import load_config
     from weirdnet.train.trainer import train
 
@@ -181,6 +184,7 @@ def load_trained(path: Path, device: str = "cpu"):
 
 
 def add_eval(subparsers, formatter) -> None:
+    """Register ``weirdnet eval``."""
     parser = subparsers.add_parser("eval", help="evaluate a run or checkpoint",
                                    description=EVAL_DESCRIPTION, formatter_class=formatter)
     parser.add_argument("target", metavar="RUN_OR_CHECKPOINT")
@@ -196,6 +200,7 @@ def add_eval(subparsers, formatter) -> None:
 
 
 def run_eval(args: argparse.Namespace, argv: list[str]) -> int:
+    """Handle ``weirdnet eval``: print the metrics table of every split; exit status."""
     try:
         summary = evaluate_target(args)
     except _expected_errors() as error:
@@ -264,6 +269,7 @@ def _check_fits(model, info, model_dir: Path) -> None:
 # ---- generate ---------------------------------------------------------------------------
 
 def add_generate(subparsers, formatter) -> None:
+    """Register ``weirdnet generate``."""
     parser = subparsers.add_parser("generate", help="generate text with a trained model",
                                    description=GENERATE_DESCRIPTION, formatter_class=formatter)
     parser.add_argument("target", metavar="CHECKPOINT", help="run, best/ or checkpoint dir")
@@ -282,6 +288,7 @@ def add_generate(subparsers, formatter) -> None:
 
 
 def run_generate(args: argparse.Namespace, argv: list[str]) -> int:
+    """Handle ``weirdnet generate``: print each sample; exit status."""
     try:
         texts = generate_texts(args)
     except _expected_errors() as error:
@@ -353,6 +360,7 @@ def _decode_seq2seq(model, prompt, args, sampling, info, encoding, device) -> li
 # ---- plot -------------------------------------------------------------------------------
 
 def add_plot(subparsers, formatter) -> None:
+    """Register ``weirdnet plot`` (see :mod:`weirdnet.train.plot`)."""
     from weirdnet.train import plot
 
     parser = subparsers.add_parser("plot", help="draw learning curves of runs as a PNG",

@@ -42,6 +42,7 @@ class Processes:
 
     @property
     def distributed(self) -> bool:
+        """More than one process."""
         return self.world_size > 1
 
 
@@ -140,5 +141,6 @@ def gather_objects(value: Any, processes: Processes) -> list[Any]:
 
 
 def barrier(processes: Processes) -> None:
+    """Wait until every process gets here (nothing to wait for in one process)."""
     if processes.distributed:
         dist.barrier()

@@ -61,6 +61,7 @@ class RunLog:
                 self.writer.add_scalar(f"{fields['split']}/{key}", value, step)
 
     def close(self) -> None:
+        """Close the log file and the TensorBoard writer."""
         if self.handle is not None:
             self.handle.close()
         if self.writer is not None:
