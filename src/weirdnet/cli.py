@@ -104,6 +104,21 @@ def _add_bench(subparsers: argparse._SubParsersAction) -> None:
         description=generate.DESCRIPTION, formatter_class=_FORMATTER)
     generate.add_arguments(parser)
     parser.set_defaults(handler=generate.run)
+    from weirdnet.bench import speed
+
+    parser = benchmarks.add_parser(
+        "speed", help="training steps/s and peak memory of each model vs the Transformer",
+        description=speed.DESCRIPTION, epilog=speed.EXAMPLES, formatter_class=_FORMATTER)
+    speed.add_arguments(parser)
+    parser.set_defaults(handler=speed.run)
+    from weirdnet.bench.paper import command as suite_command
+
+    parser = benchmarks.add_parser(
+        "suite", help="the papers' tables: every mechanism on every task, one budget",
+        description=suite_command.DESCRIPTION, epilog=suite_command.EXAMPLES,
+        formatter_class=_FORMATTER)
+    suite_command.add_arguments(parser)
+    parser.set_defaults(handler=suite_command.run)
 
 
 def _run_bench(args: argparse.Namespace, argv: list[str]) -> int:

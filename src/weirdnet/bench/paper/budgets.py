@@ -1,0 +1,125 @@
+"""The suite's budgets: how big and how long every cell of a task trains.
+
+A budget is the same for every variant of a task, so the tables compare mechanisms under
+equal sizes, steps, batches and data.  ``paper`` keeps the papers' configs unchanged
+(official data, Table II / Table 7 sizes and steps, 5 seeds as in DBA Table 2); the others
+start from the ``-cpu`` configs (offline data) and override what :data:`BUDGETS` lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Budget:
+    """``overrides[task]``: config tables merged over the task's config (``"*"`` applies
+    to every task first); ``seeds``: the seeds of every cell; ``paper_configs``: start from
+    the papers' configs instead of the ``-cpu`` ones."""
+
+    name: str
+    description: str
+    seeds: tuple[int, ...] = (0,)
+    paper_configs: bool = False
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def task_overrides(self, task: str) -> list[dict[str, Any]]:
+        """The override tables for ``task``, in the order they apply."""
+        return [o for o in (self.overrides.get("*"), self.overrides.get(task)) if o]
+
+
+def _train(steps: int, batch: int, final_batches: int, evals: int = 2,
+           eval_batches: int = 4) -> dict[str, Any]:
+    return {"train": {"steps": steps, "batch_size": batch, "eval_every": max(steps // evals, 1),
+                      "eval_batches": eval_batches, "final_eval_batches": final_batches,
+                      "log_every": max(min(10, steps // 4), 1), "keep_last": 1}}
+
+
+def _model(dim: int, depth: int, d_ff: int, heads: int) -> dict[str, Any]:
+    return {"model": {"backbone": {"dim": dim, "depth": depth, "d_ff": d_ff,
+                                   "heads": heads}}}
+
+
+def _merge(*tables: dict[str, Any]) -> dict[str, Any]:
+    from weirdnet.train.config import merge
+
+    out: dict[str, Any] = {}
+    for table in tables:
+        out = merge(out, table)
+    return out
+
+
+_SMOKE = {
+    "*": _merge(_model(16, 1, 32, 2), _train(4, 4, 2, evals=1, eval_batches=1),
+                {"schedule": {"warmup_steps": 1}, "run": {"device": "cpu"}}),
+    "listops": {"data": {"options": {"n_train": 64, "n_val": 16, "n_test": 16,
+                                     "min_length": 20, "max_length": 60, "max_len": 60}}},
+    "text": {"data": {"options": {"max_len": 128}}},
+    "retrieval": {"data": {"options": {"max_len": 128}}},
+    "pathfinder": {"data": {"options": {"n": 40}}},
+    "lm": {"data": {"options": {"seq_len": 64}}},
+}
+
+# cpu: about an hour for every cell of every table on 2 cores (measured: README).
+_CPU_MODEL = _model(32, 2, 64, 4)
+_CPU = {
+    "*": _merge(_CPU_MODEL, {"schedule": {"warmup_steps": 20}, "run": {"device": "cpu"}}),
+    "listops": _merge(_train(200, 16, 32), {"data": {"options": {
+        "n_train": 5000, "n_val": 500, "n_test": 500, "min_length": 100,
+        "max_length": 500, "max_len": 500}}}),
+    "text": _merge(_train(150, 16, 32), {"data": {"options": {"max_len": 512}}}),
+    "retrieval": _merge(_train(150, 16, 32), {"data": {"options": {"max_len": 512}}}),
+    "image": _train(150, 16, 32),
+    "pathfinder": _train(150, 16, 32),
+    "jv": _train(200, 16, 0),
+    "scp1": _train(100, 16, 0),
+    "scp2": _train(100, 16, 0),
+    "lm": _merge(_train(200, 16, 32), {"data": {"options": {"seq_len": 256}},
+                                       "optim": {"lr": 3e-3}}),
+}
+
+# gpu: the -cpu data at LRA-like widths, sized for about 30 minutes on one GPU (not yet
+# measured: no GPU was available when it was written).
+_GPU_MODEL = _model(128, 2, 256, 4)
+_GPU = {
+    "*": _merge(_GPU_MODEL, {"schedule": {"warmup_steps": 200}}),
+    "listops": _merge(_train(2000, 32, 0, evals=4, eval_batches=8), {"data": {"options": {
+        "n_train": 20000, "n_val": 1000, "n_test": 1000, "min_length": 500,
+        "max_length": 2000, "max_len": 2000}}}),
+    "text": _merge(_train(2000, 32, 0, evals=4, eval_batches=8),
+                   {"data": {"options": {"max_len": 4000}}}),
+    "retrieval": _merge(_train(2000, 32, 0, evals=4, eval_batches=8),
+                        {"data": {"options": {"max_len": 4000}}}),
+    "image": _train(3000, 64, 0, evals=4, eval_batches=8),
+    "pathfinder": _merge(_train(3000, 64, 0, evals=4, eval_batches=8),
+                         {"data": {"options": {"n": 20000}}}),
+    "jv": _train(800, 16, 0, evals=8, eval_batches=0),
+    "scp1": _train(800, 16, 0, evals=8, eval_batches=0),
+    "scp2": _train(800, 16, 0, evals=8, eval_batches=0),
+    "lm": _merge(_train(3000, 32, 200, evals=4, eval_batches=50),
+                 {"data": {"options": {"seq_len": 1024}}}),
+}
+
+BUDGETS = {
+    "smoke": Budget("smoke", "seconds per cell: a few steps of a width-16 model on tiny "
+                    "data; checks that every cell runs, says nothing about quality",
+                    overrides=_SMOKE),
+    "cpu": Budget("cpu", "2-core CPU, about an hour: D=32, N=2, d_ff=64, 4 heads, "
+                  "batch 16; 100-200 steps per task on the offline data, text and "
+                  "retrieval cut to 512 bytes; test metrics on up to 512 test items "
+                  "(LRA, LM) or the whole test split (UEA)",
+                  overrides=_CPU),
+    "gpu": Budget("gpu", "one GPU, about 30 minutes: D=128, N=2, d_ff=256; 800-3,000 "
+                  "steps per task on the offline data at the LRA lengths", overrides=_GPU),
+    "paper": Budget("paper", "the papers' configs unchanged (official data, Table II / "
+                    "Table 7 sizes and steps), 5 seeds; days of GPU time",
+                    seeds=(0, 1, 2, 3, 4), paper_configs=True),
+}
+
+
+def get_budget(name: str) -> Budget:
+    """The budget called ``name``; a clear error lists the known ones."""
+    if name not in BUDGETS:
+        raise ValueError(f"unknown budget {name!r}; known: {', '.join(BUDGETS)}")
+    return BUDGETS[name]

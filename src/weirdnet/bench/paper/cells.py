@@ -1,0 +1,113 @@
+"""One suite cell: a (task, variant, seed) training run under a budget, and its record.
+
+A cell's config is the task's config file, then the budget's overrides, then the variant's
+backbone keys, then the run name, directory and seed.  Its record (``<results>/cells/
+<task>--<variant>--s<seed>.json``) holds the metrics, speed, memory, the full config, the
+commit and the machine.  A record whose config differs from the one the current code
+builds is stale and is run again; a cell whose run directory has checkpoints but no
+record was interrupted and is resumed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .budgets import Budget
+from .tasks import Task, configs_dir
+from .variants import Variant
+
+
+@dataclass(frozen=True)
+class Cell:
+    """``task`` trained with ``variant`` and ``seed`` under ``budget``."""
+
+    task: Task
+    variant: Variant
+    seed: int
+    budget: Budget
+
+    @property
+    def key(self) -> str:
+        return f"{self.task.name}--{self.variant.name}--s{self.seed}"
+
+    def unsupported(self) -> str | None:
+        """Why this cell cannot run (None: it can)."""
+        return self.variant.unsupported(self.task.group)
+
+    def config_dict(self, work_dir: Path) -> dict[str, Any]:
+        """The full training config of this cell (a dict ``TrainConfig.from_dict`` takes)."""
+        from weirdnet.train.config import merge, read_toml
+
+        name = self.task.paper_config if self.budget.paper_configs else self.task.small_config
+        config = read_toml(configs_dir() / name)
+        for table in self.budget.task_overrides(self.task.name):
+            config = merge(config, table)
+        config = merge(config, {"model": {"backbone": self.variant.backbone_overrides(
+            self.task.group)}})
+        return merge(config, {"run": {"name": self.key, "out_dir": str(work_dir),
+                                      "seed": self.seed}})
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """A short hash of a cell config, without where its run directory lives."""
+    data = json.loads(json.dumps(config, sort_keys=True, default=str))
+    data.get("run", {}).pop("out_dir", None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class CellStore:
+    """Records under ``results_dir/cells`` and run directories under ``work_dir``."""
+
+    def __init__(self, results_dir: Path, work_dir: Path):
+        self.results_dir, self.work_dir = Path(results_dir), Path(work_dir)
+        self.cells_dir = self.results_dir / "cells"
+
+    def record_path(self, cell: Cell) -> Path:
+        return self.cells_dir / f"{cell.key}.json"
+
+    def run_dir(self, cell: Cell) -> Path:
+        return self.work_dir / cell.key
+
+    def read(self, cell: Cell) -> dict[str, Any] | None:
+        """The cell's record, or None (no record, or an unreadable one)."""
+        path = self.record_path(cell)
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def state(self, cell: Cell) -> str:
+        """"done", "stale" (recorded with another config), "failed", "interrupted" (a
+        checkpoint but no record) or "pending"."""
+        record = self.read(cell)
+        if record is not None:
+            if record.get("config_hash") != config_hash(cell.config_dict(self.work_dir)):
+                return "stale"
+            return "done" if record.get("status") == "done" else "failed"
+        checkpoints = self.run_dir(cell) / "checkpoints"
+        if checkpoints.is_dir() and any(p.name.startswith("step-")
+                                        for p in checkpoints.iterdir()):
+            return "interrupted"
+        return "pending"
+
+    def write(self, cell: Cell, record: dict[str, Any]) -> Path:
+        from weirdnet._atomic import write_atomic
+
+        self.cells_dir.mkdir(parents=True, exist_ok=True)
+        return write_atomic(self.record_path(cell), json.dumps(record, indent=2) + "\n")
+
+    def all_records(self) -> list[dict[str, Any]]:
+        """Every record stored (for reports), in file-name order."""
+        if not self.cells_dir.is_dir():
+            return []
+        out = []
+        for path in sorted(self.cells_dir.glob("*.json")):
+            try:
+                out.append(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError):
+                continue
+        return out

@@ -1,0 +1,113 @@
+"""The whole suite report (Markdown): what ran, the tables, the claim checks, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import numbers
+from .budgets import Budget
+from .claims import claim_lines
+from .numbers import LRA_COLUMNS, TABLE_X_TASKS
+from .report import Results, ablation_table, lm_table, lra_table, table_xi, uea_table
+from .tasks import TASKS
+from .variants import MECHANISMS
+
+
+def _provenance(records: Sequence[dict[str, Any]]) -> list[str]:
+    done = [r for r in records if r.get("status") == "done"]
+    if not done:
+        return ["No finished cells yet."]
+    machine = done[-1]["machine"]
+    commits = sorted({(r.get("commit") or "?")[:12] + ("+dirty" if r.get("dirty") else "")
+                      for r in done})
+    hours = sum(r.get("wall_s", 0.0) for r in done) / 3600.0
+    seeds = sorted({r["seed"] for r in done})
+    return [
+        f"- cells finished: {len(done)}; failed: {len(records) - len(done)}; "
+        f"total training wall time {hours:.2f} h (sum over cells)",
+        f"- machine: {machine.get('cpu_model')} ({machine.get('usable_cores')} usable "
+        f"cores){', ' + machine['gpu'] if machine.get('gpu') else ''}; torch "
+        f"{machine.get('torch')}; Python {machine.get('python')}; weirdnet "
+        f"{machine.get('weirdnet')}",
+        f"- commits: {', '.join(commits)}; seeds: {', '.join(map(str, seeds))}",
+        f"- command: `{machine.get('command')}`",
+    ]
+
+
+def _task_lines(budget: Budget, records: Sequence[dict[str, Any]]) -> list[str]:
+    """Per task: data, sequence length, steps, batch, model size and test items."""
+    lines = ["| task | data | length | steps × batch | model | test metric on |",
+             "|---|---|---|---|---|---|"]
+    for task in TASKS:
+        config = next((r["config"] for r in records if r["task"] == task.name
+                       and r.get("status") == "done"), None)
+        if config is None:
+            continue
+        train, backbone = config["train"], config["model"].get("backbone", {})
+        final = train.get("final_eval_batches", 0)
+        items = f"{final * train['batch_size']} items" if final else "the whole split"
+        data = config["data"]["dataset"] + (f" ({task.data_note})" if task.data_note else "")
+        model = (f"D={backbone.get('dim')}, N={backbone.get('depth')}, "
+                 f"d_ff={backbone.get('d_ff')}")
+        options = config["data"].get("options", {})
+        length = options.get("max_len") or options.get("seq_len") or "the data's"
+        lines.append(f"| {task.label} | {data} | {length} | {train['steps']} × "
+                     f"{train['batch_size']} "
+                     f"| {model} | {items} |")
+    return lines
+
+
+def _failures(records: Sequence[dict[str, Any]]) -> list[str]:
+    failed = [r for r in records if r.get("status") != "done"]
+    if not failed:
+        return []
+    lines = ["", "## Cells that failed", ""]
+    for record in failed:
+        error = (record.get("error") or "").strip().splitlines()
+        lines.append(f"- `{record['task']}--{record['variant']}--s{record['seed']}`: "
+                     f"{error[-1] if error else 'no message'}")
+    return lines
+
+
+def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[str],
+           figure: str | None) -> str:
+    """The report for ``records`` of ``budget``, with the sections of ``tables``."""
+    results = Results(records)
+    mechanisms = [m.name for m in MECHANISMS]
+    out = [f"# Suite results: `{budget.name}` budget", "",
+           f"Budget: {budget.description}.", "", *_provenance(records), "",
+           "Numbers marked **(ours)** were measured by this suite under this budget; "
+           "numbers marked **(paper)** are the papers' own, copied from the tables named, "
+           "under the papers' far larger budgets and official data. Test accuracy in %, "
+           "mean (± population std over seeds when more than one). `n/a`: the mechanism "
+           "has no causal form; `–`: not run; `error`: see the end.", ""]
+    if records:
+        out += ["## What each task ran", "", *_task_lines(budget, records), ""]
+    if "main" in tables:
+        out += ["## LRA (Table III layout)", "",
+                "Speed and memory: training steps/s and peak memory of the Text cells "
+                "relative to the Transformer's (ours).", "",
+                *lra_table(results, mechanisms, LRA_COLUMNS), ""]
+        if figure:
+            out += [f"![Fig. 6 layout]({figure})", ""]
+        out += ["## UEA (DBA Table 3 layout)", "",
+                *uea_table(results, mechanisms, ("jv", "scp1", "scp2")), "",
+                "## Byte-level language modelling", "",
+                *lm_table(results, mechanisms), ""]
+    if "table9" in tables:
+        out += ["## W modes (Weird-Net Table IX)", "",
+                *ablation_table(results, numbers.TABLE_IX, LRA_COLUMNS, "W"), ""]
+    if "table10" in tables:
+        out += ["## Structures in the encoder (Weird-Net Table X)", "",
+                *ablation_table(results, numbers.TABLE_X, TABLE_X_TASKS, "Structure"), ""]
+    if "table11" in tables:
+        out += ["## Structures in the decoder (Weird-Net Table XI)", "", *table_xi(results),
+                ""]
+    if "table12" in tables:
+        out += ["## DBA d_p and d_in (DBA Table 12)", "",
+                *ablation_table(results, numbers.TABLE_12, LRA_COLUMNS, "setting"), ""]
+    out += ["## The papers' orderings, checked", "", *claim_lines(results)]
+    out += _failures(records)
+    return "\n".join(out) + "\n"
+

@@ -1,0 +1,187 @@
+"""The suite's Markdown report: the papers' table layouts with our numbers beside theirs,
+and a plain check of each ordering the papers claim.
+
+Everything here works on stored cell records (dicts written by :mod:`.child`), so a
+report can be rebuilt at any time from ``benchmarks/results/suite-<budget>/cells``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import numbers
+from .tasks import get_task
+from .variants import VARIANTS
+
+SPEED_TASK = "text"
+"""The task whose cells give each mechanism's speed and memory (byte-level text
+classification, as in Weird-Net Table V and DBA Table 1)."""
+
+
+@dataclass
+class Score:
+    """One table entry: the mean over seeds (None: not measured) and why it is missing."""
+
+    mean: float | None = None
+    std: float = 0.0
+    n: int = 0
+    missing: str = "–"
+
+    def text(self, digits: int = 1) -> str:
+        if self.mean is None:
+            return self.missing
+        spread = f" ± {self.std:.{digits}f}" if self.n > 1 else ""
+        return f"{self.mean:.{digits}f}{spread}"
+
+
+class Results:
+    """The stored records of one budget, indexed by (task, variant)."""
+
+    def __init__(self, records: Sequence[dict[str, Any]]):
+        self.by_cell: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for record in records:
+            self.by_cell.setdefault((record["task"], record["variant"]), []).append(record)
+
+    def done(self, task: str, variant: str) -> list[dict[str, Any]]:
+        return [r for r in self.by_cell.get((task, variant), []) if r.get("status") == "done"]
+
+    def score(self, task: str, variant: str) -> Score:
+        """The task's test metric (accuracy in %, or bpc) over the finished seeds."""
+        reason = VARIANTS[variant].unsupported(get_task(task).group) if variant in VARIANTS \
+            else None
+        if reason:
+            return Score(missing="n/a")
+        records = self.done(task, variant)
+        if not records:
+            failed = self.by_cell.get((task, variant))
+            return Score(missing="error" if failed else "–")
+        values = [_test_metric(r, get_task(task).metric) for r in records]
+        return _score(values)
+
+    def speed(self, task: str, variant: str) -> tuple[float | None, float | None]:
+        """(steps/s, memory MiB), means over the finished seeds."""
+        records = self.done(task, variant)
+        rates = [r["steps_per_s"] for r in records if r.get("steps_per_s")]
+        memory = [r["memory_mib"] for r in records if r.get("memory_mib") is not None]
+        return (statistics.fmean(rates) if rates else None,
+                statistics.fmean(memory) if memory else None)
+
+    def relative_speed(self, variant: str) -> tuple[float | None, float | None]:
+        """Steps/s and memory on :data:`SPEED_TASK` relative to the Transformer's."""
+        rate, memory = self.speed(SPEED_TASK, variant)
+        base_rate, base_memory = self.speed(SPEED_TASK, "softmax")
+        return (rate / base_rate if rate and base_rate else None,
+                memory / base_memory if memory is not None and base_memory else None)
+
+    def average(self, tasks: Sequence[str], variant: str) -> Score:
+        """Mean over ``tasks`` of the per-task means; None unless every task is measured."""
+        scores = [self.score(t, variant) for t in tasks]
+        if any(s.mean is None for s in scores):
+            return Score()
+        return Score(statistics.fmean(s.mean for s in scores), n=1)
+
+
+def _test_metric(record: dict[str, Any], metric: str) -> float:
+    results = record["results"]
+    value = (results.get("test") or results["val"])[metric]
+    return value * 100.0 if metric == "accuracy" else value
+
+
+def _score(values: list[float]) -> Score:
+    return Score(statistics.fmean(values), statistics.pstdev(values) if len(values) > 1
+                 else 0.0, len(values))
+
+
+def _paper(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _ratio(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def lra_table(results: Results, variants: Sequence[str], tasks: Sequence[str]) -> list[str]:
+    """Table III layout: accuracy per LRA task, ours beside the paper's, then the
+    5-task average and speed/memory relative to the Transformer."""
+    header = ["Model"]
+    for task in tasks:
+        header += [f"{get_task(task).label} (ours)", "(paper)"]
+    header += ["Avg of 5 (ours)", "Avg of 5 (paper)", "speed × (ours)", "memory × (ours)"]
+    rows = []
+    for name in variants:
+        paper = numbers.LRA.get(name, ("", "", {}))[2]
+        row = [VARIANTS[name].label]
+        for task in tasks:
+            row += [results.score(task, name).text(), _paper(paper.get(task))]
+        paper_avg = statistics.fmean(paper[t] for t in tasks) \
+            if all(t in paper for t in tasks) else None
+        speed, memory = results.relative_speed(name)
+        row += [results.average(tasks, name).text(), _paper(paper_avg), _ratio(speed),
+                _ratio(memory)]
+        rows.append(row)
+    return _table(header, rows)
+
+
+def uea_table(results: Results, variants: Sequence[str], tasks: Sequence[str]) -> list[str]:
+    """DBA Table 3 layout (the UEA problems of the suite)."""
+    header = ["Model"]
+    for task in tasks:
+        header += [f"{get_task(task).label} (ours)", "(paper)"]
+    header += ["Avg (ours)"]
+    rows = []
+    for name in variants:
+        paper = numbers.UEA.get(name, {})
+        row = [VARIANTS[name].label]
+        for task in tasks:
+            row += [results.score(task, name).text(), _paper(paper.get(task), 1)]
+        rows.append(row + [results.average(tasks, name).text()])
+    return _table(header, rows)
+
+
+def lm_table(results: Results, variants: Sequence[str]) -> list[str]:
+    """Byte-level LM: test bpc, parameters and speed (paper: enwik8, GPT-2-small size)."""
+    rows = []
+    for name in variants:
+        score = results.score("lm", name)
+        records = results.done("lm", name)
+        rate, memory = results.speed("lm", name)
+        params = f"{records[0]['parameters'] / 1e6:.2f}M" if records else "–"
+        rows.append([VARIANTS[name].label, score.text(3), _paper(numbers.LM.get(name), 2),
+                     params, "–" if rate is None else f"{rate:.1f}",
+                     "–" if memory is None else f"{memory:.0f}"])
+    return _table(["Model", "test bpc (ours)", "enwik8 bpc (paper, 110M+ params)",
+                   "parameters", "steps/s", "memory MiB"], rows)
+
+
+def ablation_table(results: Results, paper_rows: dict[str, tuple[str, dict[str, float]]],
+                   tasks: Sequence[str], first: str) -> list[str]:
+    """Rows ``paper_rows`` (variant -> (label, paper numbers)), ours beside the paper's."""
+    header = [first]
+    for task in tasks:
+        header += [f"{get_task(task).label} (ours)", "(paper)"]
+    header += ["Avg (ours)", "Avg (paper)"]
+    rows = []
+    for name, (label, paper) in paper_rows.items():
+        row = [label]
+        for task in tasks:
+            row += [results.score(task, name).text(), _paper(paper.get(task))]
+        paper_avg = statistics.fmean(paper[t] for t in tasks) \
+            if all(t in paper for t in tasks) else None
+        rows.append(row + [results.average(tasks, name).text(), _paper(paper_avg)])
+    return _table(header, rows)
+
+
+def table_xi(results: Results) -> list[str]:
+    """Decoder structures A and B: our LM bpc beside the paper's WikiText-103 PPL."""
+    rows = [[label, results.score("lm", name).text(3), _paper(ppl)]
+            for name, (label, ppl) in numbers.TABLE_XI.items()]
+    return _table(["Structure (decoder)", "wiki-xml test bpc (ours)",
+                   "WikiText-103 PPL, small (paper)"], rows)

@@ -1,0 +1,239 @@
+"""``weirdnet bench speed``: training steps/s and peak memory of each model family
+relative to the Transformer on byte-level text classification (Weird-Net Table V,
+DBA Table 1).
+
+Every (mechanism, length) is measured in a fresh process (``python -m
+weirdnet.bench.speed --child SPEC``) with the same model size and batch for every
+mechanism: a classifier over bytes (vocabulary 257, 2 classes), AdamW, random tokens.
+One training step = forward, loss, backward, optimizer step.
+
+- memory: the peak extra memory of the first training step (which also creates the Adam
+  state) above the model, optimizer and batch: peak RSS on CPU (glibc keeps freed memory,
+  :mod:`.alloc`), ``max_memory_allocated`` on CUDA;
+- speed: the median of ``--steps`` timed steps after ``--warmup`` untimed ones.
+
+A mechanism whose step took longer than ``--max-step-seconds`` at one length is not run
+at longer ones (marked in the table), so the quadratic Transformer cannot stall the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .alloc import reuse_freed_memory
+
+DESCRIPTION = __doc__.split("\n\n", 1)[0].replace("``", "`") + "\n\n" + \
+    "Writes speed_<device>.{json,md,png} to --out and prints the Markdown table."
+EXAMPLES = """\
+examples:
+  weirdnet bench speed                                   # CPU, L = 256 ... 16K
+  weirdnet bench speed --device cuda                     # LRA Text sizes, batch 32
+  weirdnet bench speed --lengths 1024 4096 --mechanisms weird-a,dba,softmax
+"""
+LENGTHS = (256, 512, 1024, 2048, 3072, 4096, 8192, 16384)
+SIZES = {"cpu": {"dim": 64, "depth": 2, "d_ff": 128, "heads": 4, "batch": 4},
+         "cuda": {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "batch": 32}}
+"""Default model and batch per device: CPU-sized, and LRA Text's (Weird-Net Table II)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from .paper.variants import MECHANISMS
+
+    names = ",".join(m.name for m in MECHANISMS)
+    parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
+    parser.add_argument("--mechanisms", default=names, help=f"comma-separated (default: "
+                        f"{names})")
+    for key in ("dim", "depth", "d_ff", "heads", "batch"):
+        parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=None,
+                            help=f"default: {SIZES['cpu'][key]} (CPU), "
+                                 f"{SIZES['cuda'][key]} (CUDA)")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps (default 3)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps (default 1)")
+    parser.add_argument("--max-step-seconds", type=float, default=30.0,
+                        help="skip longer lengths of a mechanism slower than this")
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+
+
+# --- the child: one (mechanism, length) ------------------------------------------------
+
+def _build(spec: dict[str, Any], device):
+    import torch
+
+    from weirdnet.models.classifier import WeirdNetClassifier
+
+    from .paper.variants import get_variant
+
+    backbone = {"dim": spec["dim"], "depth": spec["depth"], "d_ff": spec["d_ff"],
+                "heads": spec["heads"], "max_len": spec["length"], "vocab_size": 257,
+                **get_variant(spec["mechanism"]).backbone_overrides("lra")}
+    model = WeirdNetClassifier({"backbone": backbone, "num_classes": 2}).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(tokens, labels) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        model(tokens, labels=labels).loss.backward()
+        optimizer.step()
+
+    def batch(length: int):
+        generator = torch.Generator().manual_seed(0)
+        tokens = torch.randint(0, 257, (spec["batch"], length), generator=generator)
+        labels = torch.randint(0, 2, (spec["batch"],), generator=generator)
+        return tokens.to(device), labels.to(device)
+
+    return model, step, batch
+
+
+def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    """Speed and memory of one (mechanism, length): see the module doc."""
+    allocator = reuse_freed_memory()
+    import torch
+
+    from .memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
+    from .timing import synchronize
+
+    device = torch.device(spec["device"])
+    torch.manual_seed(0)
+    model, step, batch = _build(spec, device)
+    step(*batch(min(16, spec["length"])))  # load kernels and thread pools
+    tokens, labels = batch(spec["length"])
+    synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+    else:
+        base = current_rss_bytes()
+        reset_peak_rss()
+    step(tokens, labels)
+    synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" \
+        else peak_rss_bytes()
+    for _ in range(spec["warmup"]):
+        step(tokens, labels)
+    times = []
+    for _ in range(spec["steps"]):
+        synchronize(device)
+        start = time.perf_counter()
+        step(tokens, labels)
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    seconds = statistics.median(times)
+    return {"mechanism": spec["mechanism"], "length": spec["length"], "status": "ok",
+            "step_s": seconds, "steps_per_s": 1.0 / seconds,
+            "memory_mib": max(peak - base, 0) / MIB, "allocator": allocator,
+            "parameters": sum(p.numel() for p in model.parameters())}
+
+
+def _run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    failed = {"mechanism": spec["mechanism"], "length": spec["length"]}
+    try:
+        out = subprocess.run([sys.executable, "-m", "weirdnet.bench.speed", "--child",
+                              json.dumps(spec)], capture_output=True, text=True,
+                             timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {**failed, "status": f"timeout (> {timeout:.0f} s)"}
+    if out.returncode != 0:
+        lines = (out.stderr or out.stdout).strip().splitlines() or ["no output"]
+        memory = "out of memory" in (out.stderr or "").lower() or out.returncode == -9
+        return {**failed, "status": "OOM" if memory else "error", "error": lines[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- the parent: every (mechanism, length), then the report ----------------------------
+
+def _resolve(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available")
+    sizes = dict(SIZES["cuda" if device.startswith("cuda") else "cpu"])
+    for key in sizes:
+        if getattr(args, key) is not None:
+            sizes[key] = getattr(args, key)
+    return {"device": device, **sizes, "steps": args.steps, "warmup": args.warmup}
+
+
+def measure_all(base: dict[str, Any], mechanisms: list[str], lengths: list[int],
+                max_step_s: float) -> list[dict[str, Any]]:
+    """Measure every (mechanism, length), shortest first, skipping lengths after a step
+    slower than ``max_step_s``."""
+    from tqdm.auto import tqdm
+
+    rows = []
+    slow: dict[str, int] = {}
+    with tqdm(total=len(mechanisms) * len(lengths), unit="cell", dynamic_ncols=True) as bar:
+        for mechanism in mechanisms:
+            for length in sorted(lengths):
+                bar.set_postfix_str(f"{mechanism} L={length}")
+                if mechanism in slow:
+                    rows.append({"mechanism": mechanism, "length": length,
+                                 "status": f"skipped (> {max_step_s:g} s/step at "
+                                           f"L={slow[mechanism]})"})
+                else:
+                    timeout = 60 + max_step_s * (base["steps"] + base["warmup"] + 2) * 4
+                    row = _run_child({**base, "mechanism": mechanism, "length": length},
+                                     timeout)
+                    rows.append(row)
+                    if row["status"] != "ok" or row["step_s"] > max_step_s:
+                        slow[mechanism] = length
+                bar.update(1)
+    return rows
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    if args.child is not None:
+        print(json.dumps(measure(json.loads(args.child))))
+        return 0
+    import torch
+
+    from weirdnet._atomic import write_atomic
+
+    from .machine import machine_info
+    from .paper.variants import get_variant
+    from .speed_report import draw, markdown
+
+    try:
+        base = _resolve(args)
+        mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
+        for name in mechanisms:
+            get_variant(name)
+    except ValueError as error:
+        print(f"weirdnet bench speed: {error}", file=sys.stderr)
+        return 2
+    if "softmax" not in mechanisms:
+        mechanisms.append("softmax")  # the reference of every ratio
+    rows = measure_all(base, mechanisms, args.lengths, args.max_step_seconds)
+    command = ["weirdnet", *argv]
+    info = machine_info(torch.device(base["device"]), command, reuse_freed_memory())
+    result = {"settings": base, "machine": info, "rows": rows}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"speed_{torch.device(base['device']).type}"
+    write_atomic(out / f"{stem}.json", json.dumps(result, indent=2) + "\n")
+    text = markdown(result, f"{stem}.png")
+    try:
+        draw(result, out / f"{stem}.png")
+    except ImportError:
+        text = text.replace(f"![speed and memory]({stem}.png)\n", "")
+        print("plot skipped: matplotlib is not installed (pip install matplotlib)",
+              file=sys.stderr)
+    write_atomic(out / f"{stem}.md", text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    args = argparse.ArgumentParser()
+    add_arguments(args)
+    sys.exit(run(args.parse_args(), sys.argv[1:]))

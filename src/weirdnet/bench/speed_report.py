@@ -1,0 +1,144 @@
+"""Markdown tables and the plot of ``weirdnet bench speed`` (see :mod:`.speed`)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from .paper import numbers
+from .paper.variants import VARIANTS
+
+
+def _by_cell(result: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(r["mechanism"], r["length"]): r for r in result["rows"]}
+
+
+def _lengths(result: dict[str, Any]) -> list[int]:
+    return sorted({r["length"] for r in result["rows"]})
+
+
+def _mechanisms(result: dict[str, Any]) -> list[str]:
+    return list(dict.fromkeys(r["mechanism"] for r in result["rows"]))
+
+
+def _short(length: int) -> str:
+    return f"{length // 1024}K" if length % 1024 == 0 else str(length)
+
+
+def ratio(result: dict[str, Any], mechanism: str, length: int, key: str) -> float | None:
+    """``key`` ("steps_per_s" or "memory_mib") of ``mechanism`` over the Transformer's."""
+    cells = _by_cell(result)
+    mine, base = cells.get((mechanism, length)), cells.get(("softmax", length))
+    if not mine or not base or mine["status"] != "ok" or base["status"] != "ok":
+        return None
+    return mine[key] / base[key] if base[key] else None
+
+
+def _entry(result, mechanism: str, length: int, key: str) -> str:
+    cell = _by_cell(result).get((mechanism, length))
+    if cell is None:
+        return "–"
+    if cell["status"] != "ok":
+        return cell["status"].split(" (")[0]
+    value = ratio(result, mechanism, length, key)
+    return "–" if value is None else f"{value:.2f}"
+
+
+def _table(result, key: str) -> list[str]:
+    lengths = _lengths(result)
+    lines = ["| Model | " + " | ".join(_short(n) for n in lengths) + " |",
+             "|---|" + "---|" * len(lengths)]
+    for mechanism in _mechanisms(result):
+        lines.append(f"| {VARIANTS[mechanism].label} | " + " | ".join(
+            _entry(result, mechanism, n, key) for n in lengths) + " |")
+    return lines
+
+
+def _absolute(result) -> list[str]:
+    lengths = _lengths(result)
+    cells = _by_cell(result)
+    lines = ["| Model | " + " | ".join(_short(n) for n in lengths) + " |",
+             "|---|" + "---|" * len(lengths)]
+    for mechanism in _mechanisms(result):
+        parts = []
+        for n in lengths:
+            cell = cells.get((mechanism, n))
+            parts.append(f"{cell['step_s'] * 1000:.0f} ms / {cell['memory_mib']:.0f} MiB"
+                         if cell and cell["status"] == "ok" else "–")
+        lines.append(f"| {VARIANTS[mechanism].label} | " + " | ".join(parts) + " |")
+    return lines
+
+
+def _paper(result) -> list[str]:
+    lengths = [n for n in _lengths(result) if n <= 4096]
+    lines = ["| Model (paper) | source | " + " | ".join(
+        f"speed {_short(n)}" for n in lengths) + " | " + " | ".join(
+        f"memory {_short(n)}" for n in lengths) + " |",
+        "|---|---|" + "---|" * (2 * len(lengths))]
+    for mechanism, (source, values) in numbers.SPEED.items():
+        speed = [f"{values[n][0]:.1f}" if n in values else "–" for n in lengths]
+        memory = [f"{values[n][1]:.2f}" if n in values else "–" for n in lengths]
+        lines.append(f"| {VARIANTS[mechanism].label} | {source} | " + " | ".join(speed)
+                     + " | " + " | ".join(memory) + " |")
+    return lines
+
+
+def markdown(result: dict[str, Any], plot: str) -> str:
+    """The report: settings, relative speed, relative memory, absolute numbers, papers'."""
+    s, m = result["settings"], result["machine"]
+    out = [f"# Training speed and memory vs the Transformer ({m['device']})", "",
+           f"- byte-level text classification, batch {s['batch']} for every model, D = "
+           f"{s['dim']}, N = {s['depth']}, d_ff = {s['d_ff']}, {s['heads']} heads; AdamW; "
+           f"median of {s['steps']} timed steps after {s['warmup']} warm-up",
+           f"- machine: {m['cpu_model']} ({m['usable_cores']} usable cores)"
+           + (f", {m['gpu']}" if m.get("gpu") else "") + f"; torch {m['torch']}; "
+           f"weirdnet {m['weirdnet']}; {m['date']}",
+           f"- command: `{m['command']}`",
+           "- the Transformer is softmax attention through "
+           "`scaled_dot_product_attention` (a fused, memory-efficient kernel), not the "
+           "materialised L x L attention of the papers' baselines",
+           "", "## Training steps per second relative to the Transformer (ours, higher is "
+           "faster)", "", *_table(result, "steps_per_s"), "",
+           "## Peak memory of a training step relative to the Transformer (ours, lower is "
+           "smaller)", "", *_table(result, "memory_mib"), "",
+           f"![speed and memory]({plot})", "",
+           "## Absolute: time per training step / peak extra memory (ours)", "",
+           *_absolute(result), "",
+           "## The papers' numbers (their GPUs and their baselines' implementations)", "",
+           *_paper(result), ""]
+    return "\n".join(out) + "\n"
+
+
+def draw(result: dict[str, Any], out: Path) -> Path:
+    """Two panels: relative steps/s and relative memory against L (log-log)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from weirdnet._atomic import write_atomic
+
+    figure = Figure(figsize=(12, 4.8), dpi=110)
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, 2)
+    lengths = _lengths(result)
+    for index, mechanism in enumerate(_mechanisms(result)):
+        for ax, key in zip(axes, ("steps_per_s", "memory_mib")):
+            points = [(n, ratio(result, mechanism, n, key)) for n in lengths]
+            points = [(n, v) for n, v in points if v is not None]
+            if points:
+                ax.plot(*zip(*points), marker="o", color=f"C{index % 10}",
+                        label=VARIANTS[mechanism].label)
+    for ax, title in zip(axes, ("training steps/s relative to the Transformer",
+                                "peak memory relative to the Transformer")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length L")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=8)
+    figure.suptitle(f"byte-level text classification, {result['machine']['device']}, "
+                    f"batch {result['settings']['batch']}")
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return write_atomic(out, buffer.getvalue())

@@ -1,0 +1,52 @@
+"""weirdnet bench speed: one process per (mechanism, length), ratios to the Transformer,
+the skip rule for slow mechanisms, and the written table and JSON."""
+
+from __future__ import annotations
+
+import json
+
+from train_helpers import run_cli
+from weirdnet.bench.speed import measure
+from weirdnet.bench.speed_report import markdown, ratio
+
+TINY = ["--dim", "16", "--depth", "1", "--d-ff", "32", "--heads", "2", "--batch", "2",
+        "--steps", "1", "--warmup", "0"]
+
+
+def test_measure_one_cell_in_process():
+    row = measure({"device": "cpu", "mechanism": "weird-b", "length": 37, "dim": 16,
+                   "depth": 2, "d_ff": 32, "heads": 2, "batch": 2, "steps": 2,
+                   "warmup": 1})
+    assert row["status"] == "ok" and row["step_s"] > 0 and row["memory_mib"] >= 0
+    assert row["parameters"] > 0
+
+
+def test_speed_command_writes_table_and_json(tmp_path):
+    out = run_cli("bench", "speed", "--lengths", "64", "128", "--mechanisms", "weird-a,dba",
+                  "--out", str(tmp_path), *TINY, cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads((tmp_path / "speed_cpu.json").read_text())
+    mechanisms = {r["mechanism"] for r in result["rows"]}
+    assert mechanisms == {"weird-a", "dba", "softmax"}  # the reference is always added
+    assert all(r["status"] == "ok" for r in result["rows"])
+    assert ratio(result, "softmax", 64, "steps_per_s") == 1.0
+    assert ratio(result, "dba", 128, "memory_mib") is not None
+    text = (tmp_path / "speed_cpu.md").read_text()
+    assert "| Weird-Net A |" in text and "DBA Table 1" in text  # ours, then the papers'
+    assert text == markdown(result, "speed_cpu.png")
+
+
+def test_slow_mechanisms_skip_longer_lengths(tmp_path):
+    out = run_cli("bench", "speed", "--lengths", "32", "64", "--mechanisms", "softmax",
+                  "--max-step-seconds", "0", "--out", str(tmp_path), *TINY, cwd=tmp_path,
+                  timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads((tmp_path / "speed_cpu.json").read_text())["rows"]
+    assert rows[0]["status"] == "ok" and rows[1]["status"].startswith("skipped")
+    assert "| Transformer | 1.00 | skipped |" in (tmp_path / "speed_cpu.md").read_text()
+
+
+def test_unknown_mechanism_is_a_clear_error(tmp_path):
+    out = run_cli("bench", "speed", "--mechanisms", "mamba", "--out", str(tmp_path),
+                  cwd=tmp_path)
+    assert out.returncode == 2 and "unknown mechanism 'mamba'" in out.stderr

@@ -1,0 +1,208 @@
+"""weirdnet bench suite: the plan of cells, their configs, the record store, resuming,
+the report and its claim checks, and a real smoke run through the command line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from train_helpers import run_cli
+from weirdnet.bench.paper import numbers
+from weirdnet.bench.paper.budgets import BUDGETS, get_budget
+from weirdnet.bench.paper.cells import Cell, CellStore, config_hash
+from weirdnet.bench.paper.claims import CLAIMS, claim_lines
+from weirdnet.bench.paper.document import render
+from weirdnet.bench.paper.plan import TABLES_BY_NAME, plan_cells
+from weirdnet.bench.paper.report import Results
+from weirdnet.bench.paper.tasks import TASKS, configs_dir, get_task
+from weirdnet.bench.paper.variants import MECHANISMS, VARIANTS, get_variant
+from weirdnet.train.config import TrainConfig, check
+
+ALL_TABLES = list(TABLES_BY_NAME)
+
+
+def test_plan_covers_every_table_once_and_leaves_out_non_causal_lms():
+    cells = plan_cells(get_budget("cpu"), ALL_TABLES)
+    keys = [c.key for c in cells]
+    assert len(keys) == len(set(keys))
+    main = len(TASKS) * len(MECHANISMS) - 2  # DBA and Linformer have no causal LM
+    extra = 5 + 4 + 5 * 5  # W = exp(w) x 5, encoder B x 4, 5 DBA settings x 5 LRA tasks
+    assert len(cells) == main + extra
+    assert "lm--dba--s0" not in keys and "lm--linformer--s0" not in keys
+    assert "listops--weird-a--s0" in keys  # shared by main, table9 and table10: once
+
+
+@pytest.mark.parametrize("bad", [{"tables": ["table99"]}, {"tasks": ["cifar"]},
+                                 {"variants": ["mamba"]}])
+def test_plan_names_unknown_tables_tasks_and_mechanisms(bad):
+    with pytest.raises(ValueError, match="known"):
+        plan_cells(get_budget("smoke"), bad.get("tables", ALL_TABLES), bad.get("tasks"),
+                   bad.get("variants"))
+
+
+@pytest.mark.parametrize("budget", list(BUDGETS))
+def test_every_cell_of_every_budget_is_a_valid_training_config(budget, tmp_path):
+    for cell in plan_cells(get_budget(budget), ALL_TABLES, seeds=[0]):
+        data = cell.config_dict(tmp_path)
+        config = TrainConfig.from_dict(data)
+        check(config)
+        backbone = data["model"]["backbone"]
+        assert backbone["pattern"] == cell.variant.pattern
+        assert backbone["causal"] == (cell.task.group == "lm" or cell.variant.causal)
+        assert config.run.name == cell.key and config.run.seed == 0
+
+
+def test_budget_overrides_apply_and_variants_keep_task_options(tmp_path):
+    cell = Cell(get_task("scp1"), get_variant("dba-dp64"), 3, get_budget("cpu"))
+    data = cell.config_dict(tmp_path)
+    assert data["train"]["steps"] == 100 and data["run"]["seed"] == 3
+    assert data["model"]["backbone"]["dim"] == 32
+    assert data["model"]["backbone"]["mixer_options"]["dba"] == {"d_p": 64, "d_in": 24}
+    assert data["data"]["options"]["problem"] == "SelfRegulationSCP1"  # from the config
+    paper = Cell(get_task("text"), get_variant("softmax"), 0, get_budget("paper"))
+    assert paper.config_dict(tmp_path)["data"]["dataset"] == "imdb"
+
+
+def test_config_hash_ignores_where_runs_live_but_not_what_they_train(tmp_path):
+    cell = Cell(get_task("listops"), get_variant("weird-a"), 0, get_budget("cpu"))
+    a, b = cell.config_dict(tmp_path / "a"), cell.config_dict(tmp_path / "b")
+    assert config_hash(a) == config_hash(b)
+    b["train"]["steps"] += 1
+    assert config_hash(a) != config_hash(b)
+
+
+def test_store_states(tmp_path):
+    store = CellStore(tmp_path / "results", tmp_path / "work")
+    cell = Cell(get_task("listops"), get_variant("local"), 0, get_budget("smoke"))
+    assert store.state(cell) == "pending"
+    (store.run_dir(cell) / "checkpoints" / "step-00000002").mkdir(parents=True)
+    assert store.state(cell) == "interrupted"
+    record = {"task": "listops", "variant": "local", "seed": 0, "status": "done",
+              "config_hash": config_hash(cell.config_dict(store.work_dir))}
+    store.write(cell, record)
+    assert store.state(cell) == "done"
+    store.write(cell, {**record, "status": "failed"})
+    assert store.state(cell) == "failed"
+    store.write(cell, {**record, "config_hash": "0" * 16})
+    assert store.state(cell) == "stale"
+    store.record_path(cell).write_text("{ half-written")
+    assert store.state(cell) == "interrupted"  # an unreadable record counts as none
+
+
+def test_configs_dir_error_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("WEIRDNET_CONFIGS", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="clone of the weirdnet repository"):
+        configs_dir()
+
+
+# --- report and claims on constructed records ---------------------------------------
+
+def _record(task: str, variant: str, value: float, seed: int = 0, **extra) -> dict:
+    metric = get_task(task).metric
+    stored = value / 100 if metric == "accuracy" else value
+    return {"task": task, "variant": variant, "seed": seed, "status": "done",
+            "results": {"val": {metric: stored}, "test": {metric: stored}},
+            "steps_per_s": extra.get("speed", 1.0), "memory_mib": extra.get("memory", 100.0),
+            "parameters": 1000, "wall_s": 1.0}
+
+
+def _verdict(results: Results, source: str, words: str) -> str:
+    claim = next(c for c in CLAIMS if c.source == source and words in c.text)
+    return claim.check(results)[0]
+
+
+def test_claims_hold_or_fail_on_the_numbers():
+    lra = numbers.LRA_COLUMNS
+    records = [_record(t, "dba", 60.0, speed=2.0, memory=50.0) for t in lra]
+    records += [_record(t, "softmax", 50.0) for t in lra]
+    results = Results(records)
+    assert _verdict(results, "DBA §4.2", "all five") == "holds"
+    assert _verdict(results, "DBA §4.1", "faster") == "holds"
+    assert _verdict(results, "Weird-Net Table III", "every LRA task") == "not measured"
+    records[0] = _record("listops", "dba", 40.0)  # DBA now loses ListOps
+    results = Results(records)
+    verdict, detail = next(c for c in CLAIMS if c.source == "DBA §4.2").check(results)
+    assert verdict == "does not hold" and "better on 4 of 5" in detail
+    assert "**does not hold**" in "\n".join(claim_lines(results))
+
+
+def test_scores_average_seeds_and_mark_unsupported_and_failed_cells():
+    records = [_record("text", "weird-a", 60.0, 0), _record("text", "weird-a", 70.0, 1),
+               {"task": "text", "variant": "local", "seed": 0, "status": "failed"}]
+    results = Results(records)
+    score = results.score("text", "weird-a")
+    assert score.mean == pytest.approx(65.0) and score.n == 2
+    assert score.text() == "65.0 ± 5.0"
+    assert results.score("text", "local").text() == "error"
+    assert results.score("lm", "dba").text() == "n/a"
+    assert results.score("image", "weird-a").text() == "–"
+
+
+def test_report_labels_ours_and_papers_numbers():
+    records = [_record(t, v, 55.0) for t in numbers.LRA_COLUMNS for v in VARIANTS
+               if v != "relation"]
+    for record in records:
+        record.update(commit="abc", machine={"cpu_model": "cpu", "usable_cores": 2,
+                                             "torch": "2", "python": "3", "weirdnet": "0",
+                                             "command": "weirdnet bench suite"},
+                      config={"train": {"steps": 1, "batch_size": 2, "final_eval_batches": 0},
+                              "model": {"backbone": {"dim": 8}}, "data": {"dataset": "x"}})
+    text = render(get_budget("cpu"), records, ALL_TABLES, "fig6.png")
+    assert "ListOps (ours) | (paper)" in text
+    assert "| Weird-Net A | 55.0 | 39.68 |" in text  # ours, then Weird-Net Table III
+    assert "## DBA d_p and d_in (DBA Table 12)" in text and "fig6.png" in text
+
+
+# --- through the command line -----------------------------------------------------------
+
+def _suite(tmp_path: Path, *extra: str):
+    return run_cli("bench", "suite", "--budget", "smoke", "--tables", "main",
+                   "--tasks", "listops", "--out", str(tmp_path / "results"),
+                   "--work", str(tmp_path / "work"), *extra, cwd=tmp_path, timeout=600)
+
+
+def test_smoke_suite_runs_records_skips_and_resumes(tmp_path):
+    out = _suite(tmp_path, "--mechanisms", "weird-a,softmax")
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+    cells = tmp_path / "results" / "suite-smoke" / "cells"
+    record = json.loads((cells / "listops--weird-a--s0.json").read_text())
+    assert record["status"] == "done" and record["seed"] == 0
+    assert record["config"]["model"]["backbone"]["pattern"] == "A"
+    assert record["machine"]["cpu_model"] and "commit" in record
+    assert record["steps_per_s"] > 0 and record["memory_mib"] >= 0
+    assert 0.0 <= record["results"]["test"]["accuracy"] <= 1.0
+    report = (tmp_path / "results" / "suite-smoke" / "report.md").read_text()
+    assert "| Weird-Net A |" in report and "(paper)" in report
+
+    again = _suite(tmp_path, "--mechanisms", "weird-a,softmax")
+    assert again.returncode == 0 and "2 already done, 0 to run" in again.stdout
+
+    # An interrupted cell: its record is gone but its checkpoints are there.
+    (cells / "listops--softmax--s0.json").unlink()
+    listed = _suite(tmp_path, "--mechanisms", "weird-a,softmax", "--list")
+    assert "interrupted  listops--softmax--s0" in listed.stdout
+    resumed = _suite(tmp_path, "--mechanisms", "weird-a,softmax")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "1 already done, 1 to run" in resumed.stdout
+    assert json.loads((cells / "listops--softmax--s0.json").read_text())["resumed"] is True
+
+
+def test_a_cell_that_fails_is_recorded_and_the_rest_still_run(tmp_path, monkeypatch):
+    configs = tmp_path / "configs"
+    shutil.copytree(configs_dir(), configs)
+    listops = configs / "lra" / "listops-cpu.toml"
+    listops.write_text(listops.read_text().replace('[data]', '[data]\nroot = "/no/such/dir"',
+                                                   1))
+    monkeypatch.setenv("WEIRDNET_CONFIGS", str(configs))
+    out = _suite(tmp_path, "--mechanisms", "local,relation")
+    assert out.returncode == 1
+    record = json.loads((tmp_path / "results" / "suite-smoke" / "cells"
+                         / "listops--local--s0.json").read_text())
+    assert record["status"] == "failed" and "/no/such/dir" in record["error"]
+    assert (tmp_path / "results" / "suite-smoke" / "cells" / "listops--relation--s0.json"
+            ).exists()
+    assert "## Cells that failed" in (tmp_path / "results" / "suite-smoke"
+                                      / "report.md").read_text()
