@@ -194,8 +194,8 @@ def test_a_cell_that_fails_is_recorded_and_the_rest_still_run(tmp_path, monkeypa
     configs = tmp_path / "configs"
     shutil.copytree(configs_dir(), configs)
     listops = configs / "lra" / "listops-cpu.toml"
-    listops.write_text(listops.read_text().replace('[data]', '[data]\nroot = "/no/such/dir"',
-                                                   1))
+    listops.write_text(listops.read_text().replace('\n[data]\n',
+                                                   '\n[data]\nroot = "/no/such/dir"\n', 1))
     monkeypatch.setenv("WEIRDNET_CONFIGS", str(configs))
     out = _suite(tmp_path, "--mechanisms", "local,relation")
     assert out.returncode == 1
@@ -206,3 +206,13 @@ def test_a_cell_that_fails_is_recorded_and_the_rest_still_run(tmp_path, monkeypa
             ).exists()
     assert "## Cells that failed" in (tmp_path / "results" / "suite-smoke"
                                       / "report.md").read_text()
+
+
+def test_a_broken_config_file_is_one_clear_line(tmp_path, monkeypatch):
+    configs = tmp_path / "configs"
+    shutil.copytree(configs_dir(), configs)
+    (configs / "lra" / "listops-cpu.toml").write_text("[data\n")
+    monkeypatch.setenv("WEIRDNET_CONFIGS", str(configs))
+    out = _suite(tmp_path, "--mechanisms", "local")
+    assert out.returncode == 2 and "not valid TOML" in out.stderr
+    assert "Traceback" not in out.stderr

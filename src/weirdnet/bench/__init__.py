@@ -19,4 +19,8 @@ Modules (one concern each, none imports torch at import time except where noted)
 - ``analysis``: ratios and targets computed from the measured numbers.
 - ``report``: Markdown/JSON rendering and atomic file writing.
 - ``progress``: a progress line per measurement on stderr.
+- ``speed``: ``weirdnet bench speed``, training steps/s and peak memory of whole models
+  vs the Transformer on byte-level text classification; ``speed_report``: its tables and
+  plot.
+- ``paper``: ``weirdnet bench suite``, the papers' tables (a package: see its doc).
 """

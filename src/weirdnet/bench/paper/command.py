@@ -136,14 +136,16 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     from tqdm.auto import tqdm
 
     budget = get_budget(args.budget)
-    try:
-        cells = plan_cells(budget, args.tables, args.tasks, args.mechanisms, args.seeds)
-    except ValueError as error:
-        print(f"weirdnet bench suite: {error}", file=sys.stderr)
-        return 2
     store = CellStore(Path(args.out) / f"suite-{budget.name}",
                       Path(args.work) / f"suite-{budget.name}")
-    states = {cell.key: store.state(cell) for cell in cells}
+    try:  # unknown names, a missing configs/ or a broken config file: one line, status 2
+        cells = plan_cells(budget, args.tables, args.tasks, args.mechanisms, args.seeds)
+        for cell in cells:
+            cell.config_dict(store.work_dir)  # every config builds before anything runs
+        states = {cell.key: store.state(cell) for cell in cells}
+    except (ValueError, FileNotFoundError) as error:
+        print(f"weirdnet bench suite: {error}", file=sys.stderr)
+        return 2
     if args.list:
         _print_plan(cells, states)
         return 0

@@ -21,11 +21,11 @@ def _provenance(records: Sequence[dict[str, Any]]) -> list[str]:
     machine = done[-1]["machine"]
     commits = sorted({(r.get("commit") or "?")[:12] + ("+dirty" if r.get("dirty") else "")
                       for r in done})
-    hours = sum(r.get("wall_s", 0.0) for r in done) / 3600.0
+    minutes = sum(r.get("wall_s", 0.0) for r in done) / 60.0
     seeds = sorted({r["seed"] for r in done})
     return [
         f"- cells finished: {len(done)}; failed: {len(records) - len(done)}; "
-        f"total training wall time {hours:.2f} h (sum over cells)",
+        f"wall time {minutes:.1f} min (sum over cells: data, training, evaluation)",
         f"- machine: {machine.get('cpu_model')} ({machine.get('usable_cores')} usable "
         f"cores){', ' + machine['gpu'] if machine.get('gpu') else ''}; torch "
         f"{machine.get('torch')}; Python {machine.get('python')}; weirdnet "
