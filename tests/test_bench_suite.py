@@ -77,19 +77,20 @@ def test_config_hash_ignores_where_runs_live_but_not_what_they_train(tmp_path):
 def test_store_states(tmp_path):
     store = CellStore(tmp_path / "results", tmp_path / "work")
     cell = Cell(get_task("listops"), get_variant("local"), 0, get_budget("smoke"))
-    assert store.state(cell) == "pending"
+    config = cell.config_dict(store.work_dir)
+    assert store.state(cell, config) == "pending"
     (store.run_dir(cell) / "checkpoints" / "step-00000002").mkdir(parents=True)
-    assert store.state(cell) == "interrupted"
+    assert store.state(cell, config) == "interrupted"
     record = {"task": "listops", "variant": "local", "seed": 0, "status": "done",
-              "config_hash": config_hash(cell.config_dict(store.work_dir))}
+              "config_hash": config_hash(config)}
     store.write(cell, record)
-    assert store.state(cell) == "done"
+    assert store.state(cell, config) == "done"
     store.write(cell, {**record, "status": "failed"})
-    assert store.state(cell) == "failed"
+    assert store.state(cell, config) == "failed"
     store.write(cell, {**record, "config_hash": "0" * 16})
-    assert store.state(cell) == "stale"
+    assert store.state(cell, config) == "stale"
     store.record_path(cell).write_text("{ half-written")
-    assert store.state(cell) == "interrupted"  # an unreadable record counts as none
+    assert store.state(cell, config) == "interrupted"  # an unreadable record counts as none
 
 
 def test_configs_dir_error_says_what_to_do(tmp_path, monkeypatch):

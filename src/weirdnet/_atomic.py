@@ -31,3 +31,12 @@ def write_atomic(path: str | os.PathLike, data: str | bytes | Iterable[bytes]) -
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_png(figure, path: str | os.PathLike, dpi: float | None = None) -> Path:
+    """Render a matplotlib ``figure`` to PNG in memory, then :func:`write_atomic` it."""
+    import io
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    return write_atomic(path, buffer.getvalue())

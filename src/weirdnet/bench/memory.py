@@ -94,6 +94,40 @@ def measure_cpu_in_child(command: list[str], timeout_s: float = 3600.0) -> dict:
     return json.loads(lines[-1])
 
 
+class PeakMemory:
+    """Peak memory of a stretch of work above the moment :meth:`start` is called.
+
+    CPU: peak RSS (``VmHWM``, reset at :meth:`start`) minus the RSS then; CUDA:
+    ``max_memory_allocated`` minus ``memory_allocated`` then.  ``since`` names what was
+    already allocated at the start, for the description :meth:`peak_mib` returns.
+    """
+
+    def __init__(self, device, since: str = "the start") -> None:
+        self.device, self.since = device, since
+
+    def start(self) -> None:
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.base = torch.cuda.memory_allocated(self.device)
+        else:
+            self.base = current_rss_bytes()
+            self.resettable = reset_peak_rss()
+
+    def peak_mib(self) -> tuple[float, str]:
+        """(peak MiB above the start, how it was measured)."""
+        if self.device.type == "cuda":
+            import torch
+
+            peak = torch.cuda.max_memory_allocated(self.device)
+            return (peak - self.base) / MIB, f"CUDA max_memory_allocated above {self.since}"
+        how = f"peak RSS above {self.since}" if self.resettable else \
+            "process peak RSS (could not reset VmHWM)"
+        return max(peak_rss_bytes() - self.base, 0) / MIB, how
+
+
 def measure_cuda(step, device) -> dict:
     """Peak extra CUDA memory of one call of ``step`` (inputs already allocated)."""
     import torch

@@ -9,6 +9,7 @@ and methods, and the ratio tables.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from weirdnet._atomic import write_atomic
@@ -36,7 +37,8 @@ def fmt_ratio(x: float | None) -> str:
     return f"{x:.1f}x" if x >= 10 else f"{x:.2f}x"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """The lines of a Markdown table: header, separator, one line per row of cells."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(r) + " |" for r in rows]
 
@@ -75,7 +77,7 @@ def _results_lines(doc: dict) -> list[str]:
         for r in doc["results"]
     ]
     header = ["L", "method", "fwd ms", "fwd+bwd ms", "peak extra MiB (fwd+bwd)", "runs"]
-    return ["", "## Results", "", *_table(header, rows)]
+    return ["", "## Results", "", *markdown_table(header, rows)]
 
 
 def _ratio_lines(doc: dict, suite: Suite) -> list[str]:
@@ -90,7 +92,7 @@ def _ratio_lines(doc: dict, suite: Suite) -> list[str]:
                 for e in doc["ratios"]]
         if group:
             lines += ["", f"### {group}"]
-        lines += ["", *_table(["L", *(r.column or r.label for r in columns)], rows)]
+        lines += ["", *markdown_table(["L", *(r.column or r.label for r in columns)], rows)]
     return lines
 
 

@@ -97,7 +97,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     allocator = reuse_freed_memory()
     import torch
 
-    from .memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
+    from .memory import PeakMemory
     from .timing import synchronize
 
     device = torch.device(spec["device"])
@@ -105,17 +105,11 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     model, step, batch = _build(spec, device)
     step(*batch(min(16, spec["length"])))  # load kernels and thread pools
     tokens, labels = batch(spec["length"])
-    synchronize(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-    else:
-        base = current_rss_bytes()
-        reset_peak_rss()
+    meter = PeakMemory(device, since="model, optimizer and batch")
+    meter.start()
     step(tokens, labels)
     synchronize(device)
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" \
-        else peak_rss_bytes()
+    memory_mib, _ = meter.peak_mib()
     for _ in range(spec["warmup"]):
         step(tokens, labels)
     times = []
@@ -128,7 +122,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     seconds = statistics.median(times)
     return {"mechanism": spec["mechanism"], "length": spec["length"], "status": "ok",
             "step_s": seconds, "steps_per_s": 1.0 / seconds,
-            "memory_mib": max(peak - base, 0) / MIB, "allocator": allocator,
+            "memory_mib": memory_mib, "allocator": allocator,
             "parameters": sum(p.numel() for p in model.parameters())}
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 from .paper import numbers
 from .paper.variants import VARIANTS
+from .report import markdown_table
 
 
 def _by_cell(result: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
@@ -45,43 +45,39 @@ def _entry(result, mechanism: str, length: int, key: str) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
-def _table(result, key: str) -> list[str]:
+def _per_length(result, entry) -> list[str]:
+    """One row per mechanism, one column per length: ``entry(mechanism, length)``."""
     lengths = _lengths(result)
-    lines = ["| Model | " + " | ".join(_short(n) for n in lengths) + " |",
-             "|---|" + "---|" * len(lengths)]
-    for mechanism in _mechanisms(result):
-        lines.append(f"| {VARIANTS[mechanism].label} | " + " | ".join(
-            _entry(result, mechanism, n, key) for n in lengths) + " |")
-    return lines
+    return markdown_table(["Model", *(_short(n) for n in lengths)],
+                          [[VARIANTS[m].label, *(entry(m, n) for n in lengths)]
+                           for m in _mechanisms(result)])
+
+
+def _table(result, key: str) -> list[str]:
+    return _per_length(result, lambda m, n: _entry(result, m, n, key))
 
 
 def _absolute(result) -> list[str]:
-    lengths = _lengths(result)
     cells = _by_cell(result)
-    lines = ["| Model | " + " | ".join(_short(n) for n in lengths) + " |",
-             "|---|" + "---|" * len(lengths)]
-    for mechanism in _mechanisms(result):
-        parts = []
-        for n in lengths:
-            cell = cells.get((mechanism, n))
-            parts.append(f"{cell['step_s'] * 1000:.0f} ms / {cell['memory_mib']:.0f} MiB"
-                         if cell and cell["status"] == "ok" else "–")
-        lines.append(f"| {VARIANTS[mechanism].label} | " + " | ".join(parts) + " |")
-    return lines
+
+    def entry(mechanism: str, length: int) -> str:
+        cell = cells.get((mechanism, length))
+        return (f"{cell['step_s'] * 1000:.0f} ms / {cell['memory_mib']:.0f} MiB"
+                if cell and cell["status"] == "ok" else "–")
+
+    return _per_length(result, entry)
 
 
 def _paper(result) -> list[str]:
     lengths = [n for n in _lengths(result) if n <= 4096]
-    lines = ["| Model (paper) | source | " + " | ".join(
-        f"speed {_short(n)}" for n in lengths) + " | " + " | ".join(
-        f"memory {_short(n)}" for n in lengths) + " |",
-        "|---|---|" + "---|" * (2 * len(lengths))]
+    header = ["Model (paper)", "source", *(f"speed {_short(n)}" for n in lengths),
+              *(f"memory {_short(n)}" for n in lengths)]
+    rows = []
     for mechanism, (source, values) in numbers.SPEED.items():
         speed = [f"{values[n][0]:.1f}" if n in values else "–" for n in lengths]
         memory = [f"{values[n][1]:.2f}" if n in values else "–" for n in lengths]
-        lines.append(f"| {VARIANTS[mechanism].label} | {source} | " + " | ".join(speed)
-                     + " | " + " | ".join(memory) + " |")
-    return lines
+        rows.append([VARIANTS[mechanism].label, source, *speed, *memory])
+    return markdown_table(header, rows)
 
 
 def markdown(result: dict[str, Any], plot: str) -> str:
@@ -115,7 +111,7 @@ def draw(result: dict[str, Any], out: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from weirdnet._atomic import write_atomic
+    from weirdnet._atomic import write_png
 
     figure = Figure(figsize=(12, 4.8), dpi=110)
     FigureCanvasAgg(figure)
@@ -139,6 +135,4 @@ def draw(result: dict[str, Any], out: Path) -> Path:
     figure.suptitle(f"byte-level text classification, {result['machine']['device']}, "
                     f"batch {result['settings']['batch']}")
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    return write_atomic(out, buffer.getvalue())
+    return write_png(figure, out)

@@ -15,7 +15,6 @@ the earlier points after S (the abandoned part of a crashed run that was not red
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import os
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from weirdnet._atomic import write_atomic
+from weirdnet._atomic import write_png
 
 LOG_NAME = "log.jsonl"
 PLOT_NAME = "curves.png"
@@ -281,9 +280,7 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike | None = Non
         ax.set_xlabel("step")
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI)
-    return write_atomic(out, buffer.getvalue())
+    return write_png(fig, out, DPI)
 
 
 def _smooth(text: str) -> float:

@@ -80,17 +80,18 @@ class CellStore:
         except (OSError, ValueError):
             return None
 
-    def state(self, cell: Cell) -> str:
-        """"done", "stale" (recorded with another config), "failed", "interrupted" (a
-        checkpoint but no record) or "pending"."""
+    def state(self, cell: Cell, config: dict[str, Any]) -> str:
+        """"done", "stale" (recorded with another config than ``config``, the one
+        ``cell.config_dict`` builds now), "failed", "interrupted" (a checkpoint but no
+        record) or "pending"."""
         record = self.read(cell)
         if record is not None:
-            if record.get("config_hash") != config_hash(cell.config_dict(self.work_dir)):
+            if record.get("config_hash") != config_hash(config):
                 return "stale"
             return "done" if record.get("status") == "done" else "failed"
-        checkpoints = self.run_dir(cell) / "checkpoints"
-        if checkpoints.is_dir() and any(p.name.startswith("step-")
-                                        for p in checkpoints.iterdir()):
+        from weirdnet.train.checkpoint import list_checkpoints
+
+        if list_checkpoints(self.run_dir(cell)):
             return "interrupted"
         return "pending"
 

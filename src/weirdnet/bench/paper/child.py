@@ -29,8 +29,6 @@ from typing import Any
 
 from weirdnet.bench.alloc import reuse_freed_memory
 
-MIB = 1024.0 * 1024.0
-
 
 def git_commit(where: Path) -> dict[str, Any]:
     """The checkout's commit and whether it has uncommitted changes (None outside git)."""
@@ -61,55 +59,23 @@ def median_steps_per_s(log_file: Path, batch_size: int) -> float | None:
     return statistics.median(rates) if rates else None
 
 
-class MemoryMeter:
-    """Peak memory above the moment :meth:`start` is called (see the module doc)."""
-
-    def __init__(self, device) -> None:
-        self.device = device
-
-    def start(self) -> None:
-        import torch
-
-        from weirdnet.bench.memory import current_rss_bytes, reset_peak_rss
-
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self.base = torch.cuda.memory_allocated(self.device)
-        else:
-            self.base = current_rss_bytes()
-            self.resettable = reset_peak_rss()
-
-    def peak_mib(self) -> tuple[float, str]:
-        import torch
-
-        from weirdnet.bench.memory import peak_rss_bytes
-
-        if self.device.type == "cuda":
-            peak = torch.cuda.max_memory_allocated(self.device)
-            return (peak - self.base) / MIB, "CUDA max_memory_allocated above the model"
-        kind = "peak RSS above data + model" if self.resettable else \
-            "process peak RSS (could not reset VmHWM)"
-        return max(peak_rss_bytes() - self.base, 0) / MIB, kind
-
-
 def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     """Train the cell of ``spec`` and return its record (see the module doc)."""
     allocator = reuse_freed_memory()
     import torch
 
     from weirdnet.bench.machine import machine_info
+    from weirdnet.bench.memory import PeakMemory
+    from weirdnet.train.checkpoint import list_checkpoints
     from weirdnet.train.config import TrainConfig
     from weirdnet.train.trainer import Trainer
 
     config = TrainConfig.from_dict(spec["config"])
     run_dir = Path(config.run.out_dir) / config.run.name
-    checkpoints = run_dir / "checkpoints"
-    resume = checkpoints.is_dir() and any(p.name.startswith("step-")
-                                          for p in checkpoints.iterdir())
+    resume = bool(list_checkpoints(run_dir))
     started = time.perf_counter()
     trainer = Trainer(config, resume=resume, overwrite=not resume, progress_bar=False)
-    meter = MemoryMeter(trainer.processes.device)
+    meter = PeakMemory(trainer.processes.device, since="data + model")
     meter.start()
     summary = trainer.fit()
     wall_s = time.perf_counter() - started

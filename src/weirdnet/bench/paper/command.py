@@ -71,9 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-plot", action="store_true", help="skip fig6.png")
 
 
-def _run_child(cell: Cell, store: CellStore, command: list[str]) -> bool:
-    """Run ``cell`` in a fresh process; on failure store a failed record. True if done."""
-    config = cell.config_dict(store.work_dir)
+def _run_child(cell: Cell, config: dict, store: CellStore, command: list[str]) -> bool:
+    """Run ``cell`` (training ``config``) in a fresh process; on failure store a failed
+    record.  True if done."""
     logs = store.work_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     spec_path = logs / f"{cell.key}.spec.json"
@@ -140,9 +140,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                       Path(args.work) / f"suite-{budget.name}")
     try:  # unknown names, a missing configs/ or a broken config file: one line, status 2
         cells = plan_cells(budget, args.tables, args.tasks, args.mechanisms, args.seeds)
-        for cell in cells:
-            cell.config_dict(store.work_dir)  # every config builds before anything runs
-        states = {cell.key: store.state(cell) for cell in cells}
+        # every config is built (and checked) once, before anything runs
+        configs = {cell.key: cell.config_dict(store.work_dir) for cell in cells}
+        states = {cell.key: store.state(cell, configs[cell.key]) for cell in cells}
     except (ValueError, FileNotFoundError) as error:
         print(f"weirdnet bench suite: {error}", file=sys.stderr)
         return 2
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         for cell in bar:
             bar.set_postfix_str(f"{cell.key} ({states[cell.key]})")
             try:
-                failed += not _run_child(cell, store, command)
+                failed += not _run_child(cell, configs[cell.key], store, command)
             except KeyboardInterrupt:
                 print(f"\ninterrupted in {cell.key}; rerun the same command to resume: "
                       f"{shlex.join(command)}", file=sys.stderr)

@@ -68,7 +68,7 @@ def draw_fig6(results: Results, variants: Sequence[str], out: Path, budget: str)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from weirdnet._atomic import write_atomic
+    from weirdnet._atomic import write_png
 
     figure = Figure(figsize=(12, 5), dpi=110)
     FigureCanvasAgg(figure)
@@ -80,8 +80,4 @@ def draw_fig6(results: Results, variants: Sequence[str], out: Path, budget: str)
     figure.suptitle("Fig. 6 layout: accuracy vs speed; circle area = peak memory "
                     "relative to the Transformer")
     figure.tight_layout()
-    import io
-
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    return write_atomic(out, buffer.getvalue())
+    return write_png(figure, out)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..report import markdown_table
 from . import numbers
 from .tasks import get_task
 from .variants import VARIANTS
@@ -99,11 +100,6 @@ def _paper(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
-
-
 def _ratio(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
@@ -127,7 +123,7 @@ def lra_table(results: Results, variants: Sequence[str], tasks: Sequence[str]) -
         row += [results.average(tasks, name).text(), _paper(paper_avg), _ratio(speed),
                 _ratio(memory)]
         rows.append(row)
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def uea_table(results: Results, variants: Sequence[str], tasks: Sequence[str]) -> list[str]:
@@ -143,7 +139,7 @@ def uea_table(results: Results, variants: Sequence[str], tasks: Sequence[str]) -
         for task in tasks:
             row += [results.score(task, name).text(), _paper(paper.get(task), 1)]
         rows.append(row + [results.average(tasks, name).text()])
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def lm_table(results: Results, variants: Sequence[str]) -> list[str]:
@@ -157,7 +153,7 @@ def lm_table(results: Results, variants: Sequence[str]) -> list[str]:
         rows.append([VARIANTS[name].label, score.text(3), _paper(numbers.LM.get(name), 2),
                      params, "–" if rate is None else f"{rate:.1f}",
                      "–" if memory is None else f"{memory:.0f}"])
-    return _table(["Model", "test bpc (ours)", "enwik8 bpc (paper, 110M+ params)",
+    return markdown_table(["Model", "test bpc (ours)", "enwik8 bpc (paper, 110M+ params)",
                    "parameters", "steps/s", "memory MiB"], rows)
 
 
@@ -176,12 +172,12 @@ def ablation_table(results: Results, paper_rows: dict[str, tuple[str, dict[str, 
         paper_avg = statistics.fmean(paper[t] for t in tasks) \
             if all(t in paper for t in tasks) else None
         rows.append(row + [results.average(tasks, name).text(), _paper(paper_avg)])
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def table_xi(results: Results) -> list[str]:
     """Decoder structures A and B: our LM bpc beside the paper's WikiText-103 PPL."""
     rows = [[label, results.score("lm", name).text(3), _paper(ppl)]
             for name, (label, ppl) in numbers.TABLE_XI.items()]
-    return _table(["Structure (decoder)", "wiki-xml test bpc (ours)",
+    return markdown_table(["Structure (decoder)", "wiki-xml test bpc (ours)",
                    "WikiText-103 PPL, small (paper)"], rows)
