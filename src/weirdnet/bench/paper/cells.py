@@ -32,6 +32,7 @@ class Cell:
 
     @property
     def key(self) -> str:
+        """``<task>--<variant>--s<seed>``: the record's file stem and the run name."""
         return f"{self.task.name}--{self.variant.name}--s{self.seed}"
 
     def unsupported(self) -> str | None:
@@ -67,9 +68,11 @@ class CellStore:
         self.cells_dir = self.results_dir / "cells"
 
     def record_path(self, cell: Cell) -> Path:
+        """Where the cell's record (JSON) lives."""
         return self.cells_dir / f"{cell.key}.json"
 
     def run_dir(self, cell: Cell) -> Path:
+        """The cell's training run directory (checkpoints, log)."""
         return self.work_dir / cell.key
 
     def read(self, cell: Cell) -> dict[str, Any] | None:
@@ -96,6 +99,7 @@ class CellStore:
         return "pending"
 
     def write(self, cell: Cell, record: dict[str, Any]) -> Path:
+        """Store ``record`` for ``cell`` atomically; returns its path."""
         from weirdnet._atomic import write_atomic
 
         self.cells_dir.mkdir(parents=True, exist_ok=True)

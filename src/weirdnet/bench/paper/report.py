@@ -32,6 +32,7 @@ class Score:
     missing: str = "–"
 
     def text(self, digits: int = 1) -> str:
+        """The entry as printed: mean (± std over seeds) or why it is missing."""
         if self.mean is None:
             return self.missing
         spread = f" ± {self.std:.{digits}f}" if self.n > 1 else ""
@@ -47,6 +48,7 @@ class Results:
             self.by_cell.setdefault((record["task"], record["variant"]), []).append(record)
 
     def done(self, task: str, variant: str) -> list[dict[str, Any]]:
+        """The finished records of (task, variant), one per seed."""
         return [r for r in self.by_cell.get((task, variant), []) if r.get("status") == "done"]
 
     def score(self, task: str, variant: str) -> Score:

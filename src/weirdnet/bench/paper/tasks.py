@@ -34,6 +34,7 @@ class Task:
 
     @property
     def higher_is_better(self) -> bool:
+        """True for accuracy, False for bits per character."""
         return self.metric != "bpc"
 
 
