@@ -56,7 +56,8 @@ def test_quick_run_has_rows_for_every_mixer_form(tmp_path, capsys):
     stdout = capsys.readouterr().out
     md, js = tmp_path / "mixers_cpu.md", tmp_path / "mixers_cpu.json"
     assert md.read_text() == stdout
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mixers_cpu.json", "mixers_cpu.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "mixers_cpu.json",
+                                                          "mixers_cpu.md"]
 
     doc = json.loads(js.read_text())
     assert doc["benchmark"] == "mixers"

@@ -55,9 +55,11 @@ def test_quick_run_writes_report(tmp_path, capsys):
     stdout = capsys.readouterr().out
     md, js = tmp_path / "scan_cpu.md", tmp_path / "scan_cpu.json"
     assert md.read_text() == stdout
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["scan_cpu.json", "scan_cpu.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "scan_cpu.json",
+                                                          "scan_cpu.md"]
 
     doc = json.loads(js.read_text())
+    assert doc["quick"] is True  # so no later --quick run mistakes it for full results
     rows = doc["results"]
     assert {(r["method"], r["L"]) for r in rows} == {
         (m, L) for m in DEFAULT_METHODS for L in (64, 128)}

@@ -125,7 +125,7 @@ def test_command_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(dl.REMOTE_FILES, "toy", remote)
     assert _command(["download", "toy", "--no-progress", "--dir", str(tmp_path / "d")]) == 0
     assert capsys.readouterr().out.strip() == f"toy: {tmp_path / 'd' / 'toy.zip'}"
-    assert _command(["download", "toy", "imagenet", "--no-progress"]) == 1
+    assert _command(["download", "toy", "imagenet", "--no-progress"]) == 2
     captured = capsys.readouterr()
     assert "toy: " in captured.out and "nothing to download for 'imagenet'" in captured.err
     with pytest.raises(SystemExit):

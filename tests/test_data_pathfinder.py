@@ -293,5 +293,5 @@ def test_cli_generate_and_show_montage(tmp_path, capsys):
         assert image.mode == "RGB" and image.size == (3 * 132 + 4, 2 * 146 + 4)
     assert _cli("show", "pathfinder32", "--root", str(out)) == 2  # no --out
     assert _cli("show", "pathfinder32", "--root", str(tmp_path / "none"), "--out",
-                str(montage)) == 1
+                str(montage)) == 2
     assert "lra_release.gz" in capsys.readouterr().err

@@ -71,3 +71,34 @@ def test_a_two_process_checkpoint_resumes_in_one_process(tmp_path, single):
     got, _ = load_file(run_dir / "checkpoints/step-00000006/model.safetensors")
     assert _rel_diff(got, expected) < 1e-4
     assert torch.isfinite(torch.tensor(_losses(run_dir))).all()
+
+
+def test_sigterm_to_torchrun_saves_one_checkpoint_from_all_ranks(tmp_path):
+    """torchrun forwards SIGTERM to its workers; they agree on a step (all-reduced stop
+    flag), save one checkpoint together, and only rank 0 says so.  The launcher's own
+    exit (status 1 and torch.distributed.elastic's SignalException) is torchrun's."""
+    import signal
+    import time
+
+    config = write_config(tmp_path, steps=2000, eval_every=0, checkpoint_every=1000,
+                          dropout=0.0)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--standalone", "-m", "weirdnet", "train", str(config), "--no-progress",
+         "--set", "train.log_every=1"],
+        cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    log = tmp_path / "runs" / "tiny" / "log.jsonl"
+    deadline = time.monotonic() + 120
+    while not (log.is_file() and '"train"' in log.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline, "ended too early"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    said = [line for line in stderr.splitlines() if line.startswith("weirdnet train:")]
+    assert len(said) == 1 and "SIGTERM at step" in said[0], stderr[-3000:]
+    step = int(said[0].split("SIGTERM at step ")[1].split(";")[0])
+    checkpoint = tmp_path / "runs" / "tiny" / "checkpoints" / f"step-{step:08d}"
+    from weirdnet.train.checkpoint import verify_directory
+
+    verify_directory(checkpoint)

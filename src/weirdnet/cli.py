@@ -9,6 +9,7 @@ Each subcommand is registered by one function ``_add_<name>(subparsers)`` listed
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable
 
@@ -35,12 +36,17 @@ glibc is told to keep freed memory in the heap (no mmap/munmap per big tensor) i
 timing process and in each memory child, so timings are not dominated by page faults.
 
 Output: a Markdown report on stdout and in OUT/scan_<device>.md, all raw numbers and
-machine info in OUT/scan_<device>.json. Progress goes to stderr.
+machine info in OUT/scan_<device>.json. Progress goes to stderr. OUT is --out DIR, else
+$WEIRDNET_BENCH_DIR, else ~/.cache/weirdnet/bench (a scratch folder); the committed
+results are rewritten only with --out benchmarks/results, and a --quick run refuses a
+folder that holds a full run's report (unless --force). One run writes into OUT at a
+time; Ctrl-C or SIGTERM ends the run without a report (OUT left as it was).
 
 examples:
   weirdnet bench scan                          # full run (a few minutes on CPU)
+  weirdnet bench scan --out benchmarks/results # full run, into the committed results
   weirdnet bench scan --lengths 1024 4096 --methods scan,sdpa-causal
-  weirdnet bench scan --quick --out /tmp/bench # seconds-long smoke run
+  weirdnet bench scan --quick                  # seconds-long smoke run
 """
 
 
@@ -64,13 +70,18 @@ Relation fwd+bwd at L=16384 >= 20x faster than SDPA (all non-causal; SDPA = the 
 layer when it was measured, else raw sdpa; the report says which).
 
 Output: a Markdown report on stdout and in OUT/mixers_<device>.md, all raw numbers and
-machine info in OUT/mixers_<device>.json. Progress goes to stderr.
+machine info in OUT/mixers_<device>.json. Progress goes to stderr. OUT is --out DIR, else
+$WEIRDNET_BENCH_DIR, else ~/.cache/weirdnet/bench (a scratch folder); the committed
+results are rewritten only with --out benchmarks/results, and a --quick run refuses a
+folder that holds a full run's report (unless --force). One run writes into OUT at a
+time; Ctrl-C or SIGTERM ends the run without a report (OUT left as it was).
 
 examples:
   weirdnet bench mixers                        # full run (long on CPU: softmax at 16K)
+  weirdnet bench mixers --out benchmarks/results   # full run, into the committed results
   weirdnet bench mixers --lengths 4096 --methods dba,softmax,sdpa
   weirdnet bench mixers --softmax-max-len 4096 # skip the slow quadratic rows above 4K
-  weirdnet bench mixers --quick --out /tmp/bench
+  weirdnet bench mixers --quick                # seconds-long smoke run
 """
 
 _BENCHMARKS = (
@@ -173,7 +184,15 @@ def _run_info(args: argparse.Namespace, argv: list[str]) -> int:
             print(f"{name:<{width}}  {preset.model:<20} {preset.source}")
         return 0
     if Path(args.target).is_dir():
-        print(describe(load(args.target, map_location="meta")))
+        from weirdnet.models.base import CheckpointError
+
+        try:  # damaged or foreign files: one line, like eval and generate
+            model = load(args.target, map_location="meta")
+        except (CheckpointError, ValueError, KeyError, OSError) as error:
+            message = error.args[0] if isinstance(error, KeyError) and error.args else error
+            print(f"weirdnet info: {message}", file=sys.stderr)
+            return 2
+        print(describe(model))
         return 0
     try:
         preset = get_preset(args.target)
@@ -215,10 +234,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run the command; its exit status."""
+    from weirdnet._signals import STOP, Interrupted
+
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    installed = STOP.install()  # SIGINT/SIGTERM: one line and 128 + signal, no traceback
     try:
         return args.handler(args, argv)
     except BrokenPipeError:  # e.g. `weirdnet info --list | head`
         sys.stderr.close()
         return 0
+    except (Interrupted, KeyboardInterrupt) as stop:
+        if not isinstance(stop, Interrupted):
+            stop = Interrupted(signal.SIGINT)
+        if not stop.quiet:
+            print(f"weirdnet {args.command}: {stop.message}", file=sys.stderr, flush=True)
+        return stop.exit_status
+    finally:
+        if installed:
+            STOP.uninstall()
+            STOP.reset()

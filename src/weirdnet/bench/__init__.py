@@ -23,4 +23,7 @@ Modules (one concern each, none imports torch at import time except where noted)
   vs the Transformer on byte-level text classification; ``speed_report``: its tables and
   plot.
 - ``paper``: ``weirdnet bench suite``, the papers' tables (a package: see its doc).
+- ``output``: where every command writes (``--out``, else a scratch folder outside the
+  repository), no quick run over full results, one writer per folder, stop signals;
+  ``children``: child processes that end with their command.
 """

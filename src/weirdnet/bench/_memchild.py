@@ -19,6 +19,7 @@ import argparse
 import json
 
 from weirdnet.bench.alloc import reuse_freed_memory
+from weirdnet.bench.children import watch_parent
 
 # High-water mark above the baseline tolerated as counter noise (RSS counters are cached
 # per thread by the kernel, up to 64 pages each).
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     """Measure and print the JSON result; returns the exit status."""
     allocator = reuse_freed_memory()
     args = _parse(argv)
+    watch_parent()  # a bench command killed outright: do not outlive it
     import torch
 
     from weirdnet.bench.memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss

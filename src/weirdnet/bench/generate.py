@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
+
+from . import output
 
 DEFAULT_MODELS = ("weirdnet-small-cpu", "gpt2-small-cpu")
 DEFAULT_CONTEXTS = (1024, 2048, 4096, 8192, 16384)
@@ -24,13 +25,16 @@ TARGET = (16384, 1.5)  # Weird-Net B >= 1.5x the all-softmax model's tokens/s at
 
 DESCRIPTION = __doc__.split("\n\n", 1)[1] + """
 Output: a Markdown table on stdout and in OUT/generate_<device>.md, raw numbers in
-OUT/generate_<device>.json. Target: at L=16384 the first model reaches >= 1.5x the
-tokens/s of the second.
+OUT/generate_<device>.json. OUT is --out DIR, else $WEIRDNET_BENCH_DIR, else
+~/.cache/weirdnet/bench; the committed results are rewritten only with
+--out benchmarks/results, and never by a --quick run (unless --force). Target: at
+L=16384 the first model reaches >= 1.5x the tokens/s of the second.
 
 examples:
-  weirdnet bench generate
+  weirdnet bench generate                          # into ~/.cache/weirdnet/bench
+  weirdnet bench generate --out benchmarks/results # the committed results
   weirdnet bench generate --contexts 1024 4096 --new-tokens 16
-  weirdnet bench generate --quick --out /tmp/bench
+  weirdnet bench generate --quick                  # seconds-long smoke run
 """
 
 
@@ -44,10 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: all usable cores)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"),
-                        help="folder for the .md/.json report (default: %(default)s)")
+    output.add_out_arguments(parser, "generate_<device>.md and .json", quick="--quick")
     parser.add_argument("--quick", action="store_true",
-                        help="seconds-long smoke run: contexts 256 512, 8 new tokens")
+                        help="seconds-long smoke run: contexts 256 512, 8 new tokens; "
+                             "refuses a folder that holds a full run's report unless --force")
     parser.add_argument("--check-targets", action="store_true",
                         help="exit with status 1 when a measured target fails")
 
@@ -163,7 +167,25 @@ def _markdown(doc: dict) -> str:
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
-    """Measure, print and write the report; the exit status."""
+    """Measure, print and write the report (see :mod:`.output`); the exit status."""
+    out = output.out_dir(args.out)
+
+    def refuse() -> None:
+        if args.quick:
+            output.refuse_quick_over_full(output.full_reports(out, "generate"), "--quick",
+                                          args.force)
+
+    try:
+        refuse()
+        with output.writing(out, "weirdnet bench generate") as session:
+            refuse()  # again, now that no one else can write there
+            return _run(args, argv, out, session)
+    except output.BenchError as error:
+        return output.fail(error)
+
+
+def _run(args: argparse.Namespace, argv: list[str], out: Path,
+         session: output.Writing) -> int:
     import torch
 
     from . import alloc, machine, report
@@ -190,9 +212,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         torch.set_num_threads(previous)
     doc = _document(args, argv, models, contexts, new_tokens, device, allocator, rows)
     markdown = _markdown(doc)
-    print(markdown, end="")
-    paths = report.write_report(args.out, f"generate_{device.type}", doc, markdown)
-    print(f"wrote {paths[0]} and {paths[1]}", file=sys.stderr)
+    with output.write_whole():
+        paths = report.write_report(out, f"generate_{device.type}", doc, markdown)
+        session.kept = f"the report was written whole: {paths[0]} and {paths[1]}"
+    print(markdown, end="", flush=True)
+    output.print_written(paths)
     failed = any(not t["passed"] for t in doc["targets"])
     return 1 if args.check_targets and failed else 0
 
@@ -212,7 +236,7 @@ def _document(args, argv, models, contexts, new_tokens, device, allocator, rows)
             targets.append({"text": f"{models[0]} >= {need}x the tokens/s of {models[1]} at "
                                     f"context {L}", "value": ratios[L],
                             "passed": ratios[L] >= need})
-    return {"benchmark": "generate", "machine": info,
+    return {"benchmark": "generate", "quick": bool(args.quick), "machine": info,
             "config": {"models": models, "contexts": contexts, "new_tokens": new_tokens,
                        "threads": torch.get_num_threads()},
             "results": rows, "ratios": ratios, "targets": targets}

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import subprocess
 import sys
 from pathlib import Path
 
@@ -58,7 +57,11 @@ def reset_peak_rss() -> bool:
     return True
 
 
-def _child_env() -> dict[str, str]:
+CHILD_TIMEOUT_S = 3600.0
+"""Time limit of one memory child."""
+
+
+def child_env() -> dict[str, str]:
     """Environment for the child: this very ``weirdnet`` first on ``PYTHONPATH``."""
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
@@ -79,18 +82,29 @@ def child_command(
     ]
 
 
-def measure_cpu_in_child(command: list[str], timeout_s: float = 3600.0) -> dict:
-    """Run the memory child ``command``; its JSON result, or ``{"error": ...}``."""
+def measure_cpu_in_child(command: list[str], timeout_s: float = CHILD_TIMEOUT_S) -> dict:
+    """Run the memory child ``command``; its JSON result, or ``{"error": ...}``.  The
+    child is stopped with this process (:mod:`.children`)."""
+    from . import children
+
     try:
-        proc = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout_s, env=_child_env()
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"memory child timed out after {timeout_s:.0f} s"}
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"memory child exited with {proc.returncode}: {tail}"}
+        result = children.run(command, timeout_s=timeout_s, env=child_env())
+    except children.ChildTimeout as timeout:
+        result = timeout
+    return child_result(result)
+
+
+def child_result(result) -> dict:
+    """The memory child's JSON result from its completed process, or ``{"error": ...}``
+    (a failure, or a :class:`~.children.ChildTimeout`)."""
+    from . import children
+
+    if isinstance(result, children.ChildTimeout):
+        return {"error": f"memory child timed out after {result.timeout_s:.0f} s"}
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"memory child exited with {result.returncode}: {tail}"}
     return json.loads(lines[-1])
 
 

@@ -5,18 +5,18 @@ one process, the median time of an inference forward and of a forward+backward, 
 the peak extra memory of one forward+backward (CPU: a fresh child process per row, see
 :mod:`.memory`; CUDA: the caching allocator's peak).  It prints a Markdown report
 (results, ratios, targets) and writes it with the raw numbers to
-``<out>/<suite>_<device>.md`` and ``.json``.
+``<out>/<suite>_<device>.md`` and ``.json`` (see :mod:`.output`: where, one writer, no
+quick run over full results, stop signals).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import sys
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import output
 from .suite import Suite
 
 QUICK = {"batch": 1, "dim": 32, "lengths": (64, 128), "repeats": 1}
@@ -81,12 +81,11 @@ def add_arguments(p: argparse.ArgumentParser, suite: Suite) -> None:
                    help="CPU memory children run at once after all timings; they measure "
                         "their own RSS, so this changes no number (default: 1, --quick: 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
-    p.add_argument("--out", type=Path, default=Path("benchmarks/results"),
-                   help=f"folder for {suite.name}_<device>.md and .json "
-                        "(default: benchmarks/results)")
+    output.add_out_arguments(p, f"{suite.name}_<device>.md and .json", quick="--quick")
     p.add_argument("--quick", action="store_true",
                    help="tiny smoke run: B=1, D=32, L in {64, 128}, 1 timed run, 1 thread, "
-                        "2 memory jobs (explicit options still win)")
+                        "2 memory jobs (explicit options still win); refuses a folder that "
+                        "holds a full run's report unless --force")
     p.add_argument("--check-targets", action="store_true",
                    help="exit with status 1 if a measured target fails")
 
@@ -226,26 +225,24 @@ def _time_row(config: Config, suite: Suite, name: str, L: int, progress) -> dict
 
 
 def _cpu_memory(config: Config, suite: Suite, rows: list[dict], progress) -> None:
-    """Fill ``mem_mib`` of every error-free row from a child process per row."""
-    from . import memory
-
-    def measure(row: dict) -> dict:
-        cmd = memory.child_command(row["method"], config.batch, row["L"], config.dim,
-                                   config.head_dim, config.dtype, config.threads, config.seed,
-                                   suite=suite.name)
-        return memory.measure_cpu_in_child(cmd)
+    """Fill ``mem_mib`` of every error-free row from a child process per row (up to
+    ``mem_jobs`` at once; a stop signal stops them, see :mod:`.children`)."""
+    from . import children, memory
 
     todo = [r for r in rows if r["error"] is None]
+    commands = [memory.child_command(r["method"], config.batch, r["L"], config.dim,
+                                     config.head_dim, config.dtype, config.threads,
+                                     config.seed, suite=suite.name) for r in todo]
     progress.skip(len(rows) - len(todo))
     if config.mem_jobs <= 1:
-        for row in todo:
+        for row, command in zip(todo, commands, strict=True):
             progress.start(f"{row['method']} L={row['L']} memory")
-            _record_memory(row, measure(row), progress)
+            _record_memory(row, memory.measure_cpu_in_child(command), progress)
         return
-    with ThreadPoolExecutor(max_workers=config.mem_jobs) as pool:
-        futures = {pool.submit(measure, row): row for row in todo}
-        for future in as_completed(futures):
-            _record_memory(futures[future], future.result(), progress)
+    children.run_all(
+        commands, config.mem_jobs,
+        lambda i, result: _record_memory(todo[i], memory.child_result(result), progress),
+        timeout_s=memory.CHILD_TIMEOUT_S, env=memory.child_env())
 
 
 def _record_memory(row: dict, result: dict, progress) -> None:
@@ -299,9 +296,29 @@ def _memory_how(config: Config) -> str:
 def run(suite: Suite, args: argparse.Namespace, argv: list[str]) -> int:
     """Run ``suite`` as described by ``args``; ``argv`` is recorded as the command line.
 
-    Prints the Markdown report, writes ``<suite>_<device>.md``/``.json`` into ``args.out``
-    and returns the exit status (1 only with ``--check-targets`` and a failed target).
+    Prints the Markdown report, writes ``<suite>_<device>.md``/``.json`` into the output
+    folder (:func:`.output.out_dir` of ``args.out``) and returns the exit status (1 only
+    with ``--check-targets`` and a failed target; 2 when the folder is busy, or holds a
+    full report and this is a ``--quick`` run without ``--force``).
     """
+    out = output.out_dir(args.out)
+
+    def refuse() -> None:
+        if args.quick:
+            output.refuse_quick_over_full(output.full_reports(out, suite.name), "--quick",
+                                          args.force)
+
+    try:
+        refuse()
+        with output.writing(out, f"weirdnet bench {suite.name}") as session:
+            refuse()  # again, now that no one else can write there
+            return _run(suite, args, argv, out, session)
+    except output.BenchError as error:
+        return output.fail(error)
+
+
+def _run(suite: Suite, args: argparse.Namespace, argv: list[str], out: Path,
+         session: output.Writing) -> int:
     import torch
 
     from . import alloc, machine
@@ -321,8 +338,9 @@ def run(suite: Suite, args: argparse.Namespace, argv: list[str]) -> int:
     info["torch_threads"] = config.threads
     info["load_average_at_start"] = load_at_start
     info["cpu_use_during_run"] = usage = meter.report()
-    doc = _document(config, suite, info, rows, notes + _load_notes(load_at_start, usage))
-    return _emit(doc, suite, args.out, args.check_targets)
+    doc = _document(config, suite, info, rows, notes + _load_notes(load_at_start, usage),
+                    quick=args.quick)
+    return _emit(doc, suite, out, args.check_targets, session)
 
 
 def _measure(config: Config, suite: Suite) -> tuple[list[dict], list[str]]:
@@ -342,13 +360,15 @@ def _measure(config: Config, suite: Suite) -> tuple[list[dict], list[str]]:
 
 
 def _document(config: Config, suite: Suite, info: dict, rows: list[dict],
-              notes: list[str]) -> dict:
-    """The JSON document of the run: machine, config, rows, ratios, targets, notes."""
+              notes: list[str], quick: bool = False) -> dict:
+    """The JSON document of the run: machine, config, rows, ratios, targets, notes;
+    ``quick``: a ``--quick`` run (:mod:`.output` never lets one replace a full report)."""
     from . import analysis
 
     ratios = analysis.compute_ratios(rows, suite)
     return {
         "benchmark": suite.name,
+        "quick": quick,
         "machine": info,
         "config": asdict(config),
         "results": rows,
@@ -358,14 +378,18 @@ def _document(config: Config, suite: Suite, info: dict, rows: list[dict],
     }
 
 
-def _emit(doc: dict, suite: Suite, out: Path, check_targets: bool) -> int:
-    """Print and write the report; the exit status."""
+def _emit(doc: dict, suite: Suite, out: Path, check_targets: bool,
+          session: output.Writing | None = None) -> int:
+    """Write (whole: a stop signal waits) and print the report; the exit status."""
     from . import report
 
     markdown = report.render_markdown(doc, suite)
-    print(markdown, end="", flush=True)
     name = f"{suite.name}_{doc['machine']['device'].split(':')[0]}"
-    md_path, json_path = report.write_report(out, name, doc, markdown)
-    print(f"wrote {md_path} and {json_path}", file=sys.stderr)
+    with output.write_whole():
+        paths = report.write_report(out, name, doc, markdown)
+        if session is not None:
+            session.kept = f"the report was written whole: {paths[0]} and {paths[1]}"
+    print(markdown, end="", flush=True)
+    output.print_written(paths)
     failed = any(not t["passed"] for t in doc["targets"])
     return 1 if check_targets and failed else 0

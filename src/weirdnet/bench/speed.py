@@ -21,19 +21,22 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from . import output
 from .alloc import reuse_freed_memory
 
 DESCRIPTION = __doc__.split("\n\n", 1)[0].replace("``", "`") + "\n\n" + \
-    "Writes speed_<device>.{json,md,png} to --out and prints the Markdown table."
+    "Writes speed_<device>.{json,md,png} to OUT and prints the Markdown table. OUT is " \
+    "--out DIR, else $WEIRDNET_BENCH_DIR, else ~/.cache/weirdnet/bench; the committed " \
+    "results are rewritten only with --out benchmarks/results."
 EXAMPLES = """\
 examples:
   weirdnet bench speed                                   # CPU, L = 256 ... 16K
+  weirdnet bench speed --out benchmarks/results          # the committed results
   weirdnet bench speed --device cuda                     # LRA Text sizes, batch 32
   weirdnet bench speed --lengths 1024 4096 --mechanisms weird-a,dba,softmax
 """
@@ -59,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps (default 1)")
     parser.add_argument("--max-step-seconds", type=float, default=30.0,
                         help="skip longer lengths of a mechanism slower than this")
-    parser.add_argument("--out", default="benchmarks/results")
+    output.add_out_arguments(parser, "speed_<device>.{json,md,png}")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
 
 
@@ -127,12 +130,15 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """One (mechanism, length) in a fresh process, stopped with this one
+    (:mod:`.children`)."""
+    from . import children
+
     failed = {"mechanism": spec["mechanism"], "length": spec["length"]}
     try:
-        out = subprocess.run([sys.executable, "-m", "weirdnet.bench.speed", "--child",
-                              json.dumps(spec)], capture_output=True, text=True,
-                             timeout=timeout)
-    except subprocess.TimeoutExpired:
+        out = children.run([sys.executable, "-m", "weirdnet.bench.speed", "--child",
+                            json.dumps(spec)], timeout_s=timeout)
+    except children.ChildTimeout:
         return {**failed, "status": f"timeout (> {timeout:.0f} s)"}
     if out.returncode != 0:
         lines = (out.stderr or out.stdout).strip().splitlines() or ["no output"]
@@ -186,22 +192,42 @@ def measure_all(base: dict[str, Any], mechanisms: list[str], lengths: list[int],
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Measure every cell, write and print the report (see :mod:`.output`); the exit
+    status."""
     if args.child is not None:
+        from .children import watch_parent
+
+        watch_parent()  # a bench command killed outright: do not outlive it
         print(json.dumps(measure(json.loads(args.child))))
         return 0
+    from .paper.variants import get_variant
+
+    try:
+        mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
+        for name in mechanisms:
+            get_variant(name)
+    except ValueError as error:
+        print(f"weirdnet bench speed: {error}", file=sys.stderr)
+        return 2
+    out = output.out_dir(args.out)
+    try:
+        with output.writing(out, "weirdnet bench speed") as session:
+            return _run(args, argv, mechanisms, out, session)
+    except output.BenchError as error:
+        return output.fail(error)
+
+
+def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: Path,
+         session: output.Writing) -> int:
     import torch
 
     from weirdnet._atomic import write_atomic
 
     from .machine import machine_info
-    from .paper.variants import get_variant
     from .speed_report import draw, markdown
 
     try:
         base = _resolve(args)
-        mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
-        for name in mechanisms:
-            get_variant(name)
     except ValueError as error:
         print(f"weirdnet bench speed: {error}", file=sys.stderr)
         return 2
@@ -211,19 +237,22 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     command = ["weirdnet", *argv]
     info = machine_info(torch.device(base["device"]), command, reuse_freed_memory())
     result = {"settings": base, "machine": info, "rows": rows}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     stem = f"speed_{torch.device(base['device']).type}"
-    write_atomic(out / f"{stem}.json", json.dumps(result, indent=2) + "\n")
     text = markdown(result, f"{stem}.png")
-    try:
-        draw(result, out / f"{stem}.png")
-    except ImportError:
-        text = text.replace(f"![speed and memory]({stem}.png)\n", "")
-        print("plot skipped: matplotlib is not installed (pip install matplotlib)",
-              file=sys.stderr)
-    write_atomic(out / f"{stem}.md", text)
-    print(text)
+    paths = [out / f"{stem}.json", out / f"{stem}.md"]
+    with output.write_whole():
+        write_atomic(paths[0], json.dumps(result, indent=2) + "\n")
+        try:
+            draw(result, out / f"{stem}.png")
+            paths.append(out / f"{stem}.png")
+        except ImportError:
+            text = text.replace(f"![speed and memory]({stem}.png)\n", "")
+            print("plot skipped: matplotlib is not installed (pip install matplotlib)",
+                  file=sys.stderr)
+        write_atomic(paths[1], text)
+        session.kept = "the report was written whole: " + ", ".join(map(str, paths))
+    print(text, flush=True)
+    output.print_written(paths)
     return 0
 
 

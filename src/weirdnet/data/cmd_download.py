@@ -70,15 +70,15 @@ def add_download(subparsers: argparse._SubParsersAction) -> None:
 def _run_download(args: argparse.Namespace, argv: list[str]) -> int:
     from weirdnet.data.download import DownloadError, download
 
-    status = 0
+    status = 0  # each failure: one line "weirdnet data download: ..." and status 2
     for name in args.names:
         try:
             for line in download(name, args.dir, progress=not args.no_progress):
                 print(line)
-        except DownloadError as err:
-            print(f"error: {err}", file=sys.stderr)
-            status = 1
+        except (DownloadError, OSError) as err:
+            print(f"weirdnet data download: {err}", file=sys.stderr)
+            status = 2
         except KeyError as err:
-            print(f"error: {err.args[0]}", file=sys.stderr)
-            status = 1
+            print(f"weirdnet data download: {err.args[0]}", file=sys.stderr)
+            status = 2
     return status

@@ -66,7 +66,7 @@ def add_generate(subparsers: argparse._SubParsersAction) -> None:
         "generate", help="generate ListOps or Pathfinder/Path-X in the official format",
         description=_GENERATE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", choices=GENERATED, help="the dataset to generate")
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+    parser.add_argument("--out", type=_path, required=True, metavar="DIR",
                         help="output directory (created; existing sets are not overwritten)")
     parser.add_argument("--n", type=int, default=None, metavar="N",
                         help="listops: training samples (default 96000); pathfinder: images "
@@ -92,14 +92,14 @@ def add_show(subparsers: argparse._SubParsersAction) -> None:
         "show", help="look at samples: Pathfinder montage PNG, ListOps printed",
         description=_SHOW_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", choices=GENERATED, help="the dataset to show")
-    parser.add_argument("--root", type=Path, default=None, metavar="DIR",
+    parser.add_argument("--root", type=_path, default=None, metavar="DIR",
                         help="official files (or `weirdnet data generate` output); default: "
                              "the cached generated set")
     parser.add_argument("--split", choices=("train", "val", "test"), default="train",
                         help="split to show (default train)")
     parser.add_argument("--n", type=int, default=16, metavar="N",
                         help="number of samples (default 16)")
-    parser.add_argument("--out", type=Path, default=None, metavar="PNG",
+    parser.add_argument("--out", type=_path, default=None, metavar="PNG",
                         help="pathfinder: the montage file to write (required)")
     parser.add_argument("--difficulty", type=int, choices=(6, 9, 14), default=14,
                         help="pathfinder: paddles per target contour (default 14)")
@@ -113,16 +113,39 @@ def add_show(subparsers: argparse._SubParsersAction) -> None:
 
 # ---------------------------------------------------------------------------- generate
 
+def _fail(command: str, message: object) -> int:
+    """A bad value: one line ``weirdnet data <command>: <message>`` on stderr, status 2."""
+    print(f"weirdnet data {command}: {message}", file=sys.stderr)
+    return 2
+
+
+def _check_arguments(args: argparse.Namespace, minimum: dict[str, int]) -> None:
+    """ValueError naming the first option given below its ``minimum`` (None = not given)."""
+    for name, low in minimum.items():
+        value = getattr(args, name)
+        if value is not None and value < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+
+
+def _path(text: str) -> Path:
+    """An argparse type: a path, not empty (``Path("")`` would quietly be the current
+    directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path")
+    return Path(text)
+
+
 def _run_generate(args: argparse.Namespace, argv: list[str]) -> int:
     start = time.perf_counter()
     try:
+        _check_arguments(args, {"n": 1 if args.name != "listops" else 0, "n_val": 0,
+                                "n_test": 0, "seed": 0, "workers": 1, "batch_size": 1})
         if args.name == "listops":
             written, count = _generate_listops(args)
         else:
             written, count = _generate_pathfinder(args)
-    except (ValueError, FileExistsError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except (ValueError, OSError) as err:  # FileExistsError, unwritable --out
+        return _fail("generate", err)
     seconds = time.perf_counter() - start
     print(f"wrote {count} {args.name} samples to {written} in {seconds:.1f} s "
           f"({count / seconds:.1f} samples/s)")
@@ -167,19 +190,17 @@ def _generate_pathfinder(args: argparse.Namespace) -> tuple[Path, int]:
 def _run_show(args: argparse.Namespace, argv: list[str]) -> int:
     from weirdnet.data.registry import DataMissingError, get
 
-    if args.n < 1:
-        print("error: --n must be >= 1", file=sys.stderr)
-        return 2
+    try:
+        _check_arguments(args, {"n": 1, "scale": 1, "chars": 1})
+    except ValueError as err:
+        return _fail("show", err)
     if args.name != "listops" and args.out is None:
-        print(f"error: showing {args.name} writes a PNG montage: give --out FILE.png",
-              file=sys.stderr)
-        return 2
+        return _fail("show", f"showing {args.name} writes a PNG montage: give --out FILE.png")
     options = {} if args.name == "listops" else {"difficulty": args.difficulty}
     try:
         dataset = get(args.name, args.split, root=args.root, **options)
     except (DataMissingError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return _fail("show", err)
     if args.name == "listops":
         _print_listops(dataset, args.n, args.chars)
         return 0
@@ -188,8 +209,11 @@ def _run_show(args: argparse.Namespace, argv: list[str]) -> int:
     scale = args.scale or max(1, 128 // side)
     image = montage(dataset.pixels[:count].reshape(count, side, side),
                     dataset.labels[:count].tolist(), scale=scale)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    image.save(args.out)
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        image.save(args.out)
+    except (OSError, ValueError) as err:  # unwritable path, unknown image suffix
+        return _fail("show", f"cannot write {args.out}: {err}")
     print(f"wrote {args.out}: {count} {args.name} {args.split} images "
           f"({sum(dataset.labels[:count].tolist())} positive), {image.width}x{image.height}")
     return 0
@@ -201,7 +225,7 @@ def _print_listops(dataset, n: int, chars: int) -> None:
     for index in range(min(n, len(dataset))):
         item = dataset[index]
         text = decode(item["tokens"])
-        cut = text if len(text) <= chars else text[:chars - 3] + "..."
+        cut = text if len(text) <= chars else text[:max(chars - 3, 0)] + "..."
         print(f"#{index}  label {item['label']}  length {len(item['tokens'])}  {cut}")
 
 

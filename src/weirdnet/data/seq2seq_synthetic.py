@@ -43,7 +43,7 @@ import torch
 from torch.utils.data import Dataset
 
 from weirdnet.data.common import BYTE_VOCAB, byte_tokens, check_option
-from weirdnet.data.registry import DatasetInfo, register
+from weirdnet.data.registry import DatasetInfo, register, signature_options
 
 __all__ = ["BOS_ID", "DEFAULT_NUM_SAMPLES", "EOS_ID", "PAD_ID", "SPLITS", "SPLIT_CODE",
            "TASKS", "Seq2SeqDigitsDataset", "decode", "sample_pair"]
@@ -137,7 +137,8 @@ class Seq2SeqDigitsDataset(Dataset):
 
 
 @register("seq2seq-digits", splits=SPLITS, task="seq2seq",
-          summary="synthetic digit strings: reverse, sort or add (task=), ASCII bytes")
+          summary="synthetic digit strings: reverse, sort or add (task=), ASCII bytes",
+          options=signature_options(Seq2SeqDigitsDataset.__init__, exclude=("self", "split")))
 def _seq2seq_digits(split: str, root: Path | None = None, **options) -> Seq2SeqDigitsDataset:
     """Generated on the fly (root is not used).  Options: task, min_digits, max_digits,
     num_samples, seed."""

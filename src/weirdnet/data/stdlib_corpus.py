@@ -34,7 +34,7 @@ from pathlib import Path
 
 from weirdnet.data.common import cache_path, cached_bytes
 from weirdnet.data.registry import DataMissingError, register
-from weirdnet.data.text import SPLITS, ByteLMDataset, lm_dataset
+from weirdnet.data.text import LM_OPTIONS, SPLITS, ByteLMDataset, lm_dataset
 
 __all__ = ["EXCLUDED_NAMES", "is_excluded", "python_sources", "stdlib_bytes", "stdlib_dir"]
 
@@ -97,7 +97,7 @@ def stdlib_bytes(root: Path | None = None) -> bytes:
     return cached_bytes(path, lambda: _build(stdlib_dir()))
 
 
-@register("python-stdlib", splits=SPLITS, task="lm",
+@register("python-stdlib", splits=SPLITS, task="lm", options=LM_OPTIONS,
           summary="the running Python's standard-library source, UTF-8 bytes (always offline)")
 def _python_stdlib(split: str, root: Path | None = None, **options) -> ByteLMDataset:
     """python-stdlib: root=None the interpreter's stdlib, else a directory of .py files.

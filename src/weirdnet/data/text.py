@@ -32,10 +32,10 @@ from torch.utils.data import Dataset
 
 from weirdnet.data.common import BYTE_VOCAB, byte_tokens, check_option, contiguous_bounds
 from weirdnet.data.download import REMOTE_FILES, RemoteFile
-from weirdnet.data.registry import DataMissingError, DatasetInfo, register
+from weirdnet.data.registry import DataMissingError, DatasetInfo, register, signature_options
 
-__all__ = ["SPLIT_SCHEMES", "ByteLMDataset", "lm_dataset", "read_official", "read_text_file",
-           "read_zip_member", "transcode"]
+__all__ = ["LM_OPTIONS", "SPLIT_SCHEMES", "ByteLMDataset", "lm_dataset", "read_official",
+           "read_text_file", "read_zip_member", "transcode"]
 
 SPLIT_SCHEMES = {"standard": (0.90, 0.05, 0.05), "last10m": (0.85, 0.05, 0.10)}
 """(train, val, test) fractions of the byte string, in this order along the file."""
@@ -103,6 +103,11 @@ def lm_dataset(data: bytes, split: str, *, name: str, seq_len: int = 1024,
                          encoding=encoding)
 
 
+LM_OPTIONS = signature_options(lm_dataset, exclude=("data", "split", "name", "encoding"))
+"""The options of every byte-LM dataset (seq_len, split_scheme, random_crops, epoch_length,
+seed): what a factory's ``**options`` pass on to :func:`lm_dataset`."""
+
+
 def read_zip_member(path: Path, member: str) -> bytes:
     """The bytes of ``member`` inside the zip ``path``; ValueError naming both if absent."""
     try:
@@ -167,15 +172,15 @@ def _official_factory(name: str):
     return factory
 
 
-register("enwik8", splits=SPLITS, task="lm",
+register("enwik8", splits=SPLITS, task="lm", options=LM_OPTIONS,
          summary="enwik8 bytes (official enwik8.zip); 90M/5M/5M or last10m")(
     _official_factory("enwik8"))
-register("text8", splits=SPLITS, task="lm",
+register("text8", splits=SPLITS, task="lm", options=LM_OPTIONS,
          summary="text8 bytes (official text8.zip); 90M/5M/5M or last10m")(
     _official_factory("text8"))
 
 
-@register("text-file", splits=SPLITS, task="lm",
+@register("text-file", splits=SPLITS, task="lm", options=LM_OPTIONS,
           summary="bytes of any text file given as root= (encoding=, as_encoding=)")
 def _text_file(split: str, root: Path | None = None, *, encoding: str = "utf-8",
                as_encoding: str | None = None, **options) -> ByteLMDataset:
@@ -188,7 +193,7 @@ def _text_file(split: str, root: Path | None = None, *, encoding: str = "utf-8",
                       **options)
 
 
-@register("tinyshakespeare", splits=SPLITS, task="lm",
+@register("tinyshakespeare", splits=SPLITS, task="lm", options=LM_OPTIONS,
           summary="char-rnn tinyshakespeare bytes (1.1 MB; root= the file or its directory)")
 def _tinyshakespeare(split: str, root: Path | None = None, **options) -> ByteLMDataset:
     """root: the file, or a directory with tinyshakespeare.txt or input.txt; None: the

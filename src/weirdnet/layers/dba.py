@@ -1,4 +1,5 @@
-"""DBA mixers: self-attention (registered as "dba") and cross-attention (dba.md §3; DESIGN §4).
+"""DBA mixers: self-attention (registered as "dba") and cross-attention (DBA paper §3;
+docs/design.md §4).
 
 Self-attention, per head h (d = dim / heads)::
 
@@ -34,7 +35,7 @@ Q, K, V and O, and :func:`~weirdnet.ops.dba.compress_positions` keeps the backwa
 
 Neither form is causal: the compression mixes every position of a sequence.  Options:
 ``heads`` (default: the largest divisor of dim that is at most max(1, dim // 64)),
-``d_p=16``, ``d_in=24`` (dba.md Table 7), ``dropout=0`` (on the d_p × d_p map P').
+``d_p=16``, ``d_in=24`` (DBA paper Table 7), ``dropout=0`` (on the d_p × d_p map P').
 Initialisation: Glorot-uniform projections, zero biases, Z ~ N(0, 1/d) (logits Z Qᵀ of
 order 1), R ~ N(0, 1/d_in) (so R Rᵀ ≈ I, the Johnson–Lindenstrauss scaling of App. A.1).
 """

@@ -1,4 +1,4 @@
-"""Relation mixer (relation.md §3.1.2; DESIGN.md §3).
+"""Relation mixer (Relation paper §3.1.2; docs/design.md §3).
 
     H = X W_h + b_h,  G = X W_g + b_g              (width d = inner_dim)
     h̄ = mean of H over the real tokens             (one vector per sequence)
@@ -8,7 +8,7 @@
 documented extension: h̄_i is the mean of H_1..H_i over the real tokens, and decoding keeps
 a running sum and count (O(d) memory, O(D·d + d²) time per token).  A sequence or prefix
 without a real token uses h̄ = 0.  Initialisation: Glorot uniform weights, zero biases
-(relation.md §3.2.1).
+(Relation paper §3.2.1).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ with ``log W = cumsum(w)`` ("cumexp", the papers' default), ``w`` ("exp") or 0 (
 PS-attention).  ``causal=True`` is the decoder form (prefix scan); ``causal=False`` the
 encoder form: the first ``dim // 2`` channels scan forward and the rest backward, each
 channel with its own column of ``w``.  ``bias=True`` adds the Moss variant's biases to the
-A and V projections.  Initialisation follows Weird-Net §III.G (DESIGN.md §1).
+A and V projections.  Initialisation follows Weird-Net §III.G (docs/design.md §1).
 """
 
 from __future__ import annotations

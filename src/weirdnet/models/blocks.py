@@ -1,6 +1,6 @@
 """The pieces of a backbone: mixer construction, the feed-forward network, the block.
 
-Block (GPT-2 style pre-norm, DESIGN.md §2)::
+Block (GPT-2 style pre-norm, docs/design.md §2)::
 
     x = x + Dropout(Mixer(LN(x), mask))
     x = x + Dropout(CrossMixer(LN(x), context))      # encoder–decoder only

@@ -1,4 +1,4 @@
-"""Sequence classifiers and the retrieval dual encoder (Weird-Net §IV.A, DESIGN.md §2).
+"""Sequence classifiers and the retrieval dual encoder (Weird-Net §IV.A, docs/design.md §2).
 
 Pooling as the papers do it: an encoder (bidirectional backbone) averages its outputs over
 the valid positions; a decoder (causal backbone) takes its last valid position, the only

@@ -1,6 +1,6 @@
 """Model configurations: plain dataclasses that round-trip through JSON.
 
-:class:`BackboneConfig` describes a stack of blocks (DESIGN.md §2); each model class has
+:class:`BackboneConfig` describes a stack of blocks (docs/design.md §2); each model class has
 its own config holding one (or two, for the encoder–decoder) backbone configs plus its
 head's options.  ``from_dict`` rejects unknown keys (suggesting the closest) and values of
 the wrong type, so a config file with a typo fails loudly instead of being ignored.

@@ -2,7 +2,7 @@
 
 - ``lra-<task>`` / ``lra-<task>-decoder``: Weird-Net on Long Range Arena (Table II), the
   encoder (structure A, mean pooling) and the decoder (structure B, last position).
-- ``dba-lra-<task>``: DBA on Long Range Arena (dba.md Table 7: depth, heads, d, d_ffn,
+- ``dba-lra-<task>``: DBA on Long Range Arena (DBA paper Table 7: depth, heads, d, d_ffn,
   d_p = 16, d_in = 24).
 - ``weirdnet-{small,medium,large}``: the GPT-2-size language models of Weird-Net Table VII
   (structure B, GPT-2's 50,257-token vocabulary and 1,024 positions);

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
     """Clear errors for out-of-range sampling options."""
-    if not isinstance(temperature, int | float) or temperature < 0:
-        raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
+    if not isinstance(temperature, int | float) or not 0 <= temperature < math.inf:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got "
+                         f"{temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
                               or top_k < 1):
         raise ValueError(f"top_k must be None or a positive int, got {top_k!r}")

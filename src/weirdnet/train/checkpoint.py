@@ -11,8 +11,10 @@ A checkpoint is a directory ``RUN/checkpoints/step-00001200/``:
 - ``manifest.json``: the SHA-256 of every other file, written last.
 
 It is written into a hidden temporary directory which is renamed into place, so a crash
-leaves either no checkpoint or a complete one.  :func:`load_latest` verifies the
-manifest; a damaged checkpoint is reported and the one before it is used.
+leaves either no checkpoint or a complete one (the hidden leftovers of a killed writer are
+removed, or put back, when the run is next opened:
+:func:`weirdnet.train.rundir.clean_stale`).  :func:`load_latest` verifies the manifest; a
+damaged checkpoint is reported and the one before it is used.
 ``RUN/best/`` (the best model so far) is replaced the same way.
 """
 
@@ -34,6 +36,7 @@ import numpy as np
 import torch
 
 from weirdnet._atomic import write_atomic
+from weirdnet._faults import fault_point
 from weirdnet.models.base import CheckpointError
 
 __all__ = ["CheckpointError", "capture_rng", "list_checkpoints", "load_latest",
@@ -63,9 +66,11 @@ def save_directory(target: Path, write_files: Callable[[Path], None]) -> Path:
         write_files(tmp)
         files = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         write_atomic(tmp / MANIFEST, json.dumps({"files": files}, indent=1) + "\n")
+        fault_point("checkpoint-write")
         old = target.parent / f".{target.name}.old-{os.getpid()}"
         if target.exists():
             target.rename(old)
+            fault_point("checkpoint-rename")
         tmp.rename(target)
         shutil.rmtree(old, ignore_errors=True)
     except BaseException:

@@ -221,9 +221,11 @@ def evaluate_target(args: argparse.Namespace) -> dict:
 
     if args.batch_size < 1 or args.limit < 0:
         raise ValueError("--batch-size must be >= 1 and --limit >= 0")
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, what="--device")
     model, config_dict, _, model_dir = load_trained(Path(args.target), device)
-    config = TrainConfig.from_dict(apply_overrides(config_dict or {}, args.overrides))
+    overridden = apply_overrides(config_dict or {}, args.overrides)
+    _check_task(model, overridden.get("data"), model_dir)
+    config = TrainConfig.from_dict(overridden)
     data = config.data
     splits = args.split or [data.eval_split] + ([data.test_split] if data.test_split else [])
     results = {}
@@ -232,7 +234,8 @@ def evaluate_target(args: argparse.Namespace) -> dict:
         dataset = get(data.dataset, split, root=data.root or None, **options)
         _check_fits(model, dataset.info, model_dir)
         results[split] = evaluate(model, dataset, dataset.info, args.batch_size,
-                                  Processes(device=device), args.limit)
+                                  Processes(device=device), args.limit,
+                                  progress=f"eval {split}")
     return {"model_dir": str(model_dir), "task": dataset.info.task, "dataset": data.dataset,
             "best_step": _step_of(model_dir), "parameters": model.num_parameters(),
             "results": results}
@@ -243,6 +246,24 @@ def _step_of(model_dir: Path) -> str:
     if metrics.is_file():
         return str(json.loads(metrics.read_text()).get("step", "?"))
     return model_dir.name.removeprefix("step-").lstrip("0") or "0"
+
+
+def _check_task(model, data, model_dir: Path) -> None:
+    """The model fits the task of the config's dataset (checked before the dataset's
+    options, which belong to another dataset when ``--set data.dataset`` changed it)."""
+    from weirdnet.data.registry import available, entry
+    from weirdnet.models.base import CheckpointError
+    from weirdnet.train.tasks import MODEL_CLASSES
+
+    name = data.get("dataset") if isinstance(data, dict) else None
+    if not isinstance(name, str) or name not in available():
+        return  # the config check says what is wrong with it
+    task = entry(name).task
+    expected = MODEL_CLASSES.get(task)
+    if type(model).__name__ != expected:
+        raise CheckpointError(f"the model and the dataset do not match: {model_dir} holds a "
+                              f"{type(model).__name__}, but dataset {name!r} has task "
+                              f"{task!r}, which needs a {expected}")
 
 
 def _check_fits(model, info, model_dir: Path) -> None:
@@ -310,10 +331,13 @@ def generate_texts(args: argparse.Namespace) -> list[str]:
 
     if args.max_new_tokens < 1 or args.num_samples < 1:
         raise ValueError("--max-new-tokens and --num-samples must be >= 1")
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, what="--device")
+    encoding = args.encoding or "utf-8"
+    _check_encoding(encoding)
     model, _, info, model_dir = load_trained(Path(args.target), device)
     info = info or {}
     encoding = args.encoding or info.get("encoding") or "utf-8"
+    _check_encoding(encoding)
     if not isinstance(model, WeirdNetLM | WeirdNetSeq2Seq):
         raise ValueError(f"{model_dir} holds a {type(model).__name__}; generate needs a "
                          "language model (WeirdNetLM) or a WeirdNetSeq2Seq")
@@ -322,7 +346,11 @@ def generate_texts(args: argparse.Namespace) -> list[str]:
     if vocab != 256:
         raise ValueError(f"{model_dir} has a vocabulary of {vocab} ids, not bytes; generate "
                          "encodes prompts as bytes (vocab_size 256)")
-    prompt = list(args.prompt.encode(encoding))
+    try:
+        prompt = list(args.prompt.encode(encoding))
+    except UnicodeEncodeError as error:
+        raise ValueError(f"--prompt cannot be encoded as {encoding}: {error.reason} at "
+                         f"{error.object[error.start:error.end]!r} (pass --encoding)") from None
     generator = torch.Generator(device=device).manual_seed(args.seed)
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
                 "eos_id": info.get("eos_id"), "generator": generator}
@@ -337,6 +365,19 @@ def generate_texts(args: argparse.Namespace) -> list[str]:
     ids = torch.tensor([prompt] * args.num_samples, device=device)
     out = model.generate(ids, args.max_new_tokens, **sampling)
     return [bytes(row).decode(encoding, errors="replace") for row in out.tolist()]
+
+
+def _check_encoding(encoding: str) -> None:
+    """A text encoding Python knows (``codecs.lookup``), else ValueError."""
+    import codecs
+
+    try:
+        text_encoding = getattr(codecs.lookup(encoding), "_is_text_encoding", True)
+    except LookupError:
+        text_encoding = False
+    if not text_encoding:
+        raise ValueError(f"unknown text encoding {encoding!r} (--encoding); e.g. utf-8, "
+                         "ascii, gb18030, latin-1")
 
 
 def _decode_seq2seq(model, prompt, args, sampling, info, encoding, device) -> list[str]:

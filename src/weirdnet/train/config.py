@@ -9,7 +9,8 @@ A config file has up to six tables; every key has a default except ``data.datase
     [model]     preset (optional), then any key of the model's config, e.g.
                 [model.backbone] dim = 128, depth = 4, pattern = "B"
     [optim]     name ("adamw" | "adam"), lr, betas, eps, weight_decay
-    [schedule]  name ("cosine" | "rsqrt" | "constant"), warmup_steps, min_lr_ratio
+    [schedule]  name ("cosine" | "rsqrt" | "constant"), warmup_steps, min_lr_ratio,
+                extend ("keep" | "rewarm" | "stretch")
     [train]     steps, batch_size, grad_accum, clip, precision, eval_every, eval_batches,
                 final_eval_batches, checkpoint_every, keep_last, early_stop_patience,
                 best_metric, log_every, num_workers, distributed
@@ -30,6 +31,7 @@ import copy
 import dataclasses
 import difflib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,8 @@ __all__ = ["ConfigError", "DataConfig", "OptimConfig", "RunConfig", "ScheduleCon
 
 OPTIMIZERS = ("adamw", "adam")
 SCHEDULES = ("cosine", "rsqrt", "constant")
+EXTENSIONS = ("keep", "rewarm", "stretch")
+MAX_WORKERS = 64
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DISTRIBUTED = ("auto", "ddp", "fsdp")
 
@@ -99,11 +103,20 @@ class OptimConfig:
 class ScheduleConfig:
     """Learning-rate schedule (see :mod:`weirdnet.train.schedule`): linear warmup over
     ``warmup_steps``, then "cosine" decay to ``min_lr_ratio``·lr at the last step, LRA's
-    "rsqrt" decay ∝ 1/√step, or "constant"."""
+    "rsqrt" decay ∝ 1/√step, or "constant".
+
+    extend: what a resumed run does when ``train.steps`` differs from the steps its
+    schedule was laid out for: "keep" (the schedule stays as it was: past its end the
+    cosine rate stays at its final value), "rewarm" (from the resume step, warm up again
+    from the current rate to lr over warmup_steps, then decay over the remaining steps),
+    or "stretch" (lay the schedule out again over the new train.steps, as if they had
+    been asked for from the start: the rate jumps at the resume step).
+    """
 
     name: str = "cosine"
     warmup_steps: int = 100
     min_lr_ratio: float = 0.1
+    extend: str = "keep"
 
 
 @dataclass
@@ -174,8 +187,18 @@ def check(config: TrainConfig) -> None:
     """Value checks beyond types; raise :class:`ConfigError` naming the key."""
     if not config.data.dataset:
         raise ConfigError("data.dataset is not set; name a dataset (`weirdnet data list`)")
+    _check_data(config.data)
+    _check_device("run.device", config.run.device)
     _choice("optim.name", config.optim.name, OPTIMIZERS)
     _choice("schedule.name", config.schedule.name, SCHEDULES)
+    _choice("schedule.extend", config.schedule.extend, EXTENSIONS)
+    if config.run.name:
+        from weirdnet.train.rundir import RunDirError, check_run_name
+
+        try:
+            check_run_name(config.run.name)
+        except RunDirError as error:
+            raise ConfigError(str(error)) from None
     _choice("train.precision", config.train.precision, PRECISIONS)
     _choice("train.distributed", config.train.distributed, DISTRIBUTED)
     train = config.train
@@ -184,6 +207,9 @@ def check(config: TrainConfig) -> None:
     for key in ("eval_every", "eval_batches", "final_eval_batches", "checkpoint_every",
                 "early_stop_patience", "num_workers"):
         _at_least(f"train.{key}", getattr(train, key), 0)
+    if train.num_workers > MAX_WORKERS:  # each worker is a process with a copy of the data
+        raise ConfigError(f"train.num_workers must be <= {MAX_WORKERS}, got "
+                          f"{train.num_workers} (this machine has {os.cpu_count()} cores)")
     _at_least("schedule.warmup_steps", config.schedule.warmup_steps, 0)
     if train.batch_size % train.grad_accum:
         raise ConfigError(f"train.batch_size={train.batch_size} is not a multiple of "
@@ -196,6 +222,34 @@ def check(config: TrainConfig) -> None:
                           f"{config.schedule.min_lr_ratio}")
     if len(config.optim.betas) != 2 or not all(0 <= b < 1 for b in config.optim.betas):
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {config.optim.betas}")
+
+
+def _check_data(data: DataConfig) -> None:
+    """The dataset is registered, has the named splits and takes the options (names and
+    types, read from its factory); ``data.options`` and ``data.eval_options`` are replaced
+    by the checked values (an int given for a float option becomes a float)."""
+    from weirdnet.data.registry import check_options, entry
+
+    try:
+        found = entry(data.dataset)
+    except KeyError as error:
+        raise ConfigError(f"data.dataset: {error.args[0]}") from None
+    for key in ("train_split", "eval_split", "test_split"):
+        if key != "test_split" or data.test_split:
+            _choice(f"data.{key}", getattr(data, key), found.splits)
+    data.options = check_options(data.dataset, data.options, "data.options.")
+    data.eval_options = check_options(data.dataset, data.eval_options, "data.eval_options.")
+
+
+DEVICES = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+"""``run.device`` names; whether this machine has the device is checked when the run starts
+(:func:`weirdnet.train.distributed.resolve_device`)."""
+
+
+def _check_device(key: str, value: str) -> None:
+    if not DEVICES.fullmatch(value):
+        raise ConfigError(f"{key} must be \"auto\", \"cpu\", \"cuda\", \"cuda:N\" or \"mps\"; "
+                          f"got {value!r}")
 
 
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:

@@ -11,6 +11,7 @@ CPU-resident state dicts for checkpoints, so a checkpoint loads into any world s
 from __future__ import annotations
 
 import os
+import re
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-__all__ = ["Processes", "all_reduce_sums", "setup", "teardown", "wrap"]
+__all__ = ["DeviceError", "Processes", "all_reduce_sums", "available_devices",
+           "resolve_device", "setup", "teardown", "wrap"]
 
 FSDP_MIN_PARAMETERS = 300_000_000
 """``train.distributed = "auto"`` shards models larger than this with FSDP."""
@@ -46,19 +48,46 @@ class Processes:
         return self.world_size > 1
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """The device of ``run.device``/``--device``: "auto" is CUDA (GPU ``local_rank``) if
-    available, else the CPU."""
+DEVICE_NAMES = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+"""The device names ``run.device`` and ``--device`` may take (availability aside)."""
+
+
+class DeviceError(ValueError):
+    """A device name that is not a device, or a device this machine does not have."""
+
+
+def available_devices() -> list[str]:
+    """The device names that work on this machine, "auto" first."""
+    names = ["auto", "cpu"]
+    if torch.cuda.is_available():
+        names += ["cuda", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
+    if torch.backends.mps.is_available():
+        names.append("mps")
+    return names
+
+
+def resolve_device(name: str, local_rank: int = 0, what: str = "run.device") -> torch.device:
+    """The device of ``run.device``/``--device`` (``what`` names it in errors): "auto" is
+    CUDA (GPU ``local_rank``) if available, else the CPU.  A name that is not a device, or
+    a device this machine does not have, raises :class:`DeviceError` naming the ones it
+    has."""
+    given = name
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
+    here = f"available here: {', '.join(available_devices())}"
+    if not isinstance(name, str) or not DEVICE_NAMES.fullmatch(name):
+        raise DeviceError(f"{what}={given!r} is not a device name; {here}")
     device = torch.device(name)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise RuntimeError(f"run.device={name!r} but CUDA is not available here "
-                               "(use run.device=\"cpu\" or \"auto\")")
+            raise DeviceError(f"{what}={given!r} but CUDA is not available here; {here}")
         if device.index is None:
             device = torch.device("cuda", local_rank)
+        if device.index >= torch.cuda.device_count():
+            raise DeviceError(f"{what}={given!r}: there is no GPU {device.index} here; {here}")
         torch.cuda.set_device(device)
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise DeviceError(f"{what}={given!r} but MPS is not available here; {here}")
     return device
 
 

@@ -19,10 +19,11 @@ import json
 import math
 import os
 import random
-import shutil
+import signal
+import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,17 @@ import torch
 import torch.nn as nn
 
 from weirdnet._atomic import write_atomic
+from weirdnet._faults import fault_point
+from weirdnet._signals import STOP, Interrupted, signal_name
 from weirdnet.models.config import ConfigError
 from weirdnet.train import checkpoint as ckpt
 from weirdnet.train import distributed as dist_util
 from weirdnet.train import tasks
 from weirdnet.train.config import TrainConfig
 from weirdnet.train.loading import EvalBatches, ResumableSampler, train_loader
+from weirdnet.train.rundir import RunDirError, claim_run_dir
 from weirdnet.train.runlog import RunLog, results_table
-from weirdnet.train.schedule import lr_multiplier
+from weirdnet.train.schedule import extend_phases, phased_multiplier
 
 __all__ = ["Progress", "RunError", "evaluate", "train"]
 
@@ -57,6 +61,9 @@ class Progress:
     best_value: float | None = None
     best_step: int | None = None
     evals_without_improvement: int = 0
+    schedule_phases: list[list[int]] = field(default_factory=list)
+    eval_pending: bool = False  # an evaluation at ``step`` was interrupted: redo it
+    stopped_early: bool = False
 
 
 # ---- set-up ----------------------------------------------------------------------------
@@ -127,19 +134,6 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
-def prepare_run_dir(config: TrainConfig, resume: bool, overwrite: bool, is_main: bool) -> Path:
-    """``out_dir/name``; an existing run needs ``resume`` (continue) or ``overwrite``."""
-    run_dir = Path(config.run.out_dir) / config.run.name
-    existing = run_dir.is_dir() and any(run_dir.iterdir())
-    if existing and overwrite and is_main:
-        shutil.rmtree(run_dir)
-    elif existing and not resume and not overwrite:
-        raise RunError(f"run directory {run_dir} already exists; continue it with --resume, "
-                       "start over with --overwrite, or pick another name with "
-                       "--set run.name=NAME")
-    return run_dir
-
-
 # ---- the loop --------------------------------------------------------------------------
 
 class Trainer:
@@ -148,12 +142,28 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, resume: bool = False, overwrite: bool = False,
                  progress_bar: bool = True):
         self.config = config
+        self.progress_bar = progress_bar
         self.processes = dist_util.setup(config.run.device)
+        try:
+            self.claim = claim_run_dir(config.run.out_dir, config.run.name, resume=resume,
+                                       overwrite=overwrite, is_main=self.processes.is_main)
+        except RunDirError as error:
+            raise RunError(str(error)) from None
+        self.run_dir = self.claim.run_dir
+        try:
+            self._build(resume)
+        except BaseException:
+            self.claim.abandon()
+            raise
+
+    def _build(self, resume: bool) -> None:
+        config = self.config
+        for note in self.claim.cleaned:
+            self._say(f"{note} (left by an earlier process that was killed)")
+        dist_util.barrier(self.processes)
         if config.run.deterministic:
             make_deterministic()
         seed_everything(config.run.seed)  # the same initial model on every rank
-        self.run_dir = prepare_run_dir(config, resume, overwrite, self.processes.is_main)
-        dist_util.barrier(self.processes)
         self.splits = load_datasets(config)
         self.info = self.splits["train"].info
         self.task = self.info.task
@@ -166,9 +176,10 @@ class Trainer:
         self.wrapped = dist_util.wrap(self.model, self.processes, config.train.distributed,
                                       self.parameters)
         self.optimizer = make_optimizer(self.model, config)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(
-            config.schedule.name, config.schedule.warmup_steps, config.train.steps,
-            config.schedule.min_lr_ratio))
+        self.state = Progress(schedule_phases=[[0, config.train.steps]])
+        self._set_schedule()
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: self._lr_factor(step))
         self.amp_dtype = autocast_dtype(config.train.precision, self.processes.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         self.sampler = ResumableSampler(self.splits["train"], self.processes,
@@ -176,14 +187,31 @@ class Trainer:
         if self.sampler.steps_per_epoch == 0:
             raise RunError(f"the train split has {len(self.splits['train'])} items, fewer than "
                            f"one batch of train.batch_size={config.train.batch_size}")
-        self.state = Progress()
         self.resumed_from = self._resume() if resume else None
         # dropout etc. differ between ranks; a resumed run restored its own states above
         if self.resumed_from is None:
             seed_everything(config.run.seed + 1000 * self.processes.rank + 1)
         self.log = RunLog(self.run_dir, enabled=self.processes.is_main,
                           tensorboard=config.run.tensorboard)
-        self.progress_bar = progress_bar
+        self.phase = "start"  # what the run is doing: start|step|boundary|eval|final
+
+    def _say(self, message: str) -> None:
+        """One line for the user on stderr (main process only)."""
+        if self.processes.is_main:
+            print(f"weirdnet train: {message}", file=sys.stderr, flush=True)
+
+    def _set_schedule(self) -> None:
+        """The learning-rate factor function of the current ``schedule_phases``."""
+        sched = self.config.schedule
+        self._lr_factor = phased_multiplier(sched.name, sched.warmup_steps,
+                                            self.state.schedule_phases, sched.min_lr_ratio)
+
+    def close(self) -> None:
+        """Release the run directory's lock and close the log."""
+        log = getattr(self, "log", None)
+        if log is not None:
+            log.close()
+        self.claim.release()
 
     def _check_batch(self) -> None:
         train = self.config.train
@@ -215,9 +243,10 @@ class Trainer:
         trainer_state = self._trainer_state(optimizer_state)
         path = None
         if self.processes.is_main:
-            path = ckpt.save_checkpoint(
-                self.run_dir, self.state.step, lambda d: self._write_model(d, model_state),
-                trainer_state, self.config.train.keep_last)
+            with STOP.shielded():  # a signal waits until the checkpoint is complete
+                path = ckpt.save_checkpoint(
+                    self.run_dir, self.state.step, lambda d: self._write_model(d, model_state),
+                    trainer_state, self.config.train.keep_last)
         self.last_checkpoint_step = self.state.step
         dist_util.barrier(self.processes)
         return path
@@ -230,7 +259,8 @@ class Trainer:
                 document = {"step": self.state.step, "metrics": metrics}
                 write_atomic(directory / "metrics.json", json.dumps(document, indent=2) + "\n")
 
-            ckpt.save_directory(self.run_dir / "best", write)
+            with STOP.shielded():
+                ckpt.save_directory(self.run_dir / "best", write)
         dist_util.barrier(self.processes)
 
     def _write_model(self, directory: Path, model_state: dict[str, torch.Tensor]) -> None:
@@ -245,23 +275,30 @@ class Trainer:
                      json.dumps(dataclasses.asdict(self.info), indent=2) + "\n")
 
     def _resume(self) -> str | None:
+        """Load the newest intact checkpoint (model, optimizer, schedule, RNG, data
+        position); say what was resumed and what the new config changes."""
         found = ckpt.load_latest(self.run_dir)
         if found is None:
+            self._say(f"{self.run_dir} has no checkpoint yet; starting from step 0")
             return None
         directory, model_state, trainer_state = found
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
+        _check_state_fits(self.model, model_state, directory)
         try:
             set_state_dict(self.model, self.optimizer, model_state_dict=model_state,
                            optim_state_dict=trainer_state["optimizer"],
                            options=StateDictOptions(full_state_dict=True))
         except (RuntimeError, KeyError, ValueError) as error:
             raise ckpt.CheckpointError(
-                f"{directory} does not fit the model of this config (was the model changed "
-                f"since?): {str(error).splitlines()[0]}") from None
+                f"{directory} does not fit the optimizer of this config (was the model or "
+                f"optim changed since?): {' '.join(str(error).split())[:300]}") from None
         self.scheduler.load_state_dict(trainer_state["scheduler"])
         self.scaler.load_state_dict(trainer_state["scaler"])
+        saved = _saved_config(directory)
         self.state = Progress(**trainer_state["progress"])
+        self._say(f"resuming {self.run_dir} from step {self.state.step} ({directory.name})")
+        self._continue_schedule(saved)
         rngs = trainer_state["rng"]
         if len(rngs) == self.processes.world_size:
             ckpt.restore_rng(rngs[self.processes.rank])
@@ -270,14 +307,43 @@ class Trainer:
                             + self.state.step + 1)
         return str(directory)
 
+    def _continue_schedule(self, saved: dict[str, Any]) -> None:
+        """Check ``train.steps`` against the steps done, report changed keys, and lay the
+        schedule out again as ``schedule.extend`` says."""
+        done, steps = self.state.step, self.config.train.steps
+        if steps < done:
+            raise RunError(f"train.steps={steps} is fewer than the {done} steps {self.run_dir} "
+                           f"has done; evaluate it with `weirdnet eval {self.run_dir}`, or "
+                           f"train longer with --set train.steps=N (N > {done})")
+        changes = _config_changes(saved, self.config.to_dict())
+        if changes:
+            self._say("config changed since the checkpoint: " + "; ".join(changes))
+        old_steps = saved.get("train", {}).get("steps", steps)
+        phases = self.state.schedule_phases or [[0, old_steps]]
+        how = self.config.schedule.extend
+        self.state.schedule_phases = extend_phases(phases, done, steps, how)
+        self._set_schedule()
+        if phases[-1][1] == steps or self.config.schedule.name != "cosine" and how == "keep":
+            return
+        before = self.optimizer.param_groups[0]["lr"]
+        for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs,
+                               strict=True):
+            group["lr"] = base * self._lr_factor(self.scheduler.last_epoch)
+        self._say(f"the learning-rate schedule was laid out for {phases[-1][1]} steps, now "
+                  f"train.steps={steps}: schedule.extend={how!r} "
+                  f"({_EXTEND_NOTES[how]}); lr at step {done + 1}: {before:.3g} -> "
+                  f"{self.optimizer.param_groups[0]['lr']:.3g}")
+
     # -- evaluation --
 
-    def evaluate(self, split: str, max_batches: int) -> dict[str, float]:
+    def evaluate(self, split: str, max_batches: int, desc: str) -> dict[str, float]:
         """Metrics of the model on ``split`` ("eval" or "test"), over all ranks: the first
-        ``max_batches`` x ``train.batch_size`` items of it (0 = all)."""
+        ``max_batches`` x ``train.batch_size`` items of it (0 = all).  A progress bar
+        ``desc`` is shown while it runs; one process stops between batches when asked."""
         return evaluate(dist_util.eval_module(self.wrapped), self.splits[split], self.info,
                         self.micro_batch, self.processes,
-                        max_batches * self.config.train.batch_size, self._autocast)
+                        max_batches * self.config.train.batch_size, self._autocast,
+                        progress=desc if self.progress_bar else None)
 
     # -- training --
 
@@ -311,6 +377,7 @@ class Trainer:
                 self.scaler.scale(loss / accum).backward()
             loss_sum += float(loss.detach())
             targets += count
+        fault_point("step")
         if not math.isfinite(loss_sum) and not self.scaler.is_enabled():
             raise RunError(f"the loss is {loss_sum} at step {self.state.step + 1}; lower "
                            "optim.lr, raise schedule.warmup_steps or set train.clip")
@@ -343,16 +410,51 @@ class Trainer:
 
     def _evaluate_and_track(self) -> bool:
         """Periodic evaluation; returns True when early stopping says stop."""
-        metrics = self.evaluate("eval", self.config.train.eval_batches)
+        metrics = self.evaluate("eval", self.config.train.eval_batches,
+                                f"eval at step {self.state.step}")
         self.log.event("eval", self.state.step, split="val", metrics=metrics)
         if self._improved(metrics):
             self._save_best(metrics)
         patience = self.config.train.early_stop_patience
-        return patience > 0 and self.state.evals_without_improvement >= patience
+        if patience > 0 and self.state.evals_without_improvement >= patience:
+            self.state.stopped_early = True
+        return self.state.stopped_early
 
     def fit(self) -> dict[str, Any]:
         """Train to ``train.steps`` (or early stop), then evaluate the best model; returns
-        the results (also in ``RUN/results.json``)."""
+        the results (also in ``RUN/results.json``).  SIGINT/SIGTERM stop it at the next
+        safe point with a checkpoint: :class:`~weirdnet._signals.Interrupted` says what
+        was kept."""
+        complete = self._completed_summary()
+        if complete is not None:
+            return complete
+        with STOP.deferred():
+            try:
+                return self._fit()
+            except (Interrupted, KeyboardInterrupt) as stop:
+                interrupted = self._interrupted(stop)
+                interrupted.quiet = not self.processes.is_main
+                raise interrupted from None
+
+    def _completed_summary(self) -> dict[str, Any] | None:
+        """The stored results of a run that has already done all its steps (nothing is
+        trained or rewritten), else None."""
+        results = self.run_dir / "results.json"
+        finished = self.state.step >= self.config.train.steps or self.state.stopped_early
+        if not finished or self.state.eval_pending or not results.is_file():
+            return None
+        try:
+            summary = json.loads(results.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if summary.get("steps") != self.state.step:
+            return None
+        self._say(f"{self.run_dir} has done all train.steps={self.config.train.steps} and "
+                  "has its results; nothing to do (train longer with --set train.steps=N)")
+        self.log.close()
+        return summary
+
+    def _fit(self) -> dict[str, Any]:
         cfg = self.config.train
         self.log.event("start", self.state.step, run=self.config.run.name, task=self.task,
                        world_size=self.processes.world_size, parameters=self.parameters,
@@ -360,14 +462,20 @@ class Trainer:
         if self.processes.is_main:
             self._write_run_files(self.run_dir)
         self.last_checkpoint_step = self.state.step
+        stopped_early = self.state.stopped_early
+        if self.state.eval_pending:  # interrupted during the evaluation at this step
+            self.phase = "eval"
+            stopped_early = self._evaluate_and_track()
+            self.state.eval_pending = False
         stream = self._micro_batches()
         bar = self._bar()
         window = _Window()
-        stopped_early = False
         self.wrapped.train()
         try:
             while self.state.step < cfg.steps and not stopped_early:
+                self.phase = "step"
                 loss, targets = self._step(stream)
+                self.phase = "boundary"
                 window.add(loss, targets * self.processes.world_size, self.micro_batch
                            * cfg.grad_accum * self.processes.world_size)
                 if self.state.step % cfg.log_every == 0 or self.state.step == cfg.steps:
@@ -376,31 +484,32 @@ class Trainer:
                     bar.update(1)
                 at_eval = cfg.eval_every and self.state.step % cfg.eval_every == 0
                 if at_eval:
+                    self.phase = "eval"
                     stopped_early = self._evaluate_and_track()
+                    self.phase = "boundary"
                 if at_eval or (cfg.checkpoint_every and
                                self.state.step % cfg.checkpoint_every == 0):
                     self.save_checkpoint()
-        except KeyboardInterrupt:
-            if not self.processes.distributed and self.state.step > self.last_checkpoint_step:
-                path = self.save_checkpoint()
-                print(f"\ninterrupted at step {self.state.step}; saved {path}; continue with: "
-                      f"weirdnet train {self.run_dir} --resume", flush=True)
-            raise
+                if self._stop_requested():
+                    raise Interrupted(STOP.signum or signal.SIGTERM, at_safe_point=True)
         finally:
             if bar is not None:
                 bar.close()
+        self.phase = "final"
         return self._finish(stopped_early)
 
     def _finish(self, stopped_early: bool) -> dict[str, Any]:
+        """Checkpoint the last step, evaluate the best model on the evaluation and test
+        splits, write ``results.json``.  Interrupted, it is redone on resume."""
         if self.state.step > self.last_checkpoint_step:
             self.save_checkpoint()
         if self.state.best_step is None or not self.config.train.eval_every:
             self._evaluate_and_track()  # no periodic evaluation ran: the last model is best
         self._load_best()
         limit = self.config.train.final_eval_batches
-        results = {"val": self.evaluate("eval", limit)}
+        results = {"val": self.evaluate("eval", limit, "final eval (val)")}
         if "test" in self.splits:
-            results["test"] = self.evaluate("test", limit)
+            results["test"] = self.evaluate("test", limit, "final eval (test)")
         summary = {"run": self.config.run.name, "run_dir": str(self.run_dir),
                    "task": self.task, "dataset": self.config.data.dataset,
                    "steps": self.state.step, "best_step": self.state.best_step,
@@ -408,9 +517,47 @@ class Trainer:
                    "world_size": self.processes.world_size, "results": results}
         self.log.event("end", self.state.step, results=results, best_step=self.state.best_step)
         if self.processes.is_main:
-            write_atomic(self.run_dir / "results.json", json.dumps(summary, indent=2) + "\n")
+            with STOP.shielded():
+                write_atomic(self.run_dir / "results.json",
+                             json.dumps(summary, indent=2) + "\n")
         self.log.close()
         return summary
+
+    def _stop_requested(self) -> bool:
+        """Whether a stop signal arrived (in any process of a torchrun job)."""
+        requested = STOP.requested
+        if self.processes.distributed:
+            flag = {"stop": float(requested)}
+            requested = dist_util.all_reduce_sums(flag, self.processes)["stop"] > 0
+        return requested
+
+    def _interrupted(self, stop: BaseException) -> Interrupted:
+        """Save what can be saved after a stop signal; the :class:`Interrupted` whose
+        one-line message says what was kept and how to continue."""
+        signum = stop.signum if isinstance(stop, Interrupted) else signal.SIGINT
+        name, step = signal_name(signum), self.state.step
+        again = f"continue with: weirdnet train {self.run_dir}"
+        consistent = self.phase in ("boundary", "eval")  # not in the middle of a step
+        if self.phase == "final":
+            return Interrupted(signum, f"{name} during the final evaluation; the model is "
+                               f"trained and saved (step {step}); finish with: weirdnet "
+                               f"train {self.run_dir}")
+        if consistent and step > self.last_checkpoint_step and not (
+                self.processes.distributed and not getattr(stop, "at_safe_point", False)):
+            self.state.eval_pending = self.phase == "eval"
+            path = self.save_checkpoint()
+            where = " during the evaluation (redone on resume)" if self.phase == "eval" else ""
+            return Interrupted(signum, f"{name} at step {step}{where}; saved {path}; {again}")
+        last = ckpt.list_checkpoints(self.run_dir)
+        if consistent and last and step == self.last_checkpoint_step:
+            return Interrupted(signum, f"{name} at step {step}; its checkpoint {last[-1]} is "
+                               f"intact; {again}")
+        if last:
+            return Interrupted(signum, f"{name} during step {step + 1} (a second signal stops "
+                               f"at once); the last checkpoint, {last[-1].name}, is intact; "
+                               f"{again}")
+        return Interrupted(signum, f"{name} during step {step + 1}, before any checkpoint; "
+                           f"nothing was saved (start again with --overwrite)")
 
     def _load_best(self) -> None:
         """Put the weights of ``RUN/best`` into the model (every rank)."""
@@ -446,6 +593,59 @@ class Trainer:
             bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
 
 
+_EXTEND_NOTES = {
+    "keep": "the schedule is unchanged; past its end the rate stays at its last value",
+    "rewarm": "warm up again to optim.lr, then decay over the remaining steps",
+    "stretch": "the schedule is laid out again over all train.steps",
+}
+
+
+def _saved_config(directory: Path) -> dict[str, Any]:
+    """The train config a checkpoint was written with ({} if it has none)."""
+    try:
+        return json.loads((directory / ckpt.TRAIN_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """'key old -> new' for every config key whose value differs."""
+    if not old:
+        return []
+    before, after = _flatten(old), _flatten(new)
+    return [f"{key} {before.get(key, '(unset)')!r} -> {after.get(key, '(unset)')!r}"
+            for key in sorted(before.keys() | after.keys())
+            if before.get(key) != after.get(key)]
+
+
+def _check_state_fits(model: nn.Module, state: dict[str, torch.Tensor],
+                      directory: Path) -> None:
+    """Raise :class:`CheckpointError` naming the tensors that differ in name or shape
+    between ``model`` and a checkpoint's ``state``."""
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in state.items()}
+    problems = [f"{k}: checkpoint {found[k]}, model {expected[k]}"
+                for k in sorted(expected.keys() & found.keys()) if expected[k] != found[k]]
+    problems += [f"{k} missing from the checkpoint" for k in sorted(expected.keys() - found.keys())]
+    problems += [f"{k} not in the model" for k in sorted(found.keys() - expected.keys())]
+    if problems:
+        more = f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""
+        raise ckpt.CheckpointError(
+            f"{directory} does not fit the model of this config (was model.* changed "
+            f"since?): {'; '.join(problems[:4])}{more}")
+
+
 class _Window:
     """Loss and throughput since the last log line."""
 
@@ -478,28 +678,50 @@ def train(config: TrainConfig, *, resume: bool = False, overwrite: bool = False,
             print(results_table(summary), flush=True)
         return summary
     finally:
+        trainer.close()
         dist_util.teardown(trainer.processes)
 
 
 def evaluate(model: nn.Module, dataset, info, batch_size: int,
-             processes: dist_util.Processes, limit: int = 0, autocast=nullcontext
-             ) -> dict[str, float]:
+             processes: dist_util.Processes, limit: int = 0, autocast=nullcontext,
+             progress: str | None = None) -> dict[str, float]:
     """Metrics of ``model`` on the first ``limit`` items of ``dataset`` (0 = all), this
     rank's share of them summed over all ranks (see
     :class:`~weirdnet.train.loading.EvalBatches`); ``autocast()`` wraps each forward.
-    The model is in eval mode meanwhile; its mode is restored afterwards."""
+    ``progress``: the label of a progress bar on stderr (main process; None = no bar).
+    A single process stops between batches when a stop signal has arrived
+    (:data:`weirdnet._signals.STOP`).  The model is in eval mode meanwhile; its mode is
+    restored afterwards."""
     batches = EvalBatches(dataset, processes, batch_size, limit, info.pad_id)
     was_training = model.training
     model.eval()
     sums: tasks.Sums = {}
+    bar = _eval_bar(progress, len(batches), processes)
     try:
         for batch, keep in batches:
+            fault_point("eval-batch")
+            if not processes.distributed:
+                STOP.check()
             with autocast():
                 stats = tasks.batch_metrics(model, tasks.to_device(batch, processes.device),
                                             info.task)
             if keep:
                 tasks.add_sums(sums, stats)
+            if bar is not None:
+                bar.update(1)
     finally:
         model.train(was_training)
+        if bar is not None:
+            bar.close()
     return tasks.metrics_from_sums(dist_util.all_reduce_sums(sums, processes), info.task,
                                    info)
+
+
+def _eval_bar(label: str | None, total: int, processes: dist_util.Processes):
+    """A transient tqdm bar over evaluation batches, or None."""
+    if label is None or not processes.is_main:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=label, unit="batch", leave=False, dynamic_ncols=True,
+                mininterval=0.5, file=sys.stderr)

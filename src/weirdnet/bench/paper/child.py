@@ -20,6 +20,7 @@ started afresh (a partial directory without checkpoints is overwritten).
 from __future__ import annotations
 
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -94,15 +95,35 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the cell of the spec file ``argv[0]``; the exit status (``128 + signal`` when
+    stopped by SIGINT/SIGTERM: then no record is written and the cell stays unfinished;
+    the trainer has saved what it could, so a rerun resumes it)."""
     from weirdnet._atomic import write_atomic
+    from weirdnet._signals import STOP, Interrupted
+
+    from ..children import watch_parent
 
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m weirdnet.bench.paper.child SPEC.json", file=sys.stderr)
         return 2
-    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    record = run_cell(spec)
-    write_atomic(spec["record"], json.dumps(record, indent=2) + "\n")
+    watch_parent()  # the suite killed outright: stop (and checkpoint) by ourselves
+    installed = STOP.install()  # SIGINT/SIGTERM raise Interrupted (the trainer defers it)
+    written = None
+    try:
+        spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+        record = run_cell(spec)
+        written = write_atomic(spec["record"], json.dumps(record, indent=2) + "\n")
+    except (Interrupted, KeyboardInterrupt) as stop:
+        if not isinstance(stop, Interrupted):
+            stop = Interrupted(signal.SIGINT)
+        kept = f"record {written} written" if written else "no record written"
+        print(f"weirdnet bench: cell stopped ({stop.message}); {kept}", file=sys.stderr,
+              flush=True)
+        return stop.exit_status
+    finally:
+        if installed:
+            STOP.uninstall()
     return 0
 
 

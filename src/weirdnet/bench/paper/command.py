@@ -3,8 +3,13 @@
 Each cell runs in a fresh process (:mod:`.child`) so its peak memory is its own and a
 crash or missing dataset costs one cell, not the suite.  A rerun skips finished cells,
 resumes interrupted ones from their last checkpoint, and reruns failed or stale ones (a
-stale cell was recorded with a config that the current code no longer builds).  Ctrl-C
-stops after the running cell has saved a checkpoint.
+stale cell was recorded with a config that the current code no longer builds).
+
+While it runs, the suite holds the locks of its results folder and its run directories'
+folder (one writer each, :mod:`weirdnet.bench.output`).  SIGINT or SIGTERM stops it
+cleanly: the running cell's process gets one SIGTERM and is waited for (the trainer saves
+a checkpoint), the cell stays unfinished (no record: a rerun resumes it), and one line
+says what was kept and the command that continues.
 """
 
 from __future__ import annotations
@@ -12,10 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
+import signal
 import sys
 from pathlib import Path
 
+from weirdnet._signals import Interrupted
+
+from .. import output
 from .budgets import BUDGETS, get_budget
 from .cells import Cell, CellStore, config_hash
 from .plan import TABLES_BY_NAME, plan_cells
@@ -30,14 +38,18 @@ orderings checked, and the Fig. 6 plot (accuracy vs speed, memory as circle size
 
 Budgets: smoke (seconds per cell, checks the plumbing), cpu (about an hour on 2 cores),
 gpu (about 30 minutes on one GPU), paper (the papers' configs and official data).
-Results: <out>/suite-<budget>/{cells/*.json, report.md, fig6.png}; run directories
-(checkpoints, logs) under <work>/suite-<budget>/.  A rerun skips finished cells and
-resumes interrupted ones.
+Results: OUT/suite-<budget>/{cells/*.json, report.md, fig6.png}; run directories
+(checkpoints, logs) under WORK/suite-<budget>/.  OUT is --out DIR, else
+$WEIRDNET_BENCH_DIR, else ~/.cache/weirdnet/bench; WORK is --work DIR, else runs/ in that
+default folder.  The committed results are written only with --out benchmarks/results,
+and never by the smoke budget (unless --force).  A rerun skips finished cells and resumes
+interrupted ones; Ctrl-C or SIGTERM leaves the running cell resumable.
 """
 
 EXAMPLES = """\
 examples:
   weirdnet bench suite --budget cpu                       # everything (about an hour)
+  weirdnet bench suite --budget cpu --out benchmarks/results   # the committed results
   weirdnet bench suite --budget cpu --tables main --tasks listops,text
   weirdnet bench suite --budget cpu --list                # the cells and their state
   weirdnet bench suite --budget cpu --report-only         # rebuild report.md and fig6.png
@@ -60,10 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"only these variants: {', '.join(VARIANTS)}")
     parser.add_argument("--seeds", type=lambda s: [int(x) for x in _names(s)], default=None,
                         help="comma-separated seeds (default: the budget's)")
-    parser.add_argument("--out", default="benchmarks/results",
-                        help="results folder (default: benchmarks/results)")
-    parser.add_argument("--work", default="runs",
-                        help="folder for run directories (default: runs)")
+    output.add_out_arguments(parser, "suite-<budget>/ (records, report)",
+                             quick="--budget smoke")
+    parser.add_argument("--work", type=Path, default=None, metavar="DIR",
+                        help="folder for the cells' run directories (default: "
+                             "$WEIRDNET_BENCH_DIR/runs, else ~/.cache/weirdnet/bench/runs)")
     parser.add_argument("--list", action="store_true",
                         help="print the cells and their state, run nothing")
     parser.add_argument("--report-only", action="store_true",
@@ -71,9 +84,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-plot", action="store_true", help="skip fig6.png")
 
 
+SIGNAL_EXITS = {-signal.SIGINT: signal.SIGINT, 128 + signal.SIGINT: signal.SIGINT,
+                -signal.SIGTERM: signal.SIGTERM, 128 + signal.SIGTERM: signal.SIGTERM}
+"""A cell process's exit statuses that mean it was stopped by SIGINT/SIGTERM."""
+
+STOP_GRACE_S = 300.0
+"""How long a stopped cell may take to save its checkpoint before it is killed."""
+
+
 def _run_child(cell: Cell, config: dict, store: CellStore, command: list[str]) -> bool:
     """Run ``cell`` (training ``config``) in a fresh process; on failure store a failed
-    record.  True if done."""
+    record.  True if done.  A cell stopped by a signal stores nothing (it is unfinished,
+    and resumable): this process stops too (:class:`Interrupted`)."""
+    from .. import children
+
     logs = store.work_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     spec_path = logs / f"{cell.key}.spec.json"
@@ -84,12 +108,15 @@ def _run_child(cell: Cell, config: dict, store: CellStore, command: list[str]) -
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
     log_path = logs / f"{cell.key}.log"
     with open(log_path, "w", encoding="utf-8") as log:
-        code = subprocess.call([sys.executable, "-m", "weirdnet.bench.paper.child",
-                                str(spec_path)], stdout=log, stderr=subprocess.STDOUT)
-    if code == 0 and store.read(cell) is not None:
+        code = children.run([sys.executable, "-m", "weirdnet.bench.paper.child",
+                             str(spec_path)], log=log, grace_s=STOP_GRACE_S,
+                            what=f"cell {cell.key}").returncode
+    record = store.read(cell)
+    if record is not None and record.get("status") == "done" and \
+            record.get("config_hash") == spec["config_hash"]:
         return True
-    if code in (-2, 130):  # the child got Ctrl-C too: it saved a checkpoint
-        raise KeyboardInterrupt
+    if code in SIGNAL_EXITS:  # stopped from outside: unfinished, not failed
+        raise Interrupted(SIGNAL_EXITS[code])
     tail = log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
     store.write(cell, {**cell_info, "status": "failed", "error": tail,
                        "config_hash": spec["config_hash"], "log": str(log_path)})
@@ -107,7 +134,8 @@ def _print_plan(cells: list[Cell], states: dict[str, str]) -> None:
 
 def write_report(budget_name: str, store: CellStore, tables: list[str],
                  plot: bool) -> Path:
-    """Write ``report.md`` (and ``fig6.png``) from every stored record of the budget."""
+    """Write ``report.md`` (and ``fig6.png``) from every stored record of the budget;
+    both are written whole (a stop signal waits until they are)."""
     from weirdnet._atomic import write_atomic
 
     from .document import render
@@ -115,29 +143,31 @@ def write_report(budget_name: str, store: CellStore, tables: list[str],
 
     budget = get_budget(budget_name)
     records = store.all_records()
-    figure = None
-    if plot and "main" in tables:
-        try:
-            from .figure import draw_fig6
-            from .variants import MECHANISMS
+    with output.write_whole():
+        figure = None
+        if plot and "main" in tables:
+            try:
+                from .figure import draw_fig6
+                from .variants import MECHANISMS
 
-            draw_fig6(Results(records), [m.name for m in MECHANISMS],
-                      store.results_dir / "fig6.png", budget_name)
-            figure = "fig6.png"
-        except ImportError:
-            print("fig6.png skipped: matplotlib is not installed (pip install matplotlib)",
-                  file=sys.stderr)
-    path = store.results_dir / "report.md"
-    write_atomic(path, render(budget, records, tables, figure))
+                draw_fig6(Results(records), [m.name for m in MECHANISMS],
+                          store.results_dir / "fig6.png", budget_name)
+                figure = "fig6.png"
+            except ImportError:
+                print("fig6.png skipped: matplotlib is not installed (pip install "
+                      "matplotlib)", file=sys.stderr)
+        path = store.results_dir / "report.md"
+        write_atomic(path, render(budget, records, tables, figure))
     return path
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
-    from tqdm.auto import tqdm
-
+    """Plan, run the cells that are not done, write the report; the exit status (0, 1
+    when a cell failed, 2 for a bad name, a busy folder or a refused smoke run)."""
     budget = get_budget(args.budget)
-    store = CellStore(Path(args.out) / f"suite-{budget.name}",
-                      Path(args.work) / f"suite-{budget.name}")
+    out = output.out_dir(args.out)
+    work = Path(args.work).expanduser() if args.work else output.bench_dir() / "runs"
+    store = CellStore(out / f"suite-{budget.name}", work / f"suite-{budget.name}")
     try:  # unknown names, a missing configs/ or a broken config file: one line, status 2
         cells = plan_cells(budget, args.tables, args.tasks, args.mechanisms, args.seeds)
         # every config is built (and checked) once, before anything runs
@@ -149,25 +179,65 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if args.list:
         _print_plan(cells, states)
         return 0
+
+    def refuse() -> None:
+        if budget.name == "smoke":
+            output.refuse_quick_over_full(output.full_suite_dirs(out, budget.name),
+                                          "--budget smoke", args.force)
+
+    try:
+        refuse()
+        folders = [store.results_dir] + ([] if args.report_only else [store.work_dir])
+        with output.writing(folders, "weirdnet bench suite") as session:
+            refuse()  # again, now that no one else can write there
+            states = {cell.key: store.state(cell, configs[cell.key]) for cell in cells}
+            return _run_cells(args, argv, cells, configs, states, store, session)
+    except output.BenchError as error:
+        return output.fail(error)
+
+
+def _run_cells(args: argparse.Namespace, argv: list[str], cells: list[Cell],
+               configs: dict[str, dict], states: dict[str, str], store: CellStore,
+               session: output.Writing) -> int:
+    from tqdm.auto import tqdm
+
+    budget = get_budget(args.budget)
     todo = [c for c in cells if states[c.key] != "done"] if not args.report_only else []
     print(f"suite {budget.name}: {len(cells)} cells, {len(cells) - len(todo)} already "
           f"done, {len(todo)} to run", flush=True)
     command = ["weirdnet", *argv]
+    running: list[Cell] = []
+    session.kept = lambda: _kept(cells, configs, store, running, command)
     failed = 0
     with tqdm(todo, unit="cell", dynamic_ncols=True, disable=not todo) as bar:
         for cell in bar:
             bar.set_postfix_str(f"{cell.key} ({states[cell.key]})")
-            try:
-                failed += not _run_child(cell, configs[cell.key], store, command)
-            except KeyboardInterrupt:
-                print(f"\ninterrupted in {cell.key}; rerun the same command to resume: "
-                      f"{shlex.join(command)}", file=sys.stderr)
-                return 130
+            running[:] = [cell]
+            failed += not _run_child(cell, configs[cell.key], store, command)
+            running.clear()
+    rebuild = command if args.report_only else [*command, "--report-only"]
+    session.kept = (f"records kept in {store.cells_dir}; report.md is whole (the old one or "
+                    f"the new one): rebuild it with: {shlex.join(rebuild)}")
     path = write_report(budget.name, store, args.tables, not args.no_plot)
     print(path.read_text(encoding="utf-8"))
     print(f"report: {path}" + (f"; {failed} cell(s) failed (see the report's end)"
-                               if failed else ""))
+                               if failed else ""), flush=True)
     return 1 if failed else 0
 
 
+def _kept(cells: list[Cell], configs: dict[str, dict], store: CellStore,
+          running: list[Cell], command: list[str]) -> str:
+    """What an interrupted suite kept, and the command that continues it (one line)."""
+    done = sum(store.state(c, configs[c.key]) == "done" for c in cells)
+    parts = []
+    if running:
+        from weirdnet.train.checkpoint import list_checkpoints
 
+        cell = running[0]
+        saved = list_checkpoints(store.run_dir(cell))
+        parts.append(f"cell {cell.key} is unfinished, " + (
+            f"its checkpoint {saved[-1].name} kept in {store.run_dir(cell)}" if saved
+            else "no checkpoint yet (it starts again)"))
+    parts.append(f"{done} of {len(cells)} cells done, records in {store.cells_dir}; "
+                 f"report not rebuilt; continue with: {shlex.join(command)}")
+    return "; ".join(parts)

@@ -2,7 +2,7 @@
 and a plain check of each ordering the papers claim.
 
 Everything here works on stored cell records (dicts written by :mod:`.child`), so a
-report can be rebuilt at any time from ``benchmarks/results/suite-<budget>/cells``.
+report can be rebuilt at any time from ``OUT/suite-<budget>/cells`` (``--report-only``).
 """
 
 from __future__ import annotations

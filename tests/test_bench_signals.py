@@ -1,0 +1,218 @@
+"""SIGINT and SIGTERM sent from outside to real ``weirdnet bench`` commands at chosen
+points (a memory child running, a ``bench speed`` cell running, a suite cell's process
+started or training).  Every case must end with exit status 130/143, one last line
+``weirdnet bench: ...`` on stderr saying what was kept, no traceback, no child process
+left, and the output folder as it was (no half-written report); an interrupted suite
+cell is unfinished (not failed) and a rerun completes it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from train_helpers import run_cli, subprocess_env, weirdnet_cmd
+from weirdnet.bench.paper.budgets import get_budget
+from weirdnet.bench.paper.cells import Cell, CellStore, config_hash
+from weirdnet.bench.paper.tasks import get_task
+from weirdnet.bench.paper.variants import get_variant
+from weirdnet.train.checkpoint import list_checkpoints
+
+STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """PID -> command line of every process below ``pid``, from /proc."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        commands[int(entry.name)] = command
+    found, todo = {}, [pid]
+    while todo:
+        parent = todo.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent and child not in found:
+                found[child] = commands[child]
+                todo.append(child)
+    return found
+
+
+def _running(pid: int, command: str) -> bool:
+    """Whether ``pid`` is still that process (not gone, not a zombie, not reused)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        now = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z" and now == command
+
+
+class Bench:
+    """A ``weirdnet bench`` command running in a subprocess, output in files."""
+
+    def __init__(self, tmp_path: Path, *args: str):
+        self.err_path, self.out_path = tmp_path / "stderr.txt", tmp_path / "stdout.txt"
+        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
+            self.process = subprocess.Popen(weirdnet_cmd("bench", *args), cwd=tmp_path,
+                                            env=subprocess_env(), stdout=out, stderr=err)
+
+    def wait_for(self, ready: Callable[[], object], what: str, timeout: float = 60):
+        """Poll ``ready()`` until it returns something true; return that."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = ready()
+            if found:
+                return found
+            assert self.process.poll() is None, f"ended before {what}: {self.stderr()}"
+            assert time.monotonic() < deadline, f"no {what} after {timeout} s"
+            time.sleep(0.02)
+
+    def children(self, words: str) -> dict[int, str]:
+        return {pid: cmd for pid, cmd in _descendants(self.process.pid).items()
+                if words in cmd}
+
+    def stop(self, signum: int, timeout: float = 60) -> tuple[int, float]:
+        """Send ``signum``; (exit status, seconds it took to end)."""
+        started = time.monotonic()
+        self.process.send_signal(signum)
+        status = self.process.wait(timeout=timeout)
+        return status, time.monotonic() - started
+
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+
+def _assert_clean_end(bench: Bench, signum: int, status: int,
+                      watched: dict[int, str]) -> str:
+    """Exit status 128 + signal, last line ``weirdnet bench: ...``, no traceback, none of
+    the ``watched`` processes left; returns the last line."""
+    err = bench.stderr()
+    out = bench.out_path.read_text(errors="replace")
+    assert status == STATUS[signum], err[-3000:]
+    assert "Traceback" not in err + out
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("weirdnet bench"), err[-3000:]
+    assert lines[-1].startswith(f"weirdnet bench: interrupted by {signal.Signals(signum).name}")
+    left = [pid for pid, command in watched.items() if _running(pid, command)]
+    assert left == [], f"child processes left running: {left}"
+    return lines[-1]
+
+
+def _no_temporaries(folder: Path) -> None:
+    assert [p.name for p in folder.rglob(".*") if p.name != ".lock"] == []
+
+
+# --- scan, speed, generate: nothing written, children stopped ----------------------------
+
+def test_sigint_while_scan_memory_children_run(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    old = {"scan_cpu.json": json.dumps({"benchmark": "scan", "quick": True}) + "\n",
+           "scan_cpu.md": "# an earlier quick run\n"}
+    for name, text in old.items():
+        (out / name).write_text(text)
+    bench = Bench(tmp_path, "scan", "--quick", "--methods", "scan,sdpa", "--lengths", "64,128",
+                  "--out", str(out))
+    children = bench.wait_for(lambda: bench.children("weirdnet.bench._memchild"),
+                              "a memory child")
+    status, took = bench.stop(signal.SIGINT)
+    line = _assert_clean_end(bench, signal.SIGINT, status, children)
+    assert took < 10
+    assert f"nothing written ({out} left as it was)" in line
+    assert {p.name: p.read_text() for p in out.iterdir() if p.name != ".lock"} == old
+    _no_temporaries(out)
+
+
+def test_sigterm_while_a_speed_cell_runs(tmp_path):
+    bench = Bench(tmp_path, "speed", "--lengths", "64", "128", "--mechanisms", "weird-a",
+                  "--dim", "16", "--depth", "1", "--d-ff", "32", "--heads", "2", "--batch",
+                  "2", "--steps", "1", "--warmup", "0", "--out", str(tmp_path / "out"))
+    children = bench.wait_for(lambda: bench.children("weirdnet.bench.speed --child"),
+                              "a speed cell")
+    status, took = bench.stop(signal.SIGTERM)
+    _assert_clean_end(bench, signal.SIGTERM, status, children)
+    assert took < 10
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".lock"]
+
+
+def test_sigint_while_generate_measures(tmp_path):
+    bench = Bench(tmp_path, "generate", "--quick", "--models", "weirdnet-small-cpu",
+                  "--out", str(tmp_path / "out"))
+    bench.wait_for(lambda: "at context 256" in bench.stderr(), "a measurement")
+    status, _ = bench.stop(signal.SIGINT)
+    _assert_clean_end(bench, signal.SIGINT, status, {})
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".lock"]
+
+
+# --- suite: the running cell stays unfinished and resumable ------------------------------
+
+def _suite(tmp_path: Path, mechanisms: str) -> list[str]:
+    return ["suite", "--budget", "smoke", "--tables", "main", "--tasks", "listops",
+            "--mechanisms", mechanisms, "--out", str(tmp_path / "results"),
+            "--work", str(tmp_path / "work")]
+
+
+def _cell(store: CellStore, variant: str) -> tuple[Cell, dict]:
+    cell = Cell(get_task("listops"), get_variant(variant), 0, get_budget("smoke"))
+    return cell, cell.config_dict(store.work_dir)
+
+
+def _store(tmp_path: Path) -> CellStore:
+    return CellStore(tmp_path / "results" / "suite-smoke", tmp_path / "work" / "suite-smoke")
+
+
+def test_sigint_as_a_suite_cell_starts_keeps_the_records(tmp_path):
+    store = _store(tmp_path)
+    done, done_config = _cell(store, "softmax")
+    store.write(done, {"task": "listops", "variant": "softmax", "seed": 0, "budget": "smoke",
+                       "status": "done", "config_hash": config_hash(done_config)})
+    kept = store.record_path(done).read_bytes()
+    bench = Bench(tmp_path, *_suite(tmp_path, "weird-a,softmax"))
+    children = bench.wait_for(lambda: bench.children("weirdnet.bench.paper.child"),
+                              "the cell's process")
+    status, _ = bench.stop(signal.SIGINT)
+    line = _assert_clean_end(bench, signal.SIGINT, status, children)
+    assert "cell listops--weird-a--s0 is unfinished" in line
+    assert "1 of 2 cells done" in line and "continue with: weirdnet bench suite" in line
+    cell, config = _cell(store, "weird-a")
+    assert store.read(cell) is None  # unfinished, not failed
+    assert store.state(cell, config) in ("pending", "interrupted")
+    assert store.record_path(done).read_bytes() == kept
+    assert sorted(p.name for p in store.cells_dir.iterdir()) == [done.key + ".json"]
+    assert not (store.results_dir / "report.md").exists()
+    _no_temporaries(store.results_dir)
+
+
+def test_sigterm_while_a_suite_cell_trains_then_a_rerun_completes_it(tmp_path):
+    store = _store(tmp_path)
+    cell, config = _cell(store, "weird-a")
+    bench = Bench(tmp_path, *_suite(tmp_path, "weird-a"))
+    run_lock = store.run_dir(cell) / ".lock"  # the trainer has claimed its run directory
+    bench.wait_for(lambda: run_lock.exists(), "the cell's trainer")
+    children = bench.children("weirdnet.bench.paper.child")
+    status, _ = bench.stop(signal.SIGTERM)
+    if status == 0:
+        pytest.skip("the cell finished before the signal arrived")
+    _assert_clean_end(bench, signal.SIGTERM, status, children)
+    assert store.read(cell) is None  # unfinished, not failed
+    checkpoints = list_checkpoints(store.run_dir(cell))
+    assert store.state(cell, config) == ("interrupted" if checkpoints else "pending")
+
+    rerun = run_cli("bench", *_suite(tmp_path, "weird-a"), cwd=tmp_path, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "0 already done, 1 to run" in rerun.stdout
+    record = store.read(cell)
+    assert record["status"] == "done" and record["resumed"] is bool(checkpoints)
