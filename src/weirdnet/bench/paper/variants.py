@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DBA_OPTIONS = {"d_p": 16, "d_in": 24}
-"""DBA's LRA setting (dba.md Table 7), the default of the DBA rows."""
+"""DBA's LRA setting (DBA paper Table 7), the default of the DBA rows."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ MECHANISMS = (
     Variant("ps", "PS-attention", "ps", note="Weird-attention with W = 1 in every layer"),
     Variant("relation", "Relation", "relation"),
     Variant("dba", "DBA", "dba", mixer_options={"dba": DBA_OPTIONS},
-            bidirectional_only=True, note="d_p = 16, d_in = 24 (dba.md Table 7)"),
+            bidirectional_only=True, note="d_p = 16, d_in = 24 (DBA paper Table 7)"),
     Variant("softmax", "Transformer", "softmax",
             note="softmax attention through scaled_dot_product_attention"),
     Variant("linear", "Linear Trans.", "linear"),
