@@ -169,6 +169,20 @@ def weird_scan(a, v, log_w, *, reverse=False, mask=None, backend=None):
 
     Returns:
         O: (B, L, D) in ``a``'s dtype, computed with float32 state (float64 for float64).
+
+    Non-finite values are never hidden; every backend, the decoding cache and
+    :func:`weirdnet.ops.weird_scan_reference` (the specification) agree, per channel:
+      * NaN or +inf in A, or NaN or +-inf in V, at a real position j: every output with j
+        in its window (causal i >= j, reverse i <= j) is NaN, as ``torch.softmax`` is NaN
+        for +inf.
+      * -inf in A is a zero weight: an output with a finite-A real token in its window is
+        exactly the output with j padded; one whose real tokens are all -inf is NaN (0/0).
+      * Padded positions are left out whatever they hold; a window of padding only gives
+        0, as before.
+      * Gradients: every real input in the window of a NaN output gets NaN dA and dV
+        (padding gets 0), and d log_w of a channel with a NaN output is NaN; elsewhere they
+        are finite and exact.  ``log_w`` must be finite (the layers make it so); finite
+        logits are assumed above -1e29 (-1e299 in float64), the padding level.
     """
     D = a.shape[-1] if isinstance(a, torch.Tensor) and a.dim() == 3 else 0
     return _scan(a, v, log_w, mask, 0 if reverse else D, backend)

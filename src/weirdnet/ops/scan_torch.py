@@ -6,8 +6,8 @@ cannot be built.  Every function here takes tensors already in the compute dtype
 (float32 or float64) and works on channel chunks to bound temporary memory.
 
 State per (batch, position, channel): ``(m, h, u)`` with ``H = e^m h``, ``U = e^m u``.
-Padded sources start as ``(NEG, 0, 1)``.  Channels ``[0, split)`` are scanned causally,
-``[split, D)`` anti-causally.
+Padded sources start as ``(NEG, 0, 1)``; non-finite tokens as :func:`initial_state` says.
+Channels ``[0, split)`` are scanned causally, ``[split, D)`` anti-causally.
 """
 
 from __future__ import annotations
@@ -21,6 +21,12 @@ _CHUNK_BUDGET = 1 << 25
 def neg_sentinel(dtype: torch.dtype) -> float:
     """The log-weight of a padded source: exactly 0 weight next to any real token."""
     return -1e300 if dtype == torch.float64 else -1e30
+
+
+def zero_weight_sentinel(dtype: torch.dtype) -> float:
+    """The log-scale of a -inf logit's (zero-weight) state: between padding and any real
+    logit, so it drops out next to a real token and makes a padding-only window 0/0."""
+    return neg_sentinel(dtype) / 4
 
 
 def combine(m, h, u, mp, hp, up):
@@ -39,15 +45,27 @@ def combine(m, h, u, mp, hp, up):
     return torch.where(keep, m, mp), h * st + hp * sp, u * st + up * sp
 
 
+def _const(x: float, like: torch.Tensor) -> torch.Tensor:
+    return torch.full((), x, dtype=like.dtype, device=like.device)
+
+
 def initial_state(a, v, mask):
-    """(m, h, u) before any level: (A, V, 1), or (NEG, 0, 1) where ``mask`` is False."""
-    u = torch.ones_like(a)
+    """(m, h, u) before any level, the C kernel's ``token_state``:
+
+    finite A: (A, V + 0 V, 1) (V, or NaN for a NaN or infinite V); A = -inf: (ZW, 0 V, 0),
+    a zero weight; A NaN or +inf: (A, NaN, 1); padding (``mask`` False): (NEG, 0, 1).
+    """
+    zero = a == float("-inf")
+    h = v + v * 0
+    h = torch.where(zero, h * 0, h)
+    h = torch.where(a < float("inf"), h, _const(float("nan"), h))
+    m = torch.where(zero, _const(zero_weight_sentinel(a.dtype), a), a)
+    u = torch.where(zero, _const(0.0, a), _const(1.0, a))
     if mask is None:
-        return a, v, u
+        return m, h, u
     valid = mask.unsqueeze(-1)
-    m = torch.where(valid, a, torch.full((), neg_sentinel(a.dtype), dtype=a.dtype,
-                                         device=a.device))
-    return m, torch.where(valid, v, torch.zeros((), dtype=v.dtype, device=v.device)), u
+    return (torch.where(valid, m, _const(neg_sentinel(a.dtype), m)),
+            torch.where(valid, h, _const(0.0, h)), torch.where(valid, u, _const(1.0, u)))
 
 
 def apply_level(state, s: int, c):
@@ -108,17 +126,27 @@ def bwd(a, v, log_w, mask, grad, split: int, nlev: int):
     return da, dv, dlogw
 
 
+def adjoint_scale(fm, fu, o, g):
+    """(bm, g): bm = -log U where a real token is in reach, NEG (and g = 0) where only
+    padding is, NaN where the output ``o`` is NaN (its whole window's adjoint turns NaN)."""
+    neg = neg_sentinel(fm.dtype)
+    bad = torch.isnan(o)
+    live = (fm > neg / 2) | bad
+    g = torch.where(live, g, _const(0.0, g))
+    bm = torch.where(live, -(fm + fu.log()), _const(neg, fm))
+    return torch.where(bad, o, bm), g
+
+
 def _bwd_chunk(a, v, g, log_w, mask, nlev: int):
     """Causal backward of one channel chunk (already oriented)."""
-    neg = neg_sentinel(a.dtype)
     states = [initial_state(a, v, mask)]
     for k in range(nlev):
         states.append(apply_level(states[-1], 1 << k, log_w[k]))
     fm, fh, fu = states.pop()
-    live = fm > neg / 2
-    g = torch.where(live, g, torch.zeros((), dtype=g.dtype, device=g.device))
-    bm = torch.where(live, -(fm + fu.log()), torch.full_like(fm, neg))
-    b1, b2 = g, g * (fh / fu)
+    o = fh / fu
+    bm, g = adjoint_scale(fm, fu, o, g)
+    b1, b2 = g, g * o
+    poison = (o * 0).sum((0, 1), dtype=torch.float64)  # NaN for a channel with a NaN output
     dlogw = torch.zeros(log_w.shape, dtype=torch.float64, device=a.device)
     for k in reversed(range(nlev)):
         s = 1 << k
@@ -126,16 +154,18 @@ def _bwd_chunk(a, v, g, log_w, mask, nlev: int):
         mq = bm[:, s:] + log_w[k]
         w = torch.exp(mq + sm[:, :-s])
         term = w * (sh[:, :-s] * b1[:, s:] - su[:, :-s] * b2[:, s:])
-        dlogw[k] = term.sum((0, 1), dtype=torch.float64)
+        dlogw[k] = term.sum((0, 1), dtype=torch.float64) + poison
         mn, b1n, b2n = combine(bm[:, :-s], b1[:, :-s], b2[:, :-s], mq, b1[:, s:], b2[:, s:])
         bm = torch.cat([mn, bm[:, -s:]], 1)
         b1 = torch.cat([b1n, b1[:, -s:]], 1)
         b2 = torch.cat([b2n, b2[:, -s:]], 1)
     e = torch.exp(a + bm)
-    if mask is not None:
-        e = torch.where(mask.unsqueeze(-1), e, torch.zeros((), dtype=e.dtype, device=e.device))
     dv = e * b1
-    return v * dv - e * b2, dv, dlogw
+    da = v * dv - e * b2
+    if mask is not None:  # padded inputs get 0, even beside a NaN
+        valid = mask.unsqueeze(-1)
+        da, dv = torch.where(valid, da, _const(0.0, da)), torch.where(valid, dv, _const(0.0, dv))
+    return da, dv, dlogw
 
 
 def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> torch.Tensor:

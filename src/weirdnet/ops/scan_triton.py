@@ -27,9 +27,11 @@ that window of ``2C`` rows in registers / shared memory (a shift is ``tl.gather`
 rows) and stores its ``C`` rows, which are exact: everything they depend on is in the
 window.  Each row gets the arithmetic of a plain level-by-level scan in the order
 0, 1, ..., K-1, with one change of form ``(m, h, u) -> (m + log u, h / u, 1)`` between
-passes (the same ``(H, U)``).  The last pass has at most ``C`` rows: one program per column
-block holds whole columns, with no halo.  Nothing is approximated (the change of form
-adds one rounding per pass), and rows never read later rows: causality is bitwise.
+passes (the same ``(H, U)``; a zero-weight state, U = 0 from -inf logits, passes as
+``(-inf, h)`` and is rebuilt by ``_token``, which reads pass inputs like (A, V)).  The
+last pass has at most ``C`` rows: one program per column block holds whole columns, with
+no halo.  Nothing is approximated (the change of form adds one rounding per pass), and
+rows never read later rows: causality is bitwise.
 
 Memory traffic.  ``L <= 2^c`` (256 by default) is one pass: one read of A and V, one write
 of O.  Up to ``2^(2c)`` (65,536) it is two passes, plus one float32 intermediate
@@ -153,18 +155,41 @@ def _geometry(q0, pid_c, L, nres, d_lo, d_hi, WIN: tl.constexpr, BLOCK_R: tl.con
 
 
 @triton.jit
+def _token(a, v, real, STATE: tl.constexpr, NEG: tl.constexpr):
+    """(m, h, u) of a token (A, V) or a pass input (log U, O): ``token_state`` of the C code.
+
+    Finite a: (a, v + 0 v, 1) (v, or NaN for a non-finite v); a = -inf: (NEG / 4, 0 v, 0),
+    a zero weight; a NaN or +inf: (a, NaN, 1); not ``real`` (padding): (NEG, 0, 1).
+    """
+    zero = a == float("-inf")
+    h = v + v * 0.0
+    h = tl.where(zero, h * 0.0, h)
+    h = tl.where(a < float("inf"), h, tl.full(a.shape, float("nan"), STATE))
+    m = tl.where(zero, tl.full(a.shape, NEG * 0.25, STATE), a)
+    u = tl.where(zero & real, tl.full(a.shape, 0.0, STATE), tl.full(a.shape, 1.0, STATE))
+    return tl.where(real, m, tl.full(a.shape, NEG, STATE)), tl.where(real, h, 0.0), u
+
+
+@triton.jit
+def _pass_form(m, h, u):
+    """(log U, O) handed from one pass to the next; a zero-weight state (U = 0) becomes
+    (-inf, h), which ``_token`` turns back into the same state."""
+    return m + tl.log(u), tl.where(u == 0, h, h / u)
+
+
+@triton.jit
 def _load_state(x1_ptr, x2_ptr, mask_ptr, s1b, s1l, s2b, s2l, b, pm, d, ok, L,
                 FIRST: tl.constexpr, HAS_MASK: tl.constexpr, STATE: tl.constexpr,
                 NEG: tl.constexpr):
-    """(m, h, real) of the pass input: (A, V) or (log U, O); padding is (NEG, 0)."""
+    """(m, h, u, real) of the pass input, (A, V) or (log U, O), through ``_token``."""
     real = ok
     if FIRST:
         if HAS_MASK:
             real = ok & (tl.load(mask_ptr + b * L + pm, mask=ok, other=0) != 0)
-    neg = tl.full(pm.shape, NEG, STATE)
     m = tl.load(x1_ptr + b * s1b + pm * s1l + d[None, :], mask=real, other=0).to(STATE)
     h = tl.load(x2_ptr + b * s2b + pm * s2l + d[None, :], mask=real, other=0).to(STATE)
-    return tl.where(real, m, neg), h, real
+    m, h, u = _token(m, h, real, STATE, NEG)
+    return m, h, u, real
 
 
 @triton.jit
@@ -202,9 +227,8 @@ def _fwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, logw_ptr, y1_ptr, y2_ptr,
     w, row, d, pm, ok = _geometry(q0, pid // nq, L, nres, d_lo, d_hi, WIN, BLOCK_R, BLOCK_D,
                                   REV)
     COLS: tl.constexpr = BLOCK_R * BLOCK_D
-    m, h, real = _load_state(x1_ptr, x2_ptr, mask_ptr, s1b, s1l, s2b, s2l, b, pm, d, ok, L,
-                             FIRST, HAS_MASK, STATE, NEG)
-    u = tl.full((WIN, COLS), 1.0, STATE)
+    m, h, u, real = _load_state(x1_ptr, x2_ptr, mask_ptr, s1b, s1l, s2b, s2l, b, pm, d, ok,
+                                L, FIRST, HAS_MASK, STATE, NEG)
     m, h, u = _forward_levels(m, h, u, logw_ptr, D, lo, d, d < d_hi, w, row, NL, WIN, COLS,
                               STATE)
     out = ok & (w >= WIN - TILE)[:, None]
@@ -212,8 +236,9 @@ def _fwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, logw_ptr, y1_ptr, y2_ptr,
     if LAST:
         tl.store(y2_ptr + offs, (h / u).to(y2_ptr.dtype.element_ty), mask=out)
     else:
-        tl.store(y1_ptr + offs, m + tl.log(u), mask=out)
-        tl.store(y2_ptr + offs, h / u, mask=out)
+        y1, y2 = _pass_form(m, h, u)
+        tl.store(y1_ptr + offs, y1, mask=out)
+        tl.store(y2_ptr + offs, y2, mask=out)
 
 
 # ----------------------------------------------------------------------------------------
@@ -224,11 +249,15 @@ def _fwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, logw_ptr, y1_ptr, y2_ptr,
 @triton.jit
 def _adjoint_from_grad(g_ptr, sgb, sgl, b, pm, d, ok, m, h, u, STATE: tl.constexpr,
                        NEG: tl.constexpr):
-    """(bm, b1, b2) = (-log U, G, G O) from the final forward state; 0 out of reach."""
-    live = ok & (m > NEG * 0.5)
+    """(bm, b1, b2) = (-log U, G, G O) from the final forward state; 0 out of reach; bm NaN
+    where O is NaN, which makes the adjoint of its whole window NaN.  Also returns
+    ``O * 0`` (0, or NaN at a NaN output) for the d log_w poison."""
+    o = h / u
+    bad = o != o
+    live = ok & ((m > NEG * 0.5) | bad)
     g = tl.load(g_ptr + b * sgb + pm * sgl + d[None, :], mask=live, other=0).to(STATE)
     bm = tl.where(live, -(m + tl.log(u)), tl.full(m.shape, NEG, STATE))
-    return bm, g, g * (h / u)
+    return tl.where(bad, o, bm), g, g * o, tl.where(ok, o * 0.0, 0.0)
 
 
 @triton.jit
@@ -268,18 +297,21 @@ def _bwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, logw_ptr, g_ptr, bi_m, bi_1, bi_2
                                   BLOCK_R, BLOCK_D, REV)
     COLS: tl.constexpr = BLOCK_R * BLOCK_D
     dmask = d < d_hi
-    fm0, fh0, real = _load_state(x1_ptr, x2_ptr, mask_ptr, s1b, s1l, s2b, s2l, b, pm, d, ok,
-                                 L, FIRST, HAS_MASK, STATE, NEG)
-    fu0 = tl.full((WIN, COLS), 1.0, STATE)
+    fm0, fh0, fu0, real = _load_state(x1_ptr, x2_ptr, mask_ptr, s1b, s1l, s2b, s2l, b, pm, d,
+                                      ok, L, FIRST, HAS_MASK, STATE, NEG)
     offs = (b * L + pm) * D + d[None, :]
     if TOP:
         m, h, u = _forward_levels(fm0, fh0, fu0, logw_ptr, D, lo, d, dmask, w, row, NL, WIN,
                                   COLS, STATE)
-        bm, b1, b2 = _adjoint_from_grad(g_ptr, sgb, sgl, b, pm, d, ok, m, h, u, STATE, NEG)
+        bm, b1, b2, o0 = _adjoint_from_grad(g_ptr, sgb, sgl, b, pm, d, ok, m, h, u, STATE,
+                                            NEG)
+        # NaN in the channels of a NaN output (bwd() spreads it to the lower passes' levels)
+        poison = tl.reduce(tl.reshape(tl.reduce(o0, 0, _SUM), (BLOCK_R, BLOCK_D)), 0, _SUM)
     else:
         bm = tl.load(bi_m + offs, mask=ok, other=NEG)
         b1 = tl.load(bi_1 + offs, mask=ok, other=0)
         b2 = tl.load(bi_2 + offs, mask=ok, other=0)
+        poison = tl.full((BLOCK_D,), 0.0, STATE)
     part = part_ptr + ((b * nq + q) * n_rb + pid_c % n_rb) * NL * D
     d_blk = d_lo + (pid_c // n_rb) * BLOCK_D + tl.arange(0, BLOCK_D)
     for kk in tl.static_range(NL):
@@ -291,13 +323,13 @@ def _bwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, logw_ptr, g_ptr, bi_m, bi_1, bi_2
         term, bmp, b1p, b2p, has = _dlogw_term(bm, b1, b2, fm, fh, fu, c, w,
                                                ok & src[:, None], 1 << k, WIN, COLS)
         acc = tl.reduce(tl.reshape(tl.reduce(term, 0, _SUM), (BLOCK_R, BLOCK_D)), 0, _SUM)
-        tl.store(part + k * D + d_blk, acc, mask=d_blk < d_hi)
+        tl.store(part + k * D + d_blk, acc + poison, mask=d_blk < d_hi)
         m2, c1, c2 = _combine(bm, b1, b2, bmp, b1p, b2p)
         bm, b1, b2 = tl.where(has, m2, bm), tl.where(has, c1, b1), tl.where(has, c2, b2)
     out = ok & (w < TILE)[:, None]
     if FIRST:
         e = tl.where(real, tl.exp(fm0 + bm), 0.0)
-        dv = e * b1
+        dv = tl.where(real, e * b1, 0.0)  # padded inputs get 0, even beside a NaN
         da = tl.where(real, fh0 * dv - e * b2, 0.0)
         tl.store(bo_1 + offs, da.to(bo_1.dtype.element_ty), mask=out)
         tl.store(bo_2 + offs, dv.to(bo_2.dtype.element_ty), mask=out)
@@ -333,9 +365,8 @@ def _extend_kernel(a_ptr, v_ptr, valid_ptr, logw_ptr, rm_ptr, rh_ptr, ru_ptr, ou
         if HAS_MASK:
             real = dm & (tl.load(valid_ptr + b * T + tt + d * 0) != 0)  # a (BLOCK_D,) mask
         m = tl.load(a_ptr + b * sab + tt * sat + d, mask=real, other=0).to(STATE)
-        m = tl.where(real, m, tl.full((BLOCK_D,), NEG, STATE))
         h = tl.load(v_ptr + b * svb + tt * svt + d, mask=real, other=0).to(STATE)
-        u = tl.full((BLOCK_D,), 1.0, STATE)
+        m, h, u = _token(m, h, real, STATE, NEG)
         for k in range(nlev):
             s = 1 << k
             offs = (((s - 1) + (t & (s - 1))) * B + b) * D + d
@@ -353,9 +384,8 @@ def _extend_kernel(a_ptr, v_ptr, valid_ptr, logw_ptr, rm_ptr, rh_ptr, ru_ptr, ou
                 tl.store(rh_ptr + offs, h, mask=dm)
                 tl.store(ru_ptr + offs, u, mask=dm)
             if (k + 1) % cpass == 0:
-                m = m + tl.log(u)
-                h = h / u
-                u = tl.full((BLOCK_D,), 1.0, STATE)
+                m, h = _pass_form(m, h, u)
+                m, h, u = _token(m, h, dm, STATE, NEG)
         tl.store(out_ptr + (b * T + tt) * D + d, (h / u).to(out_ptr.dtype.element_ty), mask=dm)
 
 
@@ -492,7 +522,7 @@ def bwd(a, v, log_w, mask, grad, split: int, nlev: int):
                 dlogw[ps.lo : ps.lo + ps.nl] += _launch_bwd(ps, x, adj, out, mask, log_w, part,
                                                             rev, i == 0)
             adj = out
-    return da, dv, dlogw
+    return da, dv, dlogw + dlogw.sum(0) * 0  # a NaN level poisons all levels of its channel
 
 
 def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> torch.Tensor:

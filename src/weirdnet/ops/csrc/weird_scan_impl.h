@@ -2,6 +2,10 @@
  * Kernel bodies of weird_scan.c, included once per element type.  The includer defines
  *   WN_T (float or double), WN_NAME(x) (x##_f32 or x##_f64), WN_EXP, WN_LOG, WN_ABS and
  *   WN_NEG (the log-weight of a padded source).
+ *
+ * Non-finite inputs (weird_scan's docstring has the semantics) are handled where a token
+ * enters the scan (token_state) and where the adjoint starts (adjoint_init): the level
+ * loops are unchanged, and NaN propagates through them by itself.
  */
 /* Merge partner (mp, hp, up) into (*m, *h, *u): keep the larger log-scale, scale the other
  * side by e^{-|m - mp|}.  The only combine step: every level and the decoder use it. */
@@ -14,6 +18,23 @@ static inline void WN_NAME(combine)(WN_T *m, WN_T *h, WN_T *u, WN_T mp, WN_T hp,
     *h = *h * st + hp * sp;
     *u = *u * st + up * sp;
     *m = keep ? mi : mp;
+}
+
+/* (m, h, u) of one token entering the scan:
+ *   finite A:       (A, V + 0 V, 1)    (V + 0 V is V, or NaN for a NaN or infinite V)
+ *   A = -inf:       (WN_ZW, 0 V, 0)    a zero weight: H = U = 0 (0/0 = NaN if alone)
+ *   A NaN or +inf:  (A, NaN, 1)        NaN from there on, like a softmax over +inf
+ *   padding:        (WN_NEG, 0, 1)     exactly 0 next to anything real, O = 0 if alone
+ * WN_ZW lies between padding and any real logit: a zero-weight token drops out next to a
+ * real one, bitwise like padding, and turns a padding-only window into 0/0. */
+#define WN_ZW (WN_NEG / 4)
+static inline void WN_NAME(token_state)(WN_T a, WN_T v, int real, WN_T *m, WN_T *h, WN_T *u) {
+    int zero = a == -(WN_T)INFINITY;
+    WN_T vv = v + v * (WN_T)0;
+    WN_T hh = zero ? vv * (WN_T)0 : vv;
+    *m = real ? (zero ? (WN_T)WN_ZW : a) : (WN_T)WN_NEG;
+    *h = real ? (a < (WN_T)INFINITY ? hh : (WN_T)NAN) : (WN_T)0;
+    *u = real && zero ? (WN_T)0 : (WN_T)1;
 }
 
 /* One level, out of place: dst[p] = src[p] (+) W * src[p-s]; lanes innermost. */
@@ -36,19 +57,38 @@ static void WN_NAME(level_fwd)(const WN_T *restrict sm, const WN_T *restrict sh,
     }
 }
 
-/* Load one unit into the lane buffer: (m, h, u) = (A, V, 1), padding (WN_NEG, 0, 1). */
+/* Load one unit into the lane buffer: (A, V, 1), padding (WN_NEG, 0, 1), lanes past the
+ * unit's channels (0, 0, 1).  A non-finite A or V at a real position (rare) is noticed on
+ * the way through a per-lane sum of (A - A) + (V - V), which turns NaN; only then does a
+ * second pass give every token its token_state.  Finite inputs pay two subtractions. */
 static void WN_NAME(load_unit)(const WN_T *a, const WN_T *v, i64 asb, i64 asl, i64 vsb, i64 vsl,
                             const uint8_t *mask, i64 L, i64 b, i64 d0, i64 nl, int rev,
                             WN_T *m, WN_T *h, WN_T *u) {
+    WN_T seen[LANES];
+    for (int l = 0; l < LANES; l++) seen[l] = (WN_T)0;
     for (i64 p = 0; p < L; p++) {
         i64 i = rev ? L - 1 - p : p;
         int valid = mask ? mask[b * L + i] != 0 : 1;
         const WN_T *ap = a + b * asb + i * asl + d0, *vp = v + b * vsb + i * vsl + d0;
         for (int l = 0; l < LANES; l++) {
             int real = valid && l < nl;
-            m[p * LANES + l] = real ? ap[l < nl ? l : 0] : (l < nl ? WN_NEG : (WN_T)0);
-            h[p * LANES + l] = real ? vp[l < nl ? l : 0] : (WN_T)0;
+            WN_T al = ap[l < nl ? l : 0], vl = vp[l < nl ? l : 0];
+            m[p * LANES + l] = real ? al : (l < nl ? WN_NEG : (WN_T)0);
+            h[p * LANES + l] = real ? vl : (WN_T)0;
             u[p * LANES + l] = (WN_T)1;
+            seen[l] += real ? (al - al) + (vl - vl) : (WN_T)0;
+        }
+    }
+    int finite = 1;
+    for (int l = 0; l < LANES; l++) finite &= seen[l] == seen[l];
+    if (finite) return;
+    for (i64 p = 0; p < L; p++) {
+        i64 i = rev ? L - 1 - p : p;
+        int valid = mask ? mask[b * L + i] != 0 : 1;
+        const WN_T *ap = a + b * asb + i * asl + d0, *vp = v + b * vsb + i * vsl + d0;
+        for (i64 l = 0; l < nl; l++) {
+            const i64 x = p * LANES + l;
+            WN_NAME(token_state)(ap[l], vp[l], valid, &m[x], &h[x], &u[x]);
         }
     }
 }
@@ -121,23 +161,29 @@ static void WN_NAME(level_bwd)(const WN_T *restrict fm, const WN_T *restrict fh,
 
 /* Adjoint state from the final forward state, in place over it:
  *   BH = e^bm b1 = G / U,   BU = -e^bm b2 = -G O / U,   bm = -log U
- * (positions with no real token in reach get bm = NEG and a zero adjoint). */
+ * (positions with no real token in reach get bm = NEG and a zero adjoint; a NaN output
+ * gets bm = NaN, which makes the adjoint of its whole window NaN).  bad[l] becomes NaN
+ * when lane l has a NaN output, else stays 0: it poisons the lane's d log_w. */
 static void WN_NAME(adjoint_init)(WN_T *restrict m, WN_T *restrict h, WN_T *restrict u,
                                   const WN_T *g, i64 gsb, i64 gsl, i64 L, i64 b, i64 d0,
-                                  i64 nl, int rev) {
+                                  i64 nl, int rev, WN_T *restrict bad) {
     const WN_T half_neg = WN_NEG / 2;
     WN_T gl[LANES];
+    for (int l = 0; l < LANES; l++) bad[l] = (WN_T)0;
     for (i64 p = 0; p < L; p++) {
         i64 i = rev ? L - 1 - p : p;
         const WN_T *gp = g + b * gsb + i * gsl + d0;
         for (int l = 0; l < LANES; l++) gl[l] = l < nl ? gp[l] : (WN_T)0;
         for (int l = 0; l < LANES; l++) {
             i64 x = p * LANES + l;
-            int live = m[x] > half_neg;
-            WN_T gi = live ? gl[l] : (WN_T)0;
             WN_T o = h[x] / u[x];
+            int nan_o = o != o;
+            int live = m[x] > half_neg || nan_o;
+            WN_T gi = live ? gl[l] : (WN_T)0;
             WN_T lu = WN_LOG(u[x]);
-            m[x] = live ? -(m[x] + lu) : WN_NEG;
+            WN_T bm = nan_o ? o : -(m[x] + lu);
+            bad[l] += o * (WN_T)0;
+            m[x] = live ? bm : WN_NEG;
             h[x] = gi;
             u[x] = gi * o;
         }
@@ -155,7 +201,7 @@ int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
     /* nlev + 1 forward states (the last one becomes an adjoint buffer) + 1 adjoint buffer. */
     WN_T *buf = (WN_T *)wn_alloc(3 * (size_t)(nlev + 2) * n * sizeof(WN_T));
     if (!buf) return 1;
-    WN_T c[LANES];
+    WN_T c[LANES], bad[LANES];
     double acc[LANES];
     for (i64 unit = u0; unit < u1; unit++) {
         i64 b, d0, nl;
@@ -171,7 +217,7 @@ int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
                                (i64)1 << k, c);
         }
         WN_T *adj = st + 3 * nlev * n, *spare = st + 3 * (nlev + 1) * n;
-        WN_NAME(adjoint_init)(adj, adj + n, adj + 2 * n, g, gsb, gsl, L, b, d0, nl, rev);
+        WN_NAME(adjoint_init)(adj, adj + n, adj + 2 * n, g, gsb, gsl, L, b, d0, nl, rev, bad);
         for (i64 k = nlev - 1; k >= 0; k--) {
             const WN_T *fw = st + 3 * k * n;
             WN_NAME(load_logw)(logw, D, k, d0, nl, c);
@@ -180,7 +226,7 @@ int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
                                spare + n, spare + 2 * n, L, (i64)1 << k, c, acc);
             WN_T *t = adj; adj = spare; spare = t;
             double *dst = dlogw + (b * nlev + k) * D + d0;
-            for (i64 l = 0; l < nl; l++) dst[l] = acc[l];
+            for (i64 l = 0; l < nl; l++) dst[l] = acc[l] + (double)bad[l];
         }
         const WN_T *bm = adj, *b1 = adj + n, *b2 = adj + 2 * n;
         /* dV_j = e^{A_j + bm_j} b1_j,  dA_j = V_j dV_j - e^{A_j + bm_j} b2_j. */
@@ -193,7 +239,7 @@ int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
                 i64 x = p * LANES + l;
                 WN_T e = valid ? WN_EXP(ap[l] + bm[x]) : (WN_T)0;
                 WN_T gv = e * b1[x];
-                dvp[l] = gv;
+                dvp[l] = valid ? gv : (WN_T)0;
                 dap[l] = valid ? vp[l] * gv - e * b2[x] : (WN_T)0;
             }
         }
@@ -217,11 +263,8 @@ int WN_NAME(scan_extend)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb
         for (i64 b = 0; b < B; b++) {
             int valid = valid_bt ? valid_bt[b * Tn + tt] != 0 : 1;
             const WN_T *ap = a + b * asb + tt * asl, *vp = v + b * vsb + tt * vsl;
-            for (i64 d = 0; d < D; d++) {
-                m[d] = valid ? ap[d] : WN_NEG;
-                h[d] = valid ? vp[d] : (WN_T)0;
-                u[d] = (WN_T)1;
-            }
+            for (i64 d = 0; d < D; d++)
+                WN_NAME(token_state)(ap[d], vp[d], valid, &m[d], &h[d], &u[d]);
             for (i64 k = 0; k < nlev; k++) {
                 const i64 s = (i64)1 << k;
                 const i64 off = ((s - 1) + (t & (s - 1))) * B * D + b * D;
@@ -249,3 +292,5 @@ int WN_NAME(scan_extend)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb
     free(m);
     return 0;
 }
+
+#undef WN_ZW
