@@ -1,4 +1,4 @@
-"""Dynamic Bilinear Low-Rank Attention (dba.md §3, eqs. 7–12 and 14; DESIGN.md §4).
+"""Dynamic Bilinear Low-Rank Attention (DBA paper §3, eqs. 7–12 and 14; docs/design.md §4).
 
 Per batch row and head, on already projected tensors (n positions, width d)::
 

@@ -1,4 +1,4 @@
-"""Relation's position mixing (relation.md §3.1.2, DESIGN.md §3): a masked mean gating G.
+"""Relation's position mixing (Relation paper §3.1.2, docs/design.md §3): a masked mean gating G.
 
 Bidirectional (the paper)::
 

@@ -3,7 +3,7 @@
     O_i = sum_{j <= i} a_{i-j} e^{A_j} V_j / sum_{j <= i} a_{i-j} e^{A_j},
     a_d = prod_{k in bits(d)} e^{log_w[k]}
 
-computed by the running-max log-step scan of DESIGN.md section 8 in float32 (float64 for
+computed by the running-max log-step scan of docs/design.md §8 in float32 (float64 for
 float64 inputs), with a custom backward (the mirrored scan) that recomputes the forward
 levels instead of storing them: between forward and backward only the inputs are kept.
 

@@ -1,7 +1,7 @@
 """Fused Triton kernels for the Weird-attention scan: backend ``"triton"`` of ``weird_scan``.
 
 Same contracts as ``scan_torch`` and the C kernels (``fwd``, ``bwd``, ``extend``).  The state
-is the running-max triple ``(m, h, u)`` of DESIGN.md section 8 (``H = e^m h``,
+is the running-max triple ``(m, h, u)`` of docs/design.md §8 (``H = e^m h``,
 ``U = e^m u``) in float32 (float64 for float64 inputs) whatever the input dtype; A, V and
 the output gradient are read in their own dtype (bf16, fp16, fp32, fp64), and O, dA, dV
 are written in it.
@@ -17,7 +17,7 @@ memory instead of the K passes of the level-by-level PyTorch scan (K = ceil(log2
 Exact multi-pass form.  Write the distance in base ``C = 2^c`` (``c = LEVELS_PER_PASS``):
 ``d = sum_j d_j C^j`` with digits ``d_j < C``.  bits(d) is the disjoint union of the
 digits' bits shifted by ``jc``, so ``a_d = prod_j a^(j)_{d_j}`` exactly, ``a^(j)`` being the
-kernel of levels ``[jc, jc + c)`` (DESIGN.md section 8's ``a_{qC+r} = a_r a'_q``, applied
+kernel of levels ``[jc, jc + c)`` (docs/design.md §8's ``a_{qC+r} = a_r a'_q``, applied
 recursively).  The scan is therefore the composition of passes: pass j runs levels
 ``[jc, jc + c)`` along "rows" ``q`` of ``2^(jc)`` residues ``r`` (position
 ``p = q 2^(jc) + r``), with shifts of ``1 .. C/2`` rows that together reach back at most
@@ -40,7 +40,7 @@ twice; tiles of a column are consecutive in the grid so that the second read can
 from L2 (not measured).  The intermediate loads as ``(m, h, u) = (log U, O, 1)``, exactly
 like ``(A, V)``: every pass is the same kernel.
 
-Backward (the mirrored scan of DESIGN.md section 8).  The intermediates of passes
+Backward (the mirrored scan of docs/design.md §8).  The intermediates of passes
 1 .. n-1 are recomputed, then the passes run backwards, n .. 1.  A program recomputes its
 window's forward levels; in the last pass (whole columns, so exact ``U`` and ``O`` in every
 row) it turns the output gradient G into the adjoint ``(bm, b1, b2) = (-log U, G, G O)``,

@@ -5,7 +5,7 @@
  * no Python or PyTorch headers are needed.  Every function works on raw pointers to
  * tensors whose last (channel) dimension is contiguous.
  *
- * The scan is the running-max ("online softmax") form of DESIGN.md section 8.  The
+ * The scan is the running-max ("online softmax") form of docs/design.md §8.  The
  * state of one channel at one position is (m, h, u) with H = e^m * h, U = e^m * u.
  * Level k (shift s = 2^k, log-weight c_k) combines position i with position i - s:
  *     m' = m_{i-s} + c_k;  d = m_i - m'
