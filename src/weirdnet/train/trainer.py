@@ -315,7 +315,7 @@ class Trainer:
             raise RunError(f"train.steps={steps} is fewer than the {done} steps {self.run_dir} "
                            f"has done; evaluate it with `weirdnet eval {self.run_dir}`, or "
                            f"train longer with --set train.steps=N (N > {done})")
-        changes = _config_changes(saved, self.config.to_dict())
+        changes = _config_changes(saved, json.loads(json.dumps(self.config.to_dict())))
         if changes:
             self._say("config changed since the checkpoint: " + "; ".join(changes))
         old_steps = saved.get("train", {}).get("steps", steps)
