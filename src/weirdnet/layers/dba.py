@@ -48,7 +48,7 @@ import torch
 import torch.nn as nn
 
 from ..ops.dba import bilinear_mix, compress_positions
-from ..ops.scan_checks import check_float_tensor, check_mask
+from ..ops.checks import check_float_tensor, check_mask
 from .registry import register
 
 

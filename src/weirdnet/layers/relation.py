@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from ..ops.relation import relation_mean, relation_mix, relation_mix_continue
-from ..ops.scan_checks import check_float_tensor, check_mask
+from ..ops.checks import check_float_tensor, check_mask
 from .registry import register
 
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.scan_checks import check_float_tensor, check_mask
+from ..ops.checks import check_float_tensor, check_mask
 from ..ops.softmax_attention import (
     check_dropout,
     check_step_mask,

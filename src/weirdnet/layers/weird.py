@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 from ..ops import WeirdScanCache, levels_needed, weird_scan, weird_scan_bidirectional
-from ..ops.scan_checks import check_float_tensor, check_mask
+from ..ops.checks import check_float_tensor, check_mask
 from .registry import register
 
 WEIGHT_MODES = ("cumexp", "exp", "ones")

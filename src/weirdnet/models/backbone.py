@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from weirdnet.ops.scan_checks import check_mask
+from weirdnet.ops.checks import check_mask
 
 from .blocks import Block, build_mixer
 from .config import BackboneConfig

@@ -20,7 +20,7 @@ from .local_attention import local_attention, local_attention_reference
 from .relation import relation_mix, relation_mix_continue, relation_reference
 from .scan import scan_backend_name, weird_scan, weird_scan_bidirectional
 from .scan_cache import WeirdScanCache
-from .scan_checks import levels_needed
+from .checks import levels_needed
 from .scan_reference import weird_scan_reference
 from .softmax_attention import softmax_attention, softmax_attention_reference
 

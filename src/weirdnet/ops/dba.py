@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from .scan_checks import check_float_tensor, check_mask
+from .checks import check_float_tensor, check_mask
 
 
 def _check_same(name: str, t: torch.Tensor, ref: torch.Tensor) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .scan_checks import check_float_tensor
+from .checks import check_float_tensor
 from .softmax_attention import check_qkv, check_step_mask
 
 

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from .scan_checks import check_float_tensor
+from .checks import check_float_tensor
 from .softmax_attention import check_qkv, masked_sdpa
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .scan_checks import check_float_tensor, check_mask, check_same_layout
+from .checks import check_float_tensor, check_mask, check_same_layout
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 

@@ -26,7 +26,7 @@ import sys
 import torch
 
 from . import _cpu_kernel, scan_torch
-from .scan_checks import check_scan_inputs, levels_needed
+from .checks import check_scan_inputs, levels_needed
 
 BACKENDS = ("cpu", "torch", "triton")
 _TRITON_MODULE = __package__ + ".scan_triton"

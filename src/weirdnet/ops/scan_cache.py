@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .scan import compute_dtype, implementation, kernel_mask, prepare_input, resolve_backend
-from .scan_checks import (
+from .checks import (
     check_float_tensor,
     check_mask,
     check_same_layout,

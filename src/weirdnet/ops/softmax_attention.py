@@ -19,7 +19,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .scan_checks import check_float_tensor, check_mask
+from .checks import check_float_tensor, check_mask
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Argument checks shared by the scan op, its reference, its decoder and the layers.
+"""Argument checks shared by every op, its reference, its decoder and the layers.
 
 Every problem raises a ``ValueError`` that names the argument, what was expected and
 what was given.
