@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from weirdnet.ops import _cpu_kernel
+from weirdnet.ops.weird_scan import cpu as _cpu_kernel
 
 # CI sets WEIRDNET_REQUIRE_CPU_KERNEL=1 so a kernel that fails to build is a failure,
 # not a skip; elsewhere a machine without a C compiler skips the "cpu" backend.

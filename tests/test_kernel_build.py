@@ -5,7 +5,8 @@ import subprocess
 import sys
 import textwrap
 
-from weirdnet.ops import _cpu_kernel, scan_backend_name
+from weirdnet.ops import scan_backend_name
+from weirdnet.ops.weird_scan import cpu as _cpu_kernel
 
 
 def test_backend_choice_on_cpu():

@@ -1,6 +1,6 @@
 """Non-finite inputs of weird_scan are never hidden: every backend against the reference.
 
-The float64 reference is the specification (``weirdnet.ops.scan_reference``):
+The float64 reference is the specification (``weirdnet.ops.weird_scan.reference``):
   * NaN or +inf in A, NaN or +-inf in V at a real position j: NaN at every output with j
     in its window (causal i >= j, reverse i <= j), in that channel only;
   * -inf in A: a zero weight, exactly as if j were padding, except that an output whose
@@ -22,12 +22,13 @@ import torch
 from test_scan import reach_mask
 from weirdnet.ops import (
     WeirdScanCache,
-    _cpu_kernel,
     levels_needed,
     weird_scan,
     weird_scan_bidirectional,
     weird_scan_reference,
 )
+
+from weirdnet.ops.weird_scan import cpu as _cpu_kernel
 
 from conftest import random_log_w, rel_err
 
@@ -55,7 +56,7 @@ CUDA = torch.cuda.is_available()
 
 
 def _triton_kernels():
-    """``weirdnet.ops.scan_triton``, built for the interpreter when there is no GPU (as in
+    """``weirdnet.ops.weird_scan.triton``, built for the interpreter when there is no GPU (as in
     test_scan_triton); None when triton does not import or was built for a missing GPU."""
     try:
         importlib.import_module("triton")
@@ -65,7 +66,7 @@ def _triton_kernels():
     if not CUDA:
         os.environ["TRITON_INTERPRET"] = "1"
     try:
-        module = importlib.import_module("weirdnet.ops.scan_triton")
+        module = importlib.import_module("weirdnet.ops.weird_scan.triton")
     finally:
         if old is None:
             os.environ.pop("TRITON_INTERPRET", None)

@@ -1,7 +1,7 @@
 """The Triton backend of weird_scan: exact against the float64 reference.
 
 Without a GPU the kernels run on CPU tensors through the Triton interpreter: this module
-imports ``weirdnet.ops.scan_triton`` with ``TRITON_INTERPRET=1`` (and restores the
+imports ``weirdnet.ops.weird_scan.triton`` with ``TRITON_INTERPRET=1`` (and restores the
 variable), so the interpreter serves these tests and nothing else in the process.  Small
 ``LEVELS_PER_PASS`` values make short sequences take the multi-pass path with halos that a
 GPU takes from L = 257 on.  With CUDA the same tests run compiled, plus the full sizes.
@@ -19,11 +19,13 @@ pytest.importorskip("triton", reason="triton is not installed (pip install 'weir
 from test_scan import make_inputs, reach_mask  # noqa: E402
 from weirdnet.ops import (  # noqa: E402
     WeirdScanCache,
-    scan,
     weird_scan,
     weird_scan_bidirectional,
     weird_scan_reference,  # noqa: E402
 )
+
+from weirdnet.ops.weird_scan import cpu as cpu_kernel  # noqa: E402
+from weirdnet.ops.weird_scan import dispatch  # noqa: E402
 
 from conftest import rel_err  # noqa: E402
 
@@ -32,13 +34,13 @@ DEVICE = "cuda" if CUDA else "cpu"
 
 
 def _import_kernels():
-    """``weirdnet.ops.scan_triton``, built for the interpreter when there is no GPU."""
+    """``weirdnet.ops.weird_scan.triton``, built for the interpreter when there is no GPU."""
     if CUDA:
-        return importlib.import_module("weirdnet.ops.scan_triton")
+        return importlib.import_module("weirdnet.ops.weird_scan.triton")
     old = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
     try:
-        return importlib.import_module("weirdnet.ops.scan_triton")
+        return importlib.import_module("weirdnet.ops.weird_scan.triton")
     finally:
         if old is None:
             del os.environ["TRITON_INTERPRET"]
@@ -48,7 +50,7 @@ def _import_kernels():
 
 st = _import_kernels()
 if not CUDA and not st.INTERPRETED:
-    pytest.skip("weirdnet.ops.scan_triton was imported for a GPU before this module, and "
+    pytest.skip("weirdnet.ops.weird_scan.triton was imported for a GPU before this module, and "
                 "there is no GPU", allow_module_level=True)
 
 cuda_only = pytest.mark.skipif(not CUDA, reason="full sizes need a GPU (interpreter too slow)")
@@ -296,14 +298,18 @@ def test_autograd_saves_only_the_inputs():
 # ---------------------------------------------------------------------------------------
 
 
+def resolved(device, backend=None) -> str:
+    return dispatch.resolve(torch.device(device), backend).name
+
+
 def test_dispatch_auto_and_forced(monkeypatch):
-    assert "triton" in scan.BACKENDS
-    cpu_auto = scan.resolve_backend(torch.device("cpu"))
-    assert cpu_auto in ("cpu", "torch")  # CPU tensors never pick Triton by themselves
-    assert scan.resolve_backend(torch.device("cuda")) == "triton"  # triton imports here
-    assert scan.resolve_backend(torch.device(DEVICE), "triton") == "triton"
+    monkeypatch.setenv("WEIRDNET_SCAN_SELFCHECK", "0")  # "cuda" without a GPU: no check
+    assert "triton" in dispatch.BACKENDS
+    assert resolved("cpu") in ("cpu", "torch")  # CPU tensors never pick Triton by themselves
+    assert resolved("cuda") == "triton"  # triton imports here
+    assert resolved(DEVICE, "triton") == "triton"
     monkeypatch.setenv("WEIRDNET_SCAN_BACKEND", "triton")
-    assert scan.resolve_backend(torch.device(DEVICE)) == "triton"
+    assert resolved(DEVICE) == "triton"
 
 
 def test_forcing_triton_on_cpu_without_the_interpreter_is_an_error(monkeypatch):
@@ -313,15 +319,17 @@ def test_forcing_triton_on_cpu_without_the_interpreter_is_an_error(monkeypatch):
         weird_scan(torch.randn(1, 4, 2), torch.randn(1, 4, 2), torch.zeros(2, 2),
                    backend="triton")
     with pytest.raises(ValueError, match="CUDA tensors"):
-        scan.resolve_backend(torch.device("meta"), "triton")
+        resolved("meta", "triton")
 
 
 def test_without_triton_cuda_falls_back_and_forcing_names_the_cause(monkeypatch):
-    monkeypatch.setattr(scan, "_triton_module", lambda: None)
-    monkeypatch.setattr(scan, "_triton_import_error", "ImportError: no triton")
-    assert scan.resolve_backend(torch.device("cuda")) == "torch"
+    def no_triton():
+        raise ImportError("ImportError: no triton")
+
+    monkeypatch.setattr(dispatch, "_load_triton", no_triton)
+    assert resolved("cuda") == "torch"
     with pytest.raises(ValueError, match="triton does not import.*no triton"):
-        scan.resolve_backend(torch.device("cpu"), "triton")
+        resolved("cpu", "triton")
 
 
 # ---------------------------------------------------------------------------------------
@@ -349,7 +357,7 @@ def test_stability_64k_forward(passes, dtype, tol):
         passes(11, tile_elements=1 << 16)
     a, v, log_w = paper_init_inputs(65536, D)
     want = weird_scan(a.double(), v.double(), log_w.double(), backend="cpu" if
-                      scan._cpu_kernel.available() else "torch")
+                      cpu_kernel.available() else "torch")
     out = weird_scan(*on_device(a.to(dtype), v.to(dtype), log_w), backend="triton")
     assert out.dtype == dtype and torch.isfinite(out).all()
     assert rel_err(out.cpu(), want) <= tol

@@ -139,6 +139,45 @@ def scan_builder(reverse: bool, backend: str | None, bidirectional: bool = False
     return build
 
 
+class _DirectScan(torch.autograd.Function):
+    """A backend's kernels called directly (no argument checks, no custom op): the baseline
+    that shows what the ``weird_scan`` wrapper costs."""
+
+    @staticmethod
+    def forward(ctx, a, v, log_w, impl, nlev):
+        ctx.save_for_backward(a, v, log_w)
+        ctx.impl, ctx.nlev = impl, nlev
+        return impl.fwd(a, v, log_w, None, a.shape[-1], nlev)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, v, log_w = ctx.saved_tensors
+        da, dv, dlogw = ctx.impl.bwd(a, v, log_w, None, grad, a.shape[-1], ctx.nlev)
+        grad_log_w = log_w.new_zeros(log_w.shape)
+        grad_log_w[: ctx.nlev] = dlogw.to(log_w.dtype)
+        return da, dv, grad_log_w, None, None
+
+
+def direct_scan_builder():
+    """Build function for the causal scan's kernels called without the custom op."""
+    scan_build = scan_builder(False, None)
+
+    def build(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int) -> Case:
+        from weirdnet.ops.checks import levels_needed
+        from weirdnet.ops.weird_scan import dispatch
+
+        case = scan_build(shape, dtype, device, seed)
+        a, v, log_w = case.inputs
+        impl, nlev = dispatch.resolve(device), levels_needed(shape.L)
+
+        def forward() -> torch.Tensor:
+            return _DirectScan.apply(a, v, log_w, impl, nlev)
+
+        return Case(case.inputs, case.grad_out, forward)
+
+    return build
+
+
 def sdpa_builder(causal: bool):
     """Build function for ``scaled_dot_product_attention`` with D / head_dim heads."""
 

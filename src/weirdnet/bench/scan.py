@@ -7,7 +7,8 @@ forward+backward (CPU: a fresh child process per row; CUDA: the caching allocato
 targets) and writes it with the raw numbers to ``<out>/scan_<device>.md`` and ``.json``.
 
 This module defines the suite: its methods (weird_scan causal, reverse, bidirectional,
-the pure-PyTorch fallback, SDPA causal and non-causal), lengths, ratios and targets.
+the causal kernels called without the custom op, the pure-PyTorch fallback, SDPA causal
+and non-causal), lengths, ratios and targets.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from .methods import Method
 
 DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
-DEFAULT_METHODS = ("scan", "scan-rev", "scan-bidir", "scan-torch", "sdpa-causal", "sdpa")
+DEFAULT_METHODS = ("scan", "scan-kernel", "scan-rev", "scan-bidir", "scan-torch", "sdpa-causal",
+                   "sdpa")
 
 
 @functools.cache
 def methods() -> dict[str, Method]:
     """All methods by CLI name, in table order (imports torch)."""
-    from .methods import Method, scan_builder, scan_ops_check, sdpa_builder
+    from .methods import Method, direct_scan_builder, scan_builder, scan_ops_check, sdpa_builder
 
     scan_ok, bidir_ok = scan_ops_check("weird_scan"), scan_ops_check("weird_scan_bidirectional")
     return {
@@ -36,6 +38,8 @@ def methods() -> dict[str, Method]:
         for m in (
             Method("scan", "weird_scan causal", "scan", scan_builder(False, None),
                    check=scan_ok),
+            Method("scan-kernel", "weird_scan causal, kernels called without the custom op",
+                   "scan", direct_scan_builder(), check=scan_ok),
             Method("scan-rev", "weird_scan reverse", "scan", scan_builder(True, None),
                    check=scan_ok),
             Method("scan-bidir", "weird_scan bidirectional", "scan",
@@ -57,6 +61,10 @@ RATIOS: tuple[Ratio, ...] = (
           "scan-bidir"),
     Ratio("fwd_speedup_causal", "fwd: SDPA causal / scan", "fwd_ms", "sdpa-causal", "scan"),
     Ratio("fwd_speedup_reverse", "fwd: SDPA / scan reverse", "fwd_ms", "sdpa", "scan-rev"),
+    Ratio("op_overhead_fwd", "fwd: scan / scan-kernel (custom-op wrapper)", "fwd_ms", "scan",
+          "scan-kernel"),
+    Ratio("op_overhead_fwdbwd", "fwd+bwd: scan / scan-kernel (custom-op wrapper)",
+          "fwdbwd_ms", "scan", "scan-kernel"),
     Ratio("mem_causal", "memory: scan / SDPA causal", "mem_mib", "scan", "sdpa-causal"),
     Ratio("mem_reverse", "memory: scan reverse / SDPA", "mem_mib", "scan-rev", "sdpa"),
     Ratio("mem_bidir", "memory: scan bidir / SDPA", "mem_mib", "scan-bidir", "sdpa"),
@@ -69,6 +77,8 @@ TARGETS: tuple[Target, ...] = (
            "fwdbwd_speedup_causal", ">=", 10.0),
     Target("parity_1k", "fwd+bwd at L=1024 no slower than SDPA causal", 1024,
            "fwdbwd_speedup_causal", ">=", 1.0),
+    Target("op_overhead_1k", "custom-op wrapper costs at most 5% of the forward at L=1024",
+           1024, "op_overhead_fwd", "<=", 1.05),
     Target("memory_16k", "peak extra memory of fwd+bwd at L=16384 at most 3x SDPA causal's",
            16384, "mem_causal", "<=", 3.0),
 )

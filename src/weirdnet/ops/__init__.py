@@ -18,10 +18,14 @@ from .linear_attention import (
 from .linformer import linformer_attention, linformer_reference
 from .local_attention import local_attention, local_attention_reference
 from .relation import relation_mix, relation_mix_continue, relation_reference
-from .scan import scan_backend_name, weird_scan, weird_scan_bidirectional
-from .scan_cache import WeirdScanCache
 from .checks import levels_needed
-from .scan_reference import weird_scan_reference
+from .weird_scan import (
+    WeirdScanCache,
+    scan_backend_name,
+    weird_scan,
+    weird_scan_bidirectional,
+    weird_scan_reference,
+)
 from .softmax_attention import softmax_attention, softmax_attention_reference
 
 __all__ = [

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import torch
 
-from .scan import compute_dtype, implementation, kernel_mask, prepare_input, resolve_backend
-from .checks import (
+from ..checks import (
     check_float_tensor,
     check_mask,
     check_same_layout,
     levels_needed,
     max_len_for_levels,
 )
+from . import dispatch
+from .dispatch import compute_dtype, prepare_input
+from .library import extend
 
 
 class WeirdScanCache:
@@ -28,7 +30,7 @@ class WeirdScanCache:
         log_w: (K, D) log-weights, as passed to ``weird_scan`` (copied, detached).
         batch_size: number of sequences B decoded together.
         max_len: capacity in tokens; at most 2**K.  Defaults to 2**K.
-        backend: None (auto, the same choice ``weird_scan`` makes), "cpu" or "torch".
+        backend: None (auto, the same choice ``weird_scan`` makes) or a backend name.
 
     Use :meth:`step` for one token, :meth:`extend` for several (e.g. a prompt).
     """
@@ -48,7 +50,7 @@ class WeirdScanCache:
         self.batch_size, self.dim, self.capacity = int(batch_size), D, max_len
         self.dtype = compute_dtype(dtype or log_w.dtype)
         self.device = log_w.device
-        self.backend = resolve_backend(self.device, backend)
+        self.backend = dispatch.resolve(self.device, backend).name
         self.levels = levels_needed(max_len)
         self.log_w = log_w.detach().to(self.dtype).contiguous()
         rows = (1 << self.levels) - 1
@@ -93,11 +95,9 @@ class WeirdScanCache:
             )
         if a.device != self.device or (mask is not None and mask.device != self.device):
             raise ValueError(f"tokens and mask must be on {self.device}, got {a.device}")
-        impl = implementation(self.backend)
         with torch.no_grad():
-            out = impl.extend(prepare_input(a, self.dtype), prepare_input(v, self.dtype),
-                              self.log_w, kernel_mask(mask, self.backend), *self._ring,
-                              self.levels, self.position)
+            out = extend(prepare_input(a, self.dtype), prepare_input(v, self.dtype),
+                         self.log_w, mask, *self._ring, self.position, self.backend)
         self.position += T
         return out.to(a.dtype)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import check_scan_inputs, levels_needed
+from ..checks import check_scan_inputs, levels_needed
 
 _ROW_BLOCK_ELEMENTS = 1 << 24
 
