@@ -230,6 +230,21 @@ def test_gradient_accumulation_matches_the_full_batch(tmp_path):
                                                           rel=1e-5)
 
 
+def test_compiled_training_matches_eager(tmp_path):
+    """train.compile = true runs the same steps through torch.compile: the same weights
+    (float tolerance) and results as the eager run."""
+    eager = _train(tmp_path, "run.name=eager", steps=4, eval_every=0, checkpoint_every=0,
+                   dropout=0.0)
+    compiled = _train(tmp_path, "run.name=compiled", "train.compile=true", steps=4,
+                      eval_every=0, checkpoint_every=0, dropout=0.0)
+    a = _weights(tmp_path / "runs" / "eager", 4)
+    b = _weights(tmp_path / "runs" / "compiled", 4)
+    diff = sum(float((a[k] - b[k]).norm() ** 2) for k in a) ** 0.5
+    assert diff / sum(float(a[k].norm() ** 2) for k in a) ** 0.5 < 1e-4
+    assert compiled["results"]["val"]["loss"] == pytest.approx(
+        eager["results"]["val"]["loss"], rel=1e-4)
+
+
 def test_early_stopping_after_patience_evaluations_without_improvement(tmp_path):
     """With lr 1e-12 the float32 weights never change, so the evaluation loss never
     improves after the first evaluation: patience 2 stops at the third."""

@@ -25,10 +25,12 @@ For every length L and method it reports the median time of an inference forward
 a forward+backward (all inputs require grad, fixed random grad_out), and the peak extra
 memory of one forward+backward (CPU: peak RSS in a fresh child process per row; CUDA:
 torch.cuda.max_memory_allocated). Then the ratios SDPA/scan per L and PASS/FAIL of the
-targets: fwd+bwd at L=16384 >= 10x faster than SDPA causal, at L=1024 no slower, and
-peak memory at L=16384 <= 3x SDPA causal's (only for lengths that were measured).
+targets: fwd+bwd at L=16384 >= 10x faster than SDPA causal, at L=1024 no slower, the
+custom-op wrapper at most 5% of the forward at L=1024, and peak memory at L=16384 <= 3x
+SDPA causal's (only for lengths that were measured).
 
-Methods: scan (weird_scan causal), scan-rev (reverse=True, anti-causal), scan-bidir
+Methods: scan (weird_scan causal), scan-kernel (the same kernels called without the
+custom op and checks: what the wrapper costs), scan-rev (reverse=True, anti-causal), scan-bidir
 (weird_scan_bidirectional: half the channels each way), scan-torch (backend="torch",
 the pure-PyTorch fallback), sdpa-causal, sdpa (non-causal); SDPA uses D/64 heads of 64.
 
@@ -122,6 +124,14 @@ def _add_bench(subparsers: argparse._SubParsersAction) -> None:
         description=speed.DESCRIPTION, epilog=speed.EXAMPLES, formatter_class=_FORMATTER)
     speed.add_arguments(parser)
     parser.set_defaults(handler=speed.run)
+    from weirdnet.bench import compile as compile_bench
+
+    parser = benchmarks.add_parser(
+        "compile", help="training steps/s eager vs torch.compile(fullgraph=True)",
+        description=compile_bench.DESCRIPTION, epilog=compile_bench.EXAMPLES,
+        formatter_class=_FORMATTER)
+    compile_bench.add_arguments(parser)
+    parser.set_defaults(handler=compile_bench.run)
     from weirdnet.bench.paper import command as suite_command
 
     parser = benchmarks.add_parser(

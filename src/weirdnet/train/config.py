@@ -13,7 +13,7 @@ A config file has up to six tables; every key has a default except ``data.datase
                 extend ("keep" | "rewarm" | "stretch")
     [train]     steps, batch_size, grad_accum, clip, precision, eval_every, eval_batches,
                 final_eval_batches, checkpoint_every, keep_last, early_stop_patience,
-                best_metric, log_every, num_workers, distributed
+                best_metric, log_every, num_workers, distributed, compile
 
 ``--set section.key=value`` (dotted, any depth, e.g. ``model.backbone.dim=64``) overrides
 a key; the value is read as a TOML value (``64``, ``1e-3``, ``true``, ``[0.9, 0.98]``,
@@ -138,7 +138,9 @@ class TrainSection:
     loss for lm) or a metric name, "-" prefixed if lower is better, e.g. "-loss";
     log_every: steps between log lines; num_workers: DataLoader workers;
     distributed: "auto" (FSDP for models of more than 300M parameters, else DDP), "ddp",
-    "fsdp" (only used under torchrun with more than one process).
+    "fsdp" (only used under torchrun with more than one process);
+    compile: run the training forward and backward through ``torch.compile`` (inductor;
+    the first steps are slower while it compiles; evaluation stays eager).
     """
 
     steps: int = 1000
@@ -156,6 +158,7 @@ class TrainSection:
     log_every: int = 10
     num_workers: int = 0
     distributed: str = "auto"
+    compile: bool = False
 
 
 @dataclass

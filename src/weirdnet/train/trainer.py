@@ -175,6 +175,8 @@ class Trainer:
         self._check_batch()
         self.wrapped = dist_util.wrap(self.model, self.processes, config.train.distributed,
                                       self.parameters)
+        # what the training step calls: the wrapped model, compiled if train.compile
+        self.step_module = torch.compile(self.wrapped) if config.train.compile else self.wrapped
         self.optimizer = make_optimizer(self.model, config)
         self.state = Progress(schedule_phases=[[0, config.train.steps]])
         self._set_schedule()
@@ -373,7 +375,7 @@ class Trainer:
         for k in range(accum):
             batch = tasks.to_device(next(stream), self.processes.device)
             with dist_util.no_sync(self.wrapped, k < accum - 1), self._autocast():
-                loss, count = tasks.train_loss(self.wrapped, batch, self.task)
+                loss, count = tasks.train_loss(self.step_module, batch, self.task)
                 self.scaler.scale(loss / accum).backward()
             loss_sum += float(loss.detach())
             targets += count
