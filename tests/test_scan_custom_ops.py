@@ -216,3 +216,18 @@ def test_selfcheck_catches_a_wrong_gradient_only():
     backend = dispatch.Backend("wrong", lambda: right_fwd, lambda d: None, auto_on=())
     error = dispatch.selfcheck_error(backend, torch.device("cpu"))
     assert error is not None and "dA relative error" in error and "O relative" not in error
+
+
+def test_compiled_decoding_equals_the_full_pass(backend):
+    """The cache's step under torch.compile(fullgraph=True) runs the extend op and stays
+    bitwise equal to the full causal pass; the position does not recompile every token."""
+    a, v, log_w, mask = scan_inputs(12, dtype=torch.float32, masked=True, seed=4)
+    full = weird_scan(a, v, log_w, mask=mask, backend=backend)
+    cache = WeirdScanCache(log_w, batch_size=2, max_len=16, backend=backend)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    step = torch.compile(lambda c, x, y, m: c.step(x, y, m), fullgraph=True)
+    outs = [step(cache, a[:, t], v[:, t], mask[:, t]) for t in range(12)]
+    assert torch.equal(torch.stack(outs, 1), full)
+    assert cache.position == 12
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 2
