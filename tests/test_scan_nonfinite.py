@@ -27,7 +27,6 @@ from weirdnet.ops import (
     weird_scan_bidirectional,
     weird_scan_reference,
 )
-
 from weirdnet.ops.weird_scan import cpu as _cpu_kernel
 
 from conftest import random_log_w, rel_err

@@ -23,7 +23,6 @@ from weirdnet.ops import (  # noqa: E402
     weird_scan_bidirectional,
     weird_scan_reference,  # noqa: E402
 )
-
 from weirdnet.ops.weird_scan import cpu as cpu_kernel  # noqa: E402
 from weirdnet.ops.weird_scan import dispatch  # noqa: E402
 

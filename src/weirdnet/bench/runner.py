@@ -179,11 +179,11 @@ def _empty_row(suite: Suite, name: str, L: int, repeats: int) -> dict:
             "mem_mib": None, "memory": None, "error": None}
 
 
-def _time_row(config: Config, suite: Suite, name: str, L: int, progress) -> dict:
-    """Timings (and, on CUDA, memory) of one method at one length."""
+def _prepare_row(config: Config, suite: Suite, name: str, L: int, progress):
+    """(row, case): the row of one method at one length and its built inputs (None, with
+    the reason in ``row["error"]``, when the method cannot run)."""
     import torch
 
-    from . import memory, timing
     from .methods import Shape
 
     method, device = suite.method(name), torch.device(config.device)
@@ -196,32 +196,92 @@ def _time_row(config: Config, suite: Suite, name: str, L: int, progress) -> dict
         row["error"] = reason
         progress.done(f"{name} L={L}", f"unavailable ({reason})")
         progress.skip(1)
-        return row
-    finished = 0
+        return row, None
     try:
-        case = method.build(shape, getattr(torch, config.dtype), device, config.seed)
-        for key, step in (("fwd", timing.forward_step(case)),
-                          ("fwdbwd", timing.forward_backward_step(case))):
-            what = f"{name} L={L} {'fwd' if key == 'fwd' else 'fwd+bwd'}"
-            progress.start(what)
-            times = timing.time_step(step, device, row["repeats"], config.warmup)
-            row[f"{key}_times_ms"] = [1000.0 * t for t in times]
-            row[f"{key}_ms"] = timing.median_ms(times)
-            progress.done(what, f"{row[f'{key}_ms']:.2f} ms (median of {len(times)})")
-            finished += 1
-        if config.memory and device.type == "cuda":
-            for t in case.inputs:  # the baseline must not hold the last timing's grads
-                t.grad = None
-            row["memory"] = memory.measure_cuda(timing.forward_backward_step(case), device)
-            row["mem_mib"] = row["memory"]["extra_mib"]
+        return row, method.build(shape, getattr(torch, config.dtype), device, config.seed)
     except Exception as exc:  # noqa: BLE001 - one failing row must not stop the run
         row["error"] = f"{type(exc).__name__}: {exc}"
         progress.done(f"{name} L={L}", f"error: {row['error']}")
-        progress.skip(1 - finished)
+        progress.skip(1)
+        return row, None
+
+
+def _fail(row: dict, exc: Exception, what: str, progress, left: int) -> None:
+    row["error"] = f"{type(exc).__name__}: {exc}"
+    progress.done(what, f"error: {row['error']}")
+    progress.skip(left)
+
+
+def _time_length(config: Config, suite: Suite, names: list[str], L: int, progress
+                 ) -> list[dict]:
+    """Timings (and, on CUDA, memory) of every method at one length, interleaved.
+
+    The timed runs of the methods alternate (round robin, the order reversed every other
+    round), so a change of machine load during the measurement reaches every method alike
+    and the ratios stay fair; each method first gets its warm-up runs.
+    """
+    import torch
+
+    from . import memory, timing
+
+    device = torch.device(config.device)
+    prepared = [_prepare_row(config, suite, name, L, progress) for name in names]
+    rows = [row for row, _ in prepared]
+    live = [(row, case) for row, case in prepared if case is not None]
+    try:
+        for key, make_step in (("fwd", timing.forward_step),
+                               ("fwdbwd", timing.forward_backward_step)):
+            label = "fwd" if key == "fwd" else "fwd+bwd"
+            steps = []
+            for row, case in live:
+                if row["error"] is None:
+                    progress.start(f"{row['method']} L={L} {label}")
+                    steps.append((row, make_step(case)))
+            _interleaved(steps, key, label, device, config.warmup, progress,
+                         left=1 if key == "fwd" else 0)
+        if config.memory and device.type == "cuda":
+            for row, case in live:
+                if row["error"] is None:
+                    for t in case.inputs:  # the baseline must not hold the last grads
+                        t.grad = None
+                    row["memory"] = memory.measure_cuda(
+                        timing.forward_backward_step(case), device)
+                    row["mem_mib"] = row["memory"]["extra_mib"]
     finally:
-        case = None
+        live = prepared = steps = None  # free the inputs before the next length
         gc.collect()
-    return row
+    return rows
+
+
+def _interleaved(steps: list, key: str, label: str, device, warmup: int, progress,
+                 left: int) -> None:
+    """Time each (row, step) ``row["repeats"]`` times in alternating order; store the
+    times and medians under ``key``; a step that raises marks its row failed."""
+    from . import timing
+
+    running = []
+    for row, step in steps:
+        try:
+            timing.time_step(step, device, 0, warmup)
+            running.append((row, step))
+        except Exception as exc:  # noqa: BLE001
+            _fail(row, exc, f"{row['method']} L={row['L']} {label}", progress, left)
+    repeats = max((row["repeats"] for row, _ in running), default=0)
+    for rnd in range(repeats):
+        for row, step in (running if rnd % 2 == 0 else running[::-1]):
+            if row["error"] is not None:
+                continue
+            try:
+                row[f"{key}_times_ms"] += [1000.0 * t for t in
+                                           timing.time_step(step, device, 1, 0)]
+            except Exception as exc:  # noqa: BLE001
+                _fail(row, exc, f"{row['method']} L={row['L']} {label}", progress, left)
+    for row, _ in running:
+        if row["error"] is None:
+            times = row[f"{key}_times_ms"]
+            row[f"{key}_ms"] = timing.median_ms([t / 1000.0 for t in times])
+            progress.done(f"{row['method']} L={row['L']} {label}",
+                          f"{row[f'{key}_ms']:.2f} ms (median of {len(times)})")
 
 
 def _cpu_memory(config: Config, suite: Suite, rows: list[dict], progress) -> None:
@@ -351,7 +411,10 @@ def _measure(config: Config, suite: Suite) -> tuple[list[dict], list[str]]:
     cpu_mem = config.memory and config.device == "cpu"
     progress = Progress(len(pairs) * (3 if cpu_mem else 2))
     try:
-        rows = [_time_row(config, suite, name, L, progress) for name, L in pairs]
+        rows = []
+        for L in dict.fromkeys(L for _, L in pairs):
+            names = [name for name, length in pairs if length == L]
+            rows += _time_length(config, suite, names, L, progress)
         if cpu_mem:
             _cpu_memory(config, suite, rows, progress)
     finally:

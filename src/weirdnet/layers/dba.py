@@ -47,8 +47,8 @@ import math
 import torch
 import torch.nn as nn
 
-from ..ops.dba import bilinear_mix, compress_positions
 from ..ops.checks import check_float_tensor, check_mask
+from ..ops.dba import bilinear_mix, compress_positions
 from .registry import register
 
 

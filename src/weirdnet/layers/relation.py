@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..ops.relation import relation_mean, relation_mix, relation_mix_continue
 from ..ops.checks import check_float_tensor, check_mask
+from ..ops.relation import relation_mean, relation_mix, relation_mix_continue
 from .registry import register
 
 

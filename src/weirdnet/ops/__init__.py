@@ -1,5 +1,6 @@
 """Pure tensor functions of weirdnet, each with a plain reference beside its fast paths."""
 
+from .checks import levels_needed
 from .dba import (
     dba_attention,
     dba_compress,
@@ -18,7 +19,7 @@ from .linear_attention import (
 from .linformer import linformer_attention, linformer_reference
 from .local_attention import local_attention, local_attention_reference
 from .relation import relation_mix, relation_mix_continue, relation_reference
-from .checks import levels_needed
+from .softmax_attention import softmax_attention, softmax_attention_reference
 from .weird_scan import (
     WeirdScanCache,
     scan_backend_name,
@@ -26,7 +27,6 @@ from .weird_scan import (
     weird_scan_bidirectional,
     weird_scan_reference,
 )
-from .softmax_attention import softmax_attention, softmax_attention_reference
 
 __all__ = [
     "dba_attention",

@@ -198,8 +198,9 @@ def resolve(device: torch.device, backend: str | None = None) -> Backend:
         if reason is not None:
             raise ValueError(reason)
     else:
-        chosen = next((b for b in BACKENDS.values()
-                       if _auto_on(b, device) and b.unavailable(device) is None), BACKENDS[FALLBACK])
+        fits = (b for b in BACKENDS.values()
+                if _auto_on(b, device) and b.unavailable(device) is None)
+        chosen = next(fits, BACKENDS[FALLBACK])
     return _checked(chosen, device)
 
 
