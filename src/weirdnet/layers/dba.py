@@ -5,7 +5,7 @@ Self-attention, per head h (d = dim / heads)::
 
     Q, K, V = X W_q, X W_k, X W_v                   (n × d each)
     W'_r, W'_c = X U_r, X U_c                       (n × d_p; padded rows of W'_c are 0)
-    O_h = dba_attention(Q, K, V, Z_h, W'_r, W'_c, R_h)      (eq. 10, see ops/dba.py)
+    O_h = dba_attention(Q, K, V, Z_h, W'_r, W'_c, R_h)      (eq. 10, see ops/dba/)
     Y = concat_h(O_h) W_O + b_O
 
 Cross-attention (eq. 14), queries from X_1 (n × dim), context X_2 (m × context_dim)::

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.checks import check_float_tensor, check_mask
+from ..ops.checks import check_float_tensor, check_mask, on_host
 from ..ops.softmax_attention import (
     check_dropout,
     check_step_mask,
@@ -247,7 +247,7 @@ class SoftmaxAttention(MultiHeadMixer):
 
     def _extend(self, q, k, v, mask, cache: SoftmaxKVCache):
         keys, values, real = cache.append(k, v, mask)
-        if bool(real.all()):  # no padding so far: SDPA's fast paths need no mask
+        if on_host(real) and bool(real.all()):  # no padding so far: SDPA needs no mask
             real = None
         return softmax_attention(q, keys, values, causal=True, mask=real,
                                  dropout_p=self.dropout_p)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from weirdnet.ops.checks import check_mask
+from weirdnet.ops.checks import check_mask, on_host
 
 from .blocks import Block, build_mixer
 from .config import BackboneConfig
@@ -80,15 +80,24 @@ class Backbone(nn.Module):
     def takes_tokens(self) -> bool:
         return self.config.vocab_size is not None
 
-    def check_inputs(self, inputs: torch.Tensor, mask: torch.Tensor | None) -> None:
-        """Shape, dtype and range checks with messages that say what was expected."""
+    def check_inputs(self, inputs: torch.Tensor, mask: torch.Tensor | None,
+                     check_ids: bool | None = None) -> None:
+        """Shape, dtype and range checks with messages that say what was expected.
+
+        The token-id range check reads the ids' values: by default (``check_ids=None``) it
+        runs only where that is free, on CPU tensors in eager mode (see
+        :func:`~weirdnet.ops.checks.on_host`); elsewhere an id out of range fails in the
+        embedding.  ``check_ids=True`` runs it anyway (once per ``generate`` call)."""
         cfg = self.config
         if self.takes_tokens:
             if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2 \
                     or inputs.dtype not in (torch.long, torch.int32, torch.int16, torch.uint8):
                 raise ValueError("token inputs must be an integer tensor (batch, length), got "
                                  f"{_describe(inputs)}")
-            if inputs.numel() and (int(inputs.min()) < 0 or int(inputs.max()) >= cfg.vocab_size):
+            if check_ids is None:
+                check_ids = on_host(inputs)
+            if check_ids and inputs.numel() and (
+                    int(inputs.min()) < 0 or int(inputs.max()) >= cfg.vocab_size):
                 raise ValueError(f"token ids must be in [0, {cfg.vocab_size}), got "
                                  f"[{int(inputs.min())}, {int(inputs.max())}]")
         elif not isinstance(inputs, torch.Tensor) or inputs.dim() != 3 \

@@ -54,6 +54,10 @@ class ClassifierOutput:
     loss: torch.Tensor | None = None
 
 
+# a pytree node: torch.export and torch.compile can return it from a graph
+torch.export.register_dataclass(ClassifierOutput)
+
+
 def classification_loss(logits: torch.Tensor, labels: torch.Tensor | None):
     if labels is None:
         return None

@@ -38,7 +38,7 @@ def check_prompt(backbone: Backbone, prompt_ids: torch.Tensor, max_new_tokens: i
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
             or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    backbone.check_inputs(prompt_ids, prompt_mask)
+    backbone.check_inputs(prompt_ids, prompt_mask, check_ids=True)  # once per generate
     total, limit = prompt_ids.shape[1] + max_new_tokens, backbone.config.max_len
     if total > limit:
         raise ValueError(f"prompt length {prompt_ids.shape[1]} + max_new_tokens "

@@ -48,6 +48,10 @@ class LMOutput:
     loss: torch.Tensor | None = None
 
 
+# a pytree node: torch.export and torch.compile can return it from a graph
+torch.export.register_dataclass(LMOutput)
+
+
 class WeirdNetLM(WeirdNetModel):
     """Causal language model on token ids (B, L): logits (B, L, vocab) and the loss."""
 

@@ -21,6 +21,13 @@ def max_len_for_levels(levels: int) -> int:
     return 1 << levels
 
 
+def on_host(x: torch.Tensor) -> bool:
+    """Whether a branch on ``x``'s values is free: a CPU tensor in eager mode.  On a GPU
+    it would wait for the device (a host sync), and under ``torch.compile`` it would break
+    the graph, so data-dependent fast paths and value checks run only here."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 def check_float_tensor(x, name: str, rank: int) -> None:
     """``x`` must be a floating tensor of the given rank."""
     if not isinstance(x, torch.Tensor):

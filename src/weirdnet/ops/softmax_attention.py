@@ -19,7 +19,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .checks import check_float_tensor, check_mask
+from .checks import check_float_tensor, check_mask, on_host
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -99,7 +99,7 @@ def masked_sdpa(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool
     if attn_mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal)
     empty = ~attn_mask.any(-1, keepdim=True)
-    if not empty.any():  # the common case: no copy of the mask
+    if on_host(q) and not empty.any():  # the common case: no copy of the mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask | empty,
                                          dropout_p=dropout_p)

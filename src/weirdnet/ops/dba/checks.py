@@ -1,0 +1,85 @@
+"""Argument checks of the DBA ops: every problem is a ValueError naming the argument."""
+
+from __future__ import annotations
+
+import torch
+
+from ..checks import check_float_tensor, check_mask
+
+
+def check_same(name: str, t: torch.Tensor, ref: torch.Tensor) -> None:
+    if t.dtype != ref.dtype or t.device != ref.device:
+        raise ValueError(f"{name} must have the dtype and device of q ({ref.dtype}, "
+                         f"{ref.device}), got {t.dtype} on {t.device}")
+
+
+def check_shape(name: str, t: torch.Tensor, want: tuple, meaning: str) -> None:
+    if tuple(t.shape) != want:
+        raise ValueError(f"{name} must have shape {meaning} = {want}, got {tuple(t.shape)}")
+
+
+def _check_z(z: torch.Tensor, B: int, H: int, d: int, name: str = "z") -> int:
+    """z: (H, d_p, d) learned or (B, H, d_p, d) per sample; returns d_p."""
+    if not isinstance(z, torch.Tensor) or z.dim() not in (3, 4):
+        got = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
+        raise ValueError(f"{name} must be a tensor (heads, d_p, d) or (batch, heads, d_p, d), "
+                         f"got {got}")
+    check_float_tensor(z, name, z.dim())
+    lead = (H,) if z.dim() == 3 else (B, H)
+    if tuple(z.shape[:-2]) != lead or z.shape[-1] != d or z.shape[-2] < 1:
+        raise ValueError(f"{name} must have shape {(*lead, 'd_p', d)} with d_p >= 1, "
+                         f"got {tuple(z.shape)}")
+    return z.shape[-2]
+
+
+def _check_r(r: torch.Tensor, H: int, d: int) -> int:
+    """r: (H, d, d_in); returns d_in."""
+    check_float_tensor(r, "r", 3)
+    if r.shape[:2] != (H, d) or r.shape[2] < 1:
+        raise ValueError(f"r must have shape (heads, d, d_in) = {(H, d, 'd_in')} with "
+                         f"d_in >= 1, got {tuple(r.shape)}")
+    return r.shape[2]
+
+
+def check_mask_on(mask, B: int, n: int, ref: torch.Tensor, name: str = "mask") -> None:
+    check_mask(mask, B, n, name)
+    if mask is not None and mask.device != ref.device:
+        raise ValueError(f"{name} must be on {ref.device}, got {mask.device}")
+
+
+def check_dba_inputs(q, k, v, z, wr, wc, r, mask=None) -> tuple[int, ...]:
+    """Validate :func:`dba_attention` arguments; returns (B, H, n, d, d_p, d_in)."""
+    check_float_tensor(q, "q", 4)
+    B, H, n, d = q.shape
+    for name, t in (("k", k), ("v", v)):
+        check_float_tensor(t, name, 4)
+        check_shape(name, t, (B, H, n, d), "(batch, heads, n, d) like q")
+        check_same(name, t, q)
+    d_p = _check_z(z, B, H, d)
+    for name, t in (("wr", wr), ("wc", wc)):
+        check_float_tensor(t, name, 4)
+        check_shape(name, t, (B, H, n, d_p), "(batch, heads, n, d_p)")
+        check_same(name, t, q)
+    d_in = _check_r(r, H, d)
+    for name, t in (("z", z), ("r", r)):
+        check_same(name, t, q)
+    check_mask_on(mask, B, n, q)
+    return B, H, n, d, d_p, d_in
+
+
+def check_cross_inputs(q, k_c, v_c, z_q, wr, r, mask=None) -> tuple[int, ...]:
+    """Validate :func:`dba_cross_attention` arguments; returns (B, H, n, d, d_p, d_in)."""
+    check_float_tensor(q, "q", 4)
+    B, H, n, d = q.shape
+    d_p = _check_z(z_q, B, H, d, "z_q")
+    for name, t in (("k_c", k_c), ("v_c", v_c)):
+        check_float_tensor(t, name, 4)
+        check_shape(name, t, (B, H, d_p, d), "(batch, heads, d_p, d)")
+        check_same(name, t, q)
+    check_float_tensor(wr, "wr", 4)
+    check_shape("wr", wr, (B, H, n, d_p), "(batch, heads, n, d_p)")
+    d_in = _check_r(r, H, d)
+    for name, t in (("z_q", z_q), ("wr", wr), ("r", r)):
+        check_same(name, t, q)
+    check_mask_on(mask, B, n, q)
+    return B, H, n, d, d_p, d_in
