@@ -78,12 +78,12 @@ POSITION_CASES = [
 ]
 
 
-@pytest.mark.parametrize("B,n,c,s,l,r,per_sample,masked", POSITION_CASES)
-def test_compress_positions_op(B, n, c, s, l, r, per_sample, masked):
+@pytest.mark.parametrize("B,n,c,s,rows_lin,r,per_sample,masked", POSITION_CASES)
+def test_compress_positions_op(B, n, c, s, rows_lin, r, per_sample, masked):
     g = torch.Generator().manual_seed(n + s)
     x = torch.randn(B, n, c, generator=g, dtype=torch.float64)
     w_soft = torch.randn(*((B,) if per_sample else ()), s, c, generator=g, dtype=torch.float64)
-    w_lin = torch.randn(l, c, generator=g, dtype=torch.float64)
+    w_lin = torch.randn(rows_lin, c, generator=g, dtype=torch.float64)
     w_out = torch.randn(r, c, generator=g, dtype=torch.float64)
     mask = padding(B, n) if masked else None
     args = [t.requires_grad_() for t in (x, w_soft, w_lin, w_out)]
