@@ -1,9 +1,9 @@
 """``weirdnet bench compile``: its workloads, one real measurement, and its report."""
 
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from weirdnet.bench import compile as compile_bench
 from weirdnet.cli import main

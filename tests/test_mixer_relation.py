@@ -160,7 +160,7 @@ def test_decoding_equals_full_pass():
     full = layer(x, mask)
     cache = layer.init_cache(batch_size=B)
     assert isinstance(cache, RelationCache)
-    y_prompt, cache = layer(x[:, :25], mask[:, :25], cache=cache)
+    y_prompt = layer(x[:, :25], mask[:, :25], cache=cache)
     steps = [layer.step(x[:, i], cache, mask[:, i]) for i in range(25, L)]
     decoded = torch.cat([y_prompt, torch.stack(steps, 1)], 1)
     assert cache.position == L and torch.equal(cache.count, mask.sum(1))
@@ -298,12 +298,12 @@ def test_layer_errors():
     with pytest.raises(ValueError, match="causal"):
         Relation(8)(torch.randn(1, 3, 8), cache=layer.init_cache(1))
     cache = layer.init_cache(2, max_len=3)
-    with pytest.raises(ValueError, match="batch size 1 but the cache was made for 2"):
+    with pytest.raises(ValueError, match="cache was made for batch_size=2, got a batch of 1"):
         layer.step(torch.randn(1, 8), cache)
     layer(torch.randn(2, 3, 8), cache=cache)
     with pytest.raises(ValueError, match="capacity 3 exceeded"):
         layer.step(torch.randn(2, 8), cache)
-    with pytest.raises(ValueError, match="cache must come from init_cache"):
+    with pytest.raises(ValueError, match="cache must come from Relation.init_cache"):
         layer(torch.randn(2, 3, 8), cache=object())
     with pytest.raises(ValueError, match="x_t must have 2 dimensions"):
         layer.step(torch.randn(2, 1, 8), layer.init_cache(2))

@@ -195,11 +195,6 @@ def sdpa_builder(causal: bool):
     return build
 
 
-def _first_tensor(out) -> torch.Tensor:
-    """A layer's output: ``y`` itself, or ``y`` of a ``(y, cache)`` pair."""
-    return out[0] if isinstance(out, tuple) else out
-
-
 def layer_builder(mixer: str, causal: bool, options: Callable[[Shape], dict]):
     """Build function for mixer layer ``mixer`` of ``weirdnet.layers`` (form ``causal``).
 
@@ -221,7 +216,7 @@ def layer_builder(mixer: str, causal: bool, options: Callable[[Shape], dict]):
         grad_out = _randn(size, gen, dtype, device)
 
         def forward() -> torch.Tensor:
-            return _first_tensor(layer(x))
+            return layer(x)
 
         return Case((x, *params), grad_out, forward)
 
