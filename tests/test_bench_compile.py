@@ -20,6 +20,7 @@ def test_quickstart_workload_is_the_quickstart_config():
     assert compile_bench.QUICKSTART == want
 
 
+@pytest.mark.slow  # torch.compile with inductor
 @pytest.mark.parametrize("model", ["lm", "classifier"])
 def test_measure_eager_and_compiled_agree(model):
     spec = {"model": model, "pattern": "B", "mechanism": "weird-a", "dim": 16, "depth": 2,

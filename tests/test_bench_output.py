@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from train_helpers import run_cli
+from helpers.train import run_cli
 from weirdnet._lock import DirectoryLock
 from weirdnet._signals import Interrupted
 from weirdnet.bench import children, output

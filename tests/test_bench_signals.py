@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from train_helpers import run_cli, subprocess_env, weirdnet_cmd
+from helpers.train import run_cli, subprocess_env, weirdnet_cmd
 from weirdnet.bench.paper.budgets import get_budget
 from weirdnet.bench.paper.cells import Cell, CellStore, config_hash
 from weirdnet.bench.paper.tasks import get_task
 from weirdnet.bench.paper.variants import get_variant
 from weirdnet.train.checkpoint import list_checkpoints
+
+pytestmark = pytest.mark.slow  # benchmark subprocesses
 
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
