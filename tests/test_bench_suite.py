@@ -97,7 +97,7 @@ def test_store_states(tmp_path):
 
 def test_configs_dir_error_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setenv("WEIRDNET_CONFIGS", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="clone of the weirdnet repository"):
+    with pytest.raises(ValueError, match="no weirdnet configs in .*WEIRDNET_CONFIGS"):
         configs_dir()
 
 

@@ -213,6 +213,41 @@ def _run_info(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def _add_configs(subparsers: argparse._SubParsersAction) -> None:
+    """``weirdnet configs``: the training configs shipped with the package."""
+    parser = subparsers.add_parser(
+        "configs", help="list the training configs shipped with weirdnet",
+        description="List the training configs shipped with weirdnet, each with the paper "
+                    "table it follows. Train one by name from any directory: `weirdnet "
+                    "train lra/listops-cpu`.", formatter_class=_FORMATTER)
+    parser.add_argument("pattern", nargs="?", default="",
+                        help="only names containing this text (e.g. lra/, -cpu)")
+    parser.add_argument("--path", action="store_true",
+                        help="print the folder that holds them and exit")
+    parser.set_defaults(handler=_run_configs)
+
+
+def _run_configs(args: argparse.Namespace, argv: list[str]) -> int:
+    from weirdnet.models.config import ConfigError
+    from weirdnet.train.named_configs import config_dir, summaries
+
+    try:
+        if args.path:
+            print(config_dir())
+            return 0
+        chosen = [c for c in summaries() if args.pattern in c.name]
+    except ConfigError as error:
+        print(f"weirdnet configs: {error}", file=sys.stderr)
+        return 2
+    if not chosen:
+        print(f"weirdnet configs: no config name contains {args.pattern!r}", file=sys.stderr)
+        return 2
+    width = max(len(c.name) for c in chosen)
+    for config in chosen:
+        print(f"{config.name:<{width}}  {config.summary}")
+    return 0
+
+
 def _add_training(subparsers: argparse._SubParsersAction) -> None:
     """``weirdnet train|eval|generate|plot`` (see :mod:`weirdnet.train.commands`)."""
     from weirdnet.train import commands
@@ -223,7 +258,7 @@ def _add_training(subparsers: argparse._SubParsersAction) -> None:
 
 
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
-    _add_training, _add_bench, _add_data, _add_info)
+    _add_training, _add_configs, _add_bench, _add_data, _add_info)
 """Functions registering one subcommand each, in ``--help`` order."""
 
 
