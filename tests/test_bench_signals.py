@@ -151,7 +151,7 @@ def test_sigterm_while_a_speed_cell_runs(tmp_path):
 
 
 def test_sigint_while_generate_measures(tmp_path):
-    bench = Bench(tmp_path, "generate", "--quick", "--models", "weirdnet-small-cpu",
+    bench = Bench(tmp_path, "decode", "--quick", "--models", "weirdnet-small-cpu",
                   "--out", str(tmp_path / "out"))
     bench.wait_for(lambda: "at context 256" in bench.stderr(), "a measurement")
     status, _ = bench.stop(signal.SIGINT)

@@ -95,6 +95,17 @@ _BENCHMARKS = (
 """``weirdnet bench`` subcommands: (suite name, help, description)."""
 
 
+RENAMED = {("bench", "generate"): "bench decode", ("data", "generate"): "data build"}
+"""Old spellings still parsed (hidden from --help) for one release, with a note."""
+
+
+def _note_renamed(argv: list[str]) -> None:
+    new = RENAMED.get(tuple(argv[:2]))
+    if new is not None:
+        print(f"note: `weirdnet {' '.join(argv[:2])}` is now `weirdnet {new}`; the old "
+              "spelling goes in the next release", file=sys.stderr)
+
+
 def _add_bench(subparsers: argparse._SubParsersAction) -> None:
     """``weirdnet bench <benchmark>``, one subcommand per suite of :data:`_BENCHMARKS`."""
     bench = subparsers.add_parser(
@@ -110,13 +121,16 @@ def _add_bench(subparsers: argparse._SubParsersAction) -> None:
                                        formatter_class=_FORMATTER)
         add_arguments(parser, get_suite(name))
         parser.set_defaults(handler=_run_bench)
-    from weirdnet.bench import generate
+    from weirdnet.bench import decode
 
     parser = benchmarks.add_parser(
-        "generate", help="tokens/s of cached generation vs context: Weird-Net B vs softmax",
-        description=generate.DESCRIPTION, formatter_class=_FORMATTER)
-    generate.add_arguments(parser)
-    parser.set_defaults(handler=generate.run)
+        "decode", help="tokens/s of cached decoding vs context: Weird-Net B vs softmax",
+        description=decode.DESCRIPTION, formatter_class=_FORMATTER)
+    decode.add_arguments(parser)
+    parser.set_defaults(handler=decode.run)
+    from weirdnet._argparse import hidden_alias
+
+    hidden_alias(benchmarks, "generate", "decode")
     from weirdnet.bench import speed
 
     parser = benchmarks.add_parser(
@@ -283,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    _note_renamed(argv)
     installed = STOP.install()  # SIGINT/SIGTERM: one line and 128 + signal, no traceback
     try:
         return args.handler(args, argv)
