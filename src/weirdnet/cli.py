@@ -113,13 +113,13 @@ def _add_bench(subparsers: argparse._SubParsersAction) -> None:
         description="Run one of weirdnet's benchmarks; see `weirdnet bench BENCHMARK --help`.",
     )
     benchmarks = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    from weirdnet.bench.opbench import get_opbench
     from weirdnet.bench.runner import add_arguments
-    from weirdnet.bench.suite import get_suite
 
     for name, help_text, description in _BENCHMARKS:
         parser = benchmarks.add_parser(name, help=help_text, description=description,
                                        formatter_class=_FORMATTER)
-        add_arguments(parser, get_suite(name))
+        add_arguments(parser, get_opbench(name))
         parser.set_defaults(handler=_run_bench)
     from weirdnet.bench import decode
 
@@ -158,9 +158,9 @@ def _add_bench(subparsers: argparse._SubParsersAction) -> None:
 
 def _run_bench(args: argparse.Namespace, argv: list[str]) -> int:
     from weirdnet.bench import runner
-    from weirdnet.bench.suite import get_suite
+    from weirdnet.bench.opbench import get_opbench
 
-    return runner.run(get_suite(args.benchmark), args, argv)
+    return runner.run(get_opbench(args.benchmark), args, argv)
 
 
 def _add_data(subparsers: argparse._SubParsersAction) -> None:

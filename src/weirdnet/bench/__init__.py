@@ -2,8 +2,8 @@
 
 Modules (one concern each, none imports torch at import time except where noted):
 
-- ``suite``: what distinguishes a suite (:class:`~.suite.Suite`: methods, lengths,
-  ratios, targets, report header, length cap) and :func:`~.suite.get_suite`.
+- ``suite``: what distinguishes a suite (:class:`~.opbench.OpBench`: methods, lengths,
+  ratios, targets, report header, length cap) and :func:`~.opbench.get_opbench`.
 - ``scan``: the ``scan`` suite, weird_scan vs SDPA.
 - ``mixers``: the ``mixers`` suite, every registered mixer layer vs SDPA (methods found
   in ``weirdnet.layers``' registry at run time).

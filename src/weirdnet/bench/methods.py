@@ -64,7 +64,7 @@ class Case:
 class Method:
     """A compared method: CLI ``name``, table ``label`` and a ``build`` function.
 
-    - ``capped``: the suite's length cap (``Suite.cap``, e.g. ``--torch-max-len``)
+    - ``capped``: the suite's length cap (``OpBench.cap``, e.g. ``--torch-max-len``)
       applies to it.
     - ``check()``: None if the method can run here, else why not (its rows then carry
       that reason as their error).
