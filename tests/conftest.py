@@ -1,4 +1,5 @@
-"""Shared fixtures: the scan backends under test and small helpers."""
+"""Shared fixtures: the scan backends under test, one thread.  Helper functions live in
+the ``helpers`` package next to this file."""
 
 import os
 
@@ -28,25 +29,10 @@ def backend(request):
     return request.param
 
 
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| in float64; NaN anywhere gives inf (never passes)."""
-    out, ref = out.double(), ref.double()
-    if torch.isnan(out).any() or torch.isnan(ref).any():
-        return float("inf")
-    denom = ref.norm().item()
-    diff = (out - ref).norm().item()
-    return diff if denom == 0 else diff / denom
 
 
-def random_log_w(levels: int, dim: int, mode: str = "cumexp", dtype=torch.float64,
-                 generator=None) -> torch.Tensor:
-    """log W as each weight mode passes it: cumsum(w), w, or zeros; w ~ N(0, 1)."""
-    w = torch.randn(levels, dim, dtype=dtype, generator=generator)
-    if mode == "cumexp":
-        return w.cumsum(0)
-    if mode == "exp":
-        return w
-    return torch.zeros_like(w)
+
+
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +44,3 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def random_padding_mask(B: int, L: int, g: torch.Generator) -> torch.Tensor:
-    """(B, L) bool, ~25% padding at random; row 0 fully real, the last row fully padded
-    (B >= 3)."""
-    mask = torch.rand(B, L, generator=g) > 0.25
-    mask[0] = True
-    mask[-1] = False
-    return mask

@@ -1,9 +1,9 @@
 """``weirdnet bench compile``: its workloads, one real measurement, and its report."""
 
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from weirdnet.bench import compile as compile_bench
 from weirdnet.cli import main
@@ -20,6 +20,7 @@ def test_quickstart_workload_is_the_quickstart_config():
     assert compile_bench.QUICKSTART == want
 
 
+@pytest.mark.slow  # torch.compile with inductor
 @pytest.mark.parametrize("model", ["lm", "classifier"])
 def test_measure_eager_and_compiled_agree(model):
     spec = {"model": model, "pattern": "B", "mechanism": "weird-a", "dim": 16, "depth": 2,

@@ -111,7 +111,7 @@ def test_plan_caps_quadratic_rows_and_skips_missing_forms():
         mem_jobs=1, seed=0)
     if "linformer" not in layers.available():
         config.methods.remove("linformer-causal")
-    pairs, notes = runner.plan(config, mixers.SUITE)
+    pairs, notes = runner.plan(config, mixers.OPBENCH)
     assert pairs == [("weird", 64), ("sdpa", 64), ("sdpa-causal", 64), ("weird", 128)]
     assert "sdpa not run at L=[128] (--softmax-max-len 64)." in notes
     if "linformer" in layers.available():
@@ -124,8 +124,8 @@ def _row(method: str, L: int, ms: float | None, mib: float | None) -> dict:
 
 
 def _targets(rows: list[dict]) -> dict[str, dict]:
-    ratios = analysis.compute_ratios(rows, mixers.SUITE)
-    return {t["key"]: t for t in analysis.evaluate_targets(ratios, mixers.SUITE)}
+    ratios = analysis.compute_ratios(rows, mixers.OPBENCH)
+    return {t["key"]: t for t in analysis.evaluate_targets(ratios, mixers.OPBENCH)}
 
 
 def test_targets_prefer_the_softmax_layer_and_fall_back_to_sdpa():
@@ -166,7 +166,7 @@ def test_report_names_the_baseline_of_each_target():
             _row("sdpa", 4096, 300.0, 40.0)]
     for r in rows:
         r.update(label=r["method"], repeats=7)
-    ratios = analysis.compute_ratios(rows, mixers.SUITE)
+    ratios = analysis.compute_ratios(rows, mixers.OPBENCH)
     doc = {
         "benchmark": "mixers",
         "machine": {"device": "cpu", "date": "today", "command": "weirdnet bench mixers",
@@ -175,7 +175,7 @@ def test_report_names_the_baseline_of_each_target():
         "config": {"batch": 4, "dim": 256, "heads": 4, "dtype": "float32", "warmup": 1,
                    "memory_how": "RSS"},
         "results": rows, "ratios": ratios,
-        "targets": analysis.evaluate_targets(ratios, mixers.SUITE), "notes": [],
+        "targets": analysis.evaluate_targets(ratios, mixers.OPBENCH), "notes": [],
     }
     text = report.render_markdown(doc)
     assert ("- **PASS** DBA fwd+bwd at L=4096 at least 4x faster than SDPA (non-causal): "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from train_helpers import run_cli
+from helpers.train import run_cli
 from weirdnet._lock import DirectoryLock
 from weirdnet._signals import Interrupted
 from weirdnet.bench import children, output
@@ -93,12 +93,12 @@ def test_full_reports_recognises_quick_and_full_runs(tmp_path):
 
 
 def test_the_committed_results_count_as_full():
-    for name in ("scan", "mixers", "generate"):
+    for name in ("scan", "mixers", "decode"):
         assert output.full_reports(COMMITTED, name), name
     assert output.full_suite_dirs(COMMITTED, "smoke") == [COMMITTED / "suite-cpu"]
 
 
-@pytest.mark.parametrize("name", ["scan", "mixers", "generate"])
+@pytest.mark.parametrize("name", ["scan", "mixers", "decode"])
 def test_a_quick_run_refuses_a_folder_with_full_results(name, tmp_path, capsys):
     before = _full_report(tmp_path, name)
     assert main(["bench", name, "--quick", "--out", str(tmp_path)]) == 2
@@ -136,7 +136,7 @@ def test_a_smoke_suite_refuses_a_folder_with_full_suite_results(tmp_path):
 
 BUSY = {
     "scan": ["bench", "scan", "--quick"],
-    "generate": ["bench", "generate", "--quick"],
+    "decode": ["bench", "decode", "--quick"],
     "speed": ["bench", "speed", "--lengths", "64"],
     "suite": ["bench", "suite", "--budget", "smoke", "--tasks", "listops",
               "--mechanisms", "local"],

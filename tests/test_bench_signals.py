@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from train_helpers import run_cli, subprocess_env, weirdnet_cmd
+from helpers.train import run_cli, subprocess_env, weirdnet_cmd
 from weirdnet.bench.paper.budgets import get_budget
 from weirdnet.bench.paper.cells import Cell, CellStore, config_hash
 from weirdnet.bench.paper.tasks import get_task
 from weirdnet.bench.paper.variants import get_variant
 from weirdnet.train.checkpoint import list_checkpoints
+
+pytestmark = pytest.mark.slow  # benchmark subprocesses
 
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -149,7 +151,7 @@ def test_sigterm_while_a_speed_cell_runs(tmp_path):
 
 
 def test_sigint_while_generate_measures(tmp_path):
-    bench = Bench(tmp_path, "generate", "--quick", "--models", "weirdnet-small-cpu",
+    bench = Bench(tmp_path, "decode", "--quick", "--models", "weirdnet-small-cpu",
                   "--out", str(tmp_path / "out"))
     bench.wait_for(lambda: "at context 256" in bench.stderr(), "a measurement")
     status, _ = bench.stop(signal.SIGINT)

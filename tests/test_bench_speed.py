@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 
-from train_helpers import run_cli
+import pytest
+
+from helpers.train import run_cli
 from weirdnet.bench.speed import measure
 from weirdnet.bench.speed_report import markdown, ratio
+
+pytestmark = pytest.mark.slow  # benchmark child processes
 
 TINY = ["--dim", "16", "--depth", "1", "--d-ff", "32", "--heads", "2", "--batch", "2",
         "--steps", "1", "--warmup", "0"]
@@ -29,9 +33,12 @@ def test_speed_command_writes_table_and_json(tmp_path):
     mechanisms = {r["mechanism"] for r in result["rows"]}
     assert mechanisms == {"weird-a", "dba", "softmax"}  # the reference is always added
     assert all(r["status"] == "ok" for r in result["rows"])
-    assert ratio(result, "softmax", 64, "steps_per_s") == 1.0
-    assert ratio(result, "dba", 128, "memory_mib") is not None
     text = (tmp_path / "speed_cpu.md").read_text()
+    rows = {(r["mechanism"], r["length"]): r for r in result["rows"]}
+    for mechanism, length, key in (("weird-a", 64, "steps_per_s"), ("dba", 128, "memory_mib")):
+        want = rows[(mechanism, length)][key] / rows[("softmax", length)][key]
+        assert ratio(result, mechanism, length, key) == pytest.approx(want, rel=1e-12)
+        assert f"{want:.2f}" in text  # the report prints the ratio the rows give
     assert "| Weird-Net A |" in text and "DBA Table 1" in text  # ours, then the papers'
     assert text == markdown(result, "speed_cpu.png")
 

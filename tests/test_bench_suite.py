@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from train_helpers import run_cli
+from helpers.train import run_cli
 from weirdnet.bench.paper import numbers
 from weirdnet.bench.paper.budgets import BUDGETS, get_budget
 from weirdnet.bench.paper.cells import Cell, CellStore, config_hash
@@ -20,6 +20,8 @@ from weirdnet.bench.paper.report import Results
 from weirdnet.bench.paper.tasks import TASKS, configs_dir, get_task
 from weirdnet.bench.paper.variants import MECHANISMS, VARIANTS, get_variant
 from weirdnet.train.config import TrainConfig, check
+
+pytestmark = pytest.mark.slow  # suite cells train models
 
 ALL_TABLES = list(TABLES_BY_NAME)
 
@@ -95,7 +97,7 @@ def test_store_states(tmp_path):
 
 def test_configs_dir_error_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setenv("WEIRDNET_CONFIGS", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="clone of the weirdnet repository"):
+    with pytest.raises(ValueError, match="no weirdnet configs in .*WEIRDNET_CONFIGS"):
         configs_dir()
 
 

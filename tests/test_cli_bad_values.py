@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from train_helpers import write_config
+from helpers.train import write_config
 from weirdnet.cli import main
 from weirdnet.train.config import load_config
 from weirdnet.train.trainer import train

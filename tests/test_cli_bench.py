@@ -14,6 +14,8 @@ from weirdnet.bench import analysis
 from weirdnet.bench.scan import DEFAULT_METHODS
 from weirdnet.cli import main
 
+pytestmark = pytest.mark.slow  # benchmark child processes
+
 
 def _help_text(argv: list[str], capsys) -> str:
     with pytest.raises(SystemExit) as exc:

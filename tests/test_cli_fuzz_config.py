@@ -10,11 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from train_helpers import write_config
+from helpers.train import write_config
 from weirdnet.cli import main
 from weirdnet.models.config import BackboneConfig
 from weirdnet.train import config as train_config
 from weirdnet.train import trainer
+
+pytestmark = pytest.mark.slow  # 120 hypothesis examples
 
 SECTIONS = {"run": train_config.RunConfig, "data": train_config.DataConfig,
             "optim": train_config.OptimConfig, "schedule": train_config.ScheduleConfig,

@@ -6,13 +6,13 @@ import copy
 import pytest
 import torch
 
+from helpers.numerics import rel_err
 from weirdnet.models.classifier import WeirdNetClassifier
 from weirdnet.models.lm import WeirdNetLM
 from weirdnet.models.seq2seq import WeirdNetSeq2Seq
 
-from conftest import rel_err
-
 pytestmark = [
+    pytest.mark.slow,  # torch.compile
     pytest.mark.usefixtures("one_thread"),
     pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated"),
 ]

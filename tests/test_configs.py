@@ -5,10 +5,10 @@ variants train end to end for a few steps on offline data."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 import torch
 
 from weirdnet.data.common import BYTE_VOCAB, SHIFTED_BYTE_VOCAB

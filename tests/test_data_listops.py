@@ -196,7 +196,7 @@ def test_missing_files_say_how_to_get_them(tmp_path):
     message = str(info.value)
     assert "https://storage.googleapis.com/long-range-arena/lra_release.gz" in message
     assert str(tmp_path / "lra_release" / "listops-1000" / "basic_val.tsv") in message
-    assert "weirdnet data generate listops" in message
+    assert "weirdnet data build listops" in message
 
 
 def test_generated_cache_is_keyed_and_reused(tmp_path):
@@ -234,15 +234,15 @@ def _cli(*argv: str) -> int:
 
 def test_cli_generate_and_show(tmp_path, capsys):
     out = str(tmp_path / "lo")
-    assert _cli("generate", "listops", "--out", out, "--n", "6", "--n-val", "2",
+    assert _cli("build", "listops", "--out", out, "--n", "6", "--n-val", "2",
                 "--n-test", "3", "--seed", "4", "--no-progress") == 0
     assert "wrote 11 listops samples" in capsys.readouterr().out
     assert [len(wd.get("listops", s, root=out)) for s in ("train", "val", "test")] == [6, 2, 3]
     assert _cli("show", "listops", "--root", out, "--split", "test", "--n", "2") == 0
     shown = capsys.readouterr().out.splitlines()
     assert len(shown) == 2 and shown[1].startswith("#1  label ")
-    assert _cli("generate", "listops", "--out", out, "--n", "1") == 2  # not overwritten
-    assert _cli("generate", "listops", "--out", str(tmp_path / "x"), "--workers", "2") == 2
+    assert _cli("build", "listops", "--out", out, "--n", "1") == 2  # not overwritten
+    assert _cli("build", "listops", "--out", str(tmp_path / "x"), "--workers", "2") == 2
     assert "pathfinder only" in capsys.readouterr().err
 
 

@@ -251,7 +251,7 @@ def test_missing_data_says_how_to_get_it(tmp_path):
     with pytest.raises(wd.DataMissingError) as info:
         wd.get("pathfinder128", "train", root=tmp_path)
     message = str(info.value)
-    assert "lra_release.gz" in message and "weirdnet data generate pathfinder128" in message
+    assert "lra_release.gz" in message and "weirdnet data build pathfinder128" in message
     assert str(tmp_path / "lra_release/pathfinder128/curv_contour_length_14") in message
 
 
@@ -281,7 +281,7 @@ def _cli(*argv: str) -> int:
 
 def test_cli_generate_and_show_montage(tmp_path, capsys):
     out = tmp_path / "pf"
-    assert _cli("generate", "pathfinder32", "--out", str(out), "--n", "6", "--workers", "1",
+    assert _cli("build", "pathfinder32", "--out", str(out), "--n", "6", "--workers", "1",
                 "--batch-size", "4", "--difficulty", "9", "--no-progress") == 0
     assert sorted(p.name for p in (out / "curv_contour_length_9" / "imgs").iterdir()) == [
         "0", "1"]

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from helpers.numerics import rel_err
 from weirdnet.ops.dba import (
     compress_positions,
     dba_attention,
@@ -18,8 +19,6 @@ from weirdnet.ops.dba.compress import (
     self_compress_backward_op,
     self_compress_op,
 )
-
-from conftest import rel_err
 
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),

@@ -77,7 +77,7 @@ def test_decoding_matches_full_forward():
     full = layer(x, mask)
     cache = layer.init_cache(batch_size=2)
     assert isinstance(cache, WeirdAttentionCache) and cache.capacity == 64
-    y_prompt, cache = layer(x[:, :20], mask[:, :20], cache=cache)
+    y_prompt = layer(x[:, :20], mask[:, :20], cache=cache)
     steps = [layer.step(x[:, t], cache, mask[:, t]) for t in range(20, 50)]
     decoded = torch.cat([y_prompt, torch.stack(steps, 1)], 1)
     assert cache.position == 50

@@ -7,6 +7,8 @@ import math
 import pytest
 import torch
 
+from helpers.mixers import check_linear_memory
+from helpers.numerics import random_padding_mask, rel_err
 from weirdnet.layers import build
 from weirdnet.layers.dba import DBACrossAttention, DBAttention, default_heads
 from weirdnet.ops.dba import (
@@ -18,8 +20,6 @@ from weirdnet.ops.dba import (
     dba_cross_reference,
     dba_reference,
 )
-
-from conftest import random_padding_mask, rel_err
 
 LENGTHS = [1, 7, 37, 1000]
 
@@ -274,11 +274,9 @@ def test_dropout_only_in_training():
     assert not torch.allclose(layer(x), plain(x), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_memory_grows_linearly_in_length():
-    from test_mixer_relation import peak_extra_bytes  # the shared memory child
-
-    small, large = peak_extra_bytes([("dba", False, 8, L, 128) for L in (4096, 8192)])
-    assert small > 0 and large / small <= 2.2, (small, large)
+    check_linear_memory("dba", causal=False, B=8, D=128)
 
 
 # --- errors -------------------------------------------------------------------------------

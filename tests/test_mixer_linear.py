@@ -4,7 +4,7 @@ float64 reference."""
 import pytest
 import torch
 
-from test_mixer_softmax import (
+from helpers.mixers import (
     LENGTHS,
     check_against_reference,
     check_cache_errors,
@@ -17,6 +17,7 @@ from test_mixer_softmax import (
     random_mask,
     random_qkv,
 )
+from helpers.numerics import rel_err
 from weirdnet.layers import LinearAttention, LinearAttentionCache, available, build
 from weirdnet.ops import (
     LinearAttentionState,
@@ -25,8 +26,6 @@ from weirdnet.ops import (
     linear_attention_reference,
     linear_attention_step,
 )
-
-from conftest import rel_err
 
 
 def linear_reference_mix(layer, q, k, v, mask):
@@ -117,6 +116,7 @@ def test_decoding_matches_full_pass():
     assert cache.state.kv.shape == (2, 4, 8, 8) and cache.state.z.shape == (2, 4, 8)
 
 
+@pytest.mark.slow  # child processes
 def test_memory_is_linear_in_length():
     check_linear_memory("linear", causal=True)
 

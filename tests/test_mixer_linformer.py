@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from test_mixer_softmax import (
+from helpers.mixers import (
     LENGTHS,
     check_against_reference,
     check_input_errors,
@@ -15,10 +15,9 @@ from test_mixer_softmax import (
     random_mask,
     random_qkv,
 )
+from helpers.numerics import rel_err
 from weirdnet.layers import LinformerAttention, available, build
 from weirdnet.ops import linformer_attention, linformer_reference
-
-from conftest import rel_err
 
 MAX_LEN = 1024
 
@@ -76,6 +75,7 @@ def test_padding_never_changes_real_outputs():
     check_padding_invariance(LinformerAttention(16, heads=4, k=16, max_len=64))
 
 
+@pytest.mark.slow  # child processes
 def test_memory_is_linear_in_length():
     check_linear_memory("linformer", causal=False, max_len=8192)
 

@@ -4,7 +4,7 @@ reference."""
 import pytest
 import torch
 
-from test_mixer_softmax import (
+from helpers.mixers import (
     LENGTHS,
     check_against_reference,
     check_cache_errors,
@@ -17,11 +17,10 @@ from test_mixer_softmax import (
     random_mask,
     random_qkv,
 )
+from helpers.numerics import rel_err
 from weirdnet.layers import LocalAttention, LocalAttentionCache, available, build
 from weirdnet.ops import local_attention, local_attention_reference
 from weirdnet.ops.local_attention import local_attention_decode
-
-from conftest import rel_err
 
 
 def local_reference_mix(layer, q, k, v, mask):
@@ -111,6 +110,7 @@ def test_decoding_matches_full_pass(window):
     assert cache.mask.shape == (3, window - 1) and not cache.mask.any()
 
 
+@pytest.mark.slow  # child processes
 @pytest.mark.parametrize("causal", [True, False])
 def test_memory_is_linear_in_length(causal):
     check_linear_memory("local", causal=causal)

@@ -1,22 +1,15 @@
 """Relation mixer: op and layer against the float64 reference, padding, causality,
 decoding, memory growth, errors."""
 
-import json
-import platform
-import shutil
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 
-from weirdnet.bench.memory import measure_cpu_in_child
+from helpers.mixers import check_linear_memory
+from helpers.numerics import random_padding_mask, rel_err
 from weirdnet.layers import build
 from weirdnet.layers.relation import Relation, RelationCache
 from weirdnet.ops.relation import relation_mix, relation_mix_continue, relation_reference
-
-from conftest import random_padding_mask, rel_err
 
 LENGTHS = [1, 7, 37, 1000]
 
@@ -160,7 +153,7 @@ def test_decoding_equals_full_pass():
     full = layer(x, mask)
     cache = layer.init_cache(batch_size=B)
     assert isinstance(cache, RelationCache)
-    y_prompt, cache = layer(x[:, :25], mask[:, :25], cache=cache)
+    y_prompt = layer(x[:, :25], mask[:, :25], cache=cache)
     steps = [layer.step(x[:, i], cache, mask[:, i]) for i in range(25, L)]
     decoded = torch.cat([y_prompt, torch.stack(steps, 1)], 1)
     assert cache.position == L and torch.equal(cache.count, mask.sum(1))
@@ -210,66 +203,10 @@ def test_registry_and_defaults():
 
 # --- memory ------------------------------------------------------------------------------
 
-_MEMORY_CHILD = """
-import json, sys
-from weirdnet.bench.alloc import reuse_freed_memory
-reuse_freed_memory()
-import torch
-from weirdnet.bench.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
-import weirdnet.layers.dba, weirdnet.layers.relation
-from weirdnet.layers import build
-name, causal, B, L, D = sys.argv[1], sys.argv[2] == "1", *map(int, sys.argv[3:6])
-torch.set_num_threads(1)
-torch.manual_seed(0)
-layer = build(name, D, causal=causal)
-def step(x, g):
-    x.grad = None
-    layer(x).backward(g)
-step(torch.randn(B, 64, D, requires_grad=True), torch.randn(B, 64, D))
-x, g = torch.randn(B, L, D, requires_grad=True), torch.randn(B, L, D)
-reset_peak_rss()
-base = current_rss_bytes()
-step(x, g)
-print(json.dumps({"extra_bytes": peak_rss_bytes() - base}))
-"""
-
-
-def _reproducible() -> list[str]:
-    """Command prefix running a child with a fixed hash seed and no address-space
-    randomisation, or [] where ``env`` or ``setarch -R`` is unavailable.  Otherwise the
-    heap's layout, hence the peak RSS, varies from run to run by about one (B, L, D)
-    tensor; with both fixed it is reproducible."""
-    prefix = ["env", "PYTHONHASHSEED=0", "setarch", platform.machine(), "-R"]
-    if shutil.which("env") is None or shutil.which("setarch") is None:
-        return []
-    ok = subprocess.run([*prefix, sys.executable, "-c", "pass"], capture_output=True)
-    return prefix if ok.returncode == 0 else []
-
-
-def peak_extra_bytes(cases):
-    """Peak extra RSS of one forward+backward of ``build(name, D, causal)`` for each
-    (name, causal, B, L, D), measured in fresh child processes (two at a time); the
-    smallest of two runs where randomisation could not be switched off."""
-    prefix = _reproducible()
-
-    def one(case):
-        name, causal, B, L, D = case
-        cmd = [*prefix, sys.executable, "-c", _MEMORY_CHILD, name, str(int(causal)), str(B),
-               str(L), str(D)]
-        results = [measure_cpu_in_child(cmd, timeout_s=300) for _ in range(1 if prefix else 2)]
-        for result in results:
-            assert "error" not in result, json.dumps(result)
-        return min(result["extra_bytes"] for result in results)
-
-    with ThreadPoolExecutor(2) as pool:
-        return list(pool.map(one, cases))
-
-
-def test_memory_grows_linearly_in_length():
-    cases = [("relation", causal, 8, L, 128) for causal in (False, True) for L in (4096, 8192)]
-    small_b, large_b, small_c, large_c = peak_extra_bytes(cases)
-    for small, large in ((small_b, large_b), (small_c, large_c)):
-        assert small > 0 and large / small <= 2.2, (small, large)
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [False, True])
+def test_memory_grows_linearly_in_length(causal):
+    check_linear_memory("relation", causal=causal, B=8, D=128)
 
 
 # --- errors ------------------------------------------------------------------------------
@@ -298,12 +235,12 @@ def test_layer_errors():
     with pytest.raises(ValueError, match="causal"):
         Relation(8)(torch.randn(1, 3, 8), cache=layer.init_cache(1))
     cache = layer.init_cache(2, max_len=3)
-    with pytest.raises(ValueError, match="batch size 1 but the cache was made for 2"):
+    with pytest.raises(ValueError, match="cache was made for batch_size=2, got a batch of 1"):
         layer.step(torch.randn(1, 8), cache)
     layer(torch.randn(2, 3, 8), cache=cache)
     with pytest.raises(ValueError, match="capacity 3 exceeded"):
         layer.step(torch.randn(2, 8), cache)
-    with pytest.raises(ValueError, match="cache must come from init_cache"):
+    with pytest.raises(ValueError, match="cache must come from Relation.init_cache"):
         layer(torch.randn(2, 3, 8), cache=object())
     with pytest.raises(ValueError, match="x_t must have 2 dimensions"):
         layer.step(torch.randn(2, 1, 8), layer.init_cache(2))

@@ -10,7 +10,7 @@ Checks run in float64, so every tolerance is tight.
 import pytest
 import torch
 
-from weirdnet.layers import available, build
+from weirdnet.layers import Mixer, available, build
 
 REQUIRED = {"weird", "ps", "relation", "dba", "softmax", "linear", "linformer", "local"}
 B, L, D = 2, 23, 16
@@ -97,19 +97,45 @@ def test_decoding_equals_the_full_pass(name, causal):
     with torch.no_grad():
         full = layer(x)
         cache = layer.init_cache(B)
-        prompt, cache = layer(x[:, :9], cache=cache)
+        prompt = layer(x[:, :9], cache=cache)
         steps = [layer.step(x[:, t], cache) for t in range(9, L)]
     decoded = torch.cat([prompt, torch.stack(steps, 1)], 1)
     assert torch.allclose(decoded, full, rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("name,causal", FORMS)
+def test_every_mixer_keeps_the_one_contract(name, causal):
+    """A Mixer: forward returns a tensor, with or without a cache (advanced in place)."""
+    layer = _build(name, causal)
+    assert isinstance(layer, Mixer)
+    if not causal:
+        return
+    with torch.no_grad():
+        cache = layer.init_cache(B)
+        out = layer(_x(5), cache=cache)
+        assert isinstance(out, torch.Tensor) and out.shape == (B, 5, D)
+        assert layer.step(_x(1)[:, 0], cache).shape == (B, D)
+        if hasattr(cache, "position"):
+            assert cache.position == 6
+
+
+@pytest.mark.parametrize("name,causal", CAUSAL_FORMS)
+def test_a_cache_of_another_mixer_or_batch_is_refused(name, causal):
+    layer = _build(name, causal)
+    other = _build("softmax" if name != "softmax" else "linear", True)
+    with pytest.raises(ValueError, match="cache must come from"):
+        layer(_x(), cache=other.init_cache(B))
+    with pytest.raises(ValueError, match="cache was made for batch_size=3"):
+        layer(_x(), cache=layer.init_cache(3))
+
+
 @pytest.mark.parametrize("name,causal", [p for p in FORMS if not p.values[1]])
 def test_bidirectional_forms_refuse_a_cache(name, causal):
     layer = _build(name, causal)
-    if "init_cache" not in dir(layer):
-        return  # no decoding API at all: nothing to refuse
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="causal"):
         layer.init_cache(B)
+    with pytest.raises(ValueError, match="causal"):
+        layer(_x(), cache=object())
 
 
 @pytest.mark.parametrize("name,causal", FORMS)

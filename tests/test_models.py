@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from helpers.numerics import rel_err
 from weirdnet.models import (
     BackboneConfig,
     ConfigError,
@@ -11,8 +12,6 @@ from weirdnet.models import (
     WeirdNetLM,
     WeirdNetSeq2Seq,
 )
-
-from conftest import rel_err
 
 CAUSAL_PATTERNS = ["B", "A", "softmax", "ps", "relation", "linear", "local", "weird,relation"]
 ENCODER_PATTERNS = ["A", "B", "dba", "relation", "linformer", "linear", "local", "ps",

@@ -168,6 +168,7 @@ def test_table_vii_counts():
     assert build_preset("gpt2-large", device="meta").num_parameters() == 774_030_080
 
 
+@pytest.mark.slow  # child processes
 def test_meta_build_allocates_no_memory():
     code = (
         "import resource, torch\n"

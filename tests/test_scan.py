@@ -7,31 +7,18 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers.numerics import rel_err
+from helpers.scan import make_inputs, reach_mask
 from weirdnet.ops import levels_needed, weird_scan, weird_scan_bidirectional, weird_scan_reference
-
-from conftest import random_log_w, rel_err
 
 LENGTHS = [1, 2, 3, 7, 8, 9, 100, 1000, 4097]
 MODES = ["cumexp", "exp", "ones"]
 
 
-def make_inputs(B, L, D, mode="cumexp", seed=0, masked=True, scale=2.0):
-    """Random float64 (a, v, log_w, mask); the mask drops ~25% of tokens at random."""
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(B, L, D, dtype=torch.float64, generator=g) * scale
-    v = torch.randn(B, L, D, dtype=torch.float64, generator=g)
-    log_w = random_log_w(max(1, levels_needed(L)), D, mode, generator=g)
-    mask = torch.rand(B, L, generator=g) > 0.25 if masked else None
-    return a, v, log_w, mask
 
 
-def reach_mask(mask, B, L, reverse):
-    """(B, L, 1) True where an output has a real token in its window (reference finite)."""
-    if mask is None:
-        return torch.ones(B, L, 1, dtype=torch.bool)
-    m = mask.flip(1) if reverse else mask
-    reach = m.cumsum(1) > 0
-    return (reach.flip(1) if reverse else reach).unsqueeze(-1)
+
+
 
 
 @pytest.mark.parametrize("L", LENGTHS)
@@ -112,6 +99,7 @@ def test_backends_agree_and_noncontiguous_inputs(backend):
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 3e-2),
                                        (torch.float16, 3e-2)])
+@pytest.mark.slow  # L = 65,536
 def test_long_sequence_stability_64k(backend, dtype, tol):
     """L = 65,536 with the papers' initialisation: finite, and close to float64."""
     L, D = 65536, 64

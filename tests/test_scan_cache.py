@@ -3,9 +3,8 @@
 import pytest
 import torch
 
+from helpers.numerics import random_log_w
 from weirdnet.ops import WeirdScanCache, weird_scan
-
-from conftest import random_log_w
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -50,7 +49,11 @@ def test_capacity_memory_and_reset():
         cache.step(torch.randn(2, 16), torch.randn(2, 16))
     cache.reset()
     assert cache.position == 0
-    cache.step(torch.randn(2, 16), torch.randn(2, 16))
+    # after a reset the cache decodes a new sequence exactly like a fresh one
+    a, v = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    fresh = WeirdScanCache(log_w, 2, max_len=100)
+    assert torch.equal(cache.extend(a, v), fresh.extend(a, v))
+    assert torch.equal(cache.step(a[:, 0], v[:, 0]), fresh.step(a[:, 0], v[:, 0]))
 
 
 def test_reorder_selects_batch_rows(backend):

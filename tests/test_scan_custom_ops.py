@@ -7,11 +7,10 @@ import warnings
 import pytest
 import torch
 
+from helpers.numerics import rel_err
 from weirdnet.ops import WeirdScanCache, weird_scan, weird_scan_bidirectional
 from weirdnet.ops.weird_scan import dispatch, library
 from weirdnet.ops.weird_scan import torch as torch_backend
-
-from conftest import rel_err
 
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),

@@ -19,7 +19,8 @@ import os
 import pytest
 import torch
 
-from test_scan import reach_mask
+from helpers.numerics import random_log_w, rel_err
+from helpers.scan import reach_mask
 from weirdnet.ops import (
     WeirdScanCache,
     levels_needed,
@@ -28,8 +29,6 @@ from weirdnet.ops import (
     weird_scan_reference,
 )
 from weirdnet.ops.weird_scan import cpu as _cpu_kernel
-
-from conftest import random_log_w, rel_err
 
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),
@@ -74,7 +73,7 @@ def _triton_kernels():
     return module if CUDA or module.INTERPRETED else None
 
 
-@pytest.fixture(params=["cpu", "torch", "triton"])
+@pytest.fixture(params=["cpu", "torch", pytest.param("triton", marks=pytest.mark.slow)])
 def backend(request, monkeypatch):
     """A backend name.  Triton takes 2 levels per pass up to L = 8 and 3 up to L = 64, so
     that short sequences take the multi-pass path (pass boundaries, halos) that long ones

@@ -16,7 +16,8 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'weirdnet[triton]')")
 
-from test_scan import make_inputs, reach_mask  # noqa: E402
+from helpers.numerics import rel_err  # noqa: E402
+from helpers.scan import make_inputs, reach_mask  # noqa: E402
 from weirdnet.ops import (  # noqa: E402
     WeirdScanCache,
     weird_scan,
@@ -26,7 +27,7 @@ from weirdnet.ops import (  # noqa: E402
 from weirdnet.ops.weird_scan import cpu as cpu_kernel  # noqa: E402
 from weirdnet.ops.weird_scan import dispatch  # noqa: E402
 
-from conftest import rel_err  # noqa: E402
+pytestmark = pytest.mark.slow  # the Triton interpreter
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"

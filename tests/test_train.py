@@ -9,13 +9,15 @@ import time
 import pytest
 import torch
 
-from train_helpers import run_cli, subprocess_env, weirdnet_cmd, write_config
+from helpers.train import run_cli, subprocess_env, weirdnet_cmd, write_config
 from weirdnet.cli import main
 from weirdnet.models.base import CheckpointError, load
 from weirdnet.models.safetensors_io import load_file
 from weirdnet.train import checkpoint as ckpt
 from weirdnet.train.config import load_config
 from weirdnet.train.trainer import RunError, train
+
+pytestmark = pytest.mark.slow  # training runs, some in subprocesses
 
 
 def _weights(run_dir, step):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from train_helpers import write_config
+from helpers.train import write_config
 from weirdnet.data.registry import DatasetInfo
 from weirdnet.models.config import ConfigError
 from weirdnet.train.config import apply_overrides, load_config, parse_value

@@ -9,11 +9,14 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from train_helpers import subprocess_env, write_config
+from helpers.train import subprocess_env, write_config
 from weirdnet.models.safetensors_io import load_file
 
-pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
-                                reason="torch.distributed with gloo is not available")
+pytestmark = [
+    pytest.mark.slow,  # torchrun subprocesses
+    pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                       reason="torch.distributed with gloo is not available"),
+]
 
 
 def _run(tmp_path, name, nproc, *overrides):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from train_helpers import run_cli, subprocess_env, weirdnet_cmd, write_config
+from helpers.train import run_cli, subprocess_env, weirdnet_cmd, write_config
 from weirdnet._lock import DirectoryBusyError, DirectoryLock
 from weirdnet.cli import main
 from weirdnet.models.base import CheckpointError

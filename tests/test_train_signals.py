@@ -16,9 +16,11 @@ import time
 import pytest
 import torch
 
-from train_helpers import run_cli, subprocess_env, weirdnet_cmd, write_config
+from helpers.train import run_cli, subprocess_env, weirdnet_cmd, write_config
 from weirdnet.models.safetensors_io import load_file
 from weirdnet.train import checkpoint as ckpt
+
+pytestmark = pytest.mark.slow  # real training subprocesses
 
 STEPS = 12  # eval at 6 and 12 (2 batches each), checkpoints every 3, final eval 4 batches
 

@@ -95,6 +95,17 @@ _BENCHMARKS = (
 """``weirdnet bench`` subcommands: (suite name, help, description)."""
 
 
+RENAMED = {("bench", "generate"): "bench decode", ("data", "generate"): "data build"}
+"""Old spellings still parsed (hidden from --help) for one release, with a note."""
+
+
+def _note_renamed(argv: list[str]) -> None:
+    new = RENAMED.get(tuple(argv[:2]))
+    if new is not None:
+        print(f"note: `weirdnet {' '.join(argv[:2])}` is now `weirdnet {new}`; the old "
+              "spelling goes in the next release", file=sys.stderr)
+
+
 def _add_bench(subparsers: argparse._SubParsersAction) -> None:
     """``weirdnet bench <benchmark>``, one subcommand per suite of :data:`_BENCHMARKS`."""
     bench = subparsers.add_parser(
@@ -102,21 +113,24 @@ def _add_bench(subparsers: argparse._SubParsersAction) -> None:
         description="Run one of weirdnet's benchmarks; see `weirdnet bench BENCHMARK --help`.",
     )
     benchmarks = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    from weirdnet.bench.opbench import get_opbench
     from weirdnet.bench.runner import add_arguments
-    from weirdnet.bench.suite import get_suite
 
     for name, help_text, description in _BENCHMARKS:
         parser = benchmarks.add_parser(name, help=help_text, description=description,
                                        formatter_class=_FORMATTER)
-        add_arguments(parser, get_suite(name))
+        add_arguments(parser, get_opbench(name))
         parser.set_defaults(handler=_run_bench)
-    from weirdnet.bench import generate
+    from weirdnet.bench import decode
 
     parser = benchmarks.add_parser(
-        "generate", help="tokens/s of cached generation vs context: Weird-Net B vs softmax",
-        description=generate.DESCRIPTION, formatter_class=_FORMATTER)
-    generate.add_arguments(parser)
-    parser.set_defaults(handler=generate.run)
+        "decode", help="tokens/s of cached decoding vs context: Weird-Net B vs softmax",
+        description=decode.DESCRIPTION, formatter_class=_FORMATTER)
+    decode.add_arguments(parser)
+    parser.set_defaults(handler=decode.run)
+    from weirdnet._argparse import hidden_alias
+
+    hidden_alias(benchmarks, "generate", "decode")
     from weirdnet.bench import speed
 
     parser = benchmarks.add_parser(
@@ -144,9 +158,9 @@ def _add_bench(subparsers: argparse._SubParsersAction) -> None:
 
 def _run_bench(args: argparse.Namespace, argv: list[str]) -> int:
     from weirdnet.bench import runner
-    from weirdnet.bench.suite import get_suite
+    from weirdnet.bench.opbench import get_opbench
 
-    return runner.run(get_suite(args.benchmark), args, argv)
+    return runner.run(get_opbench(args.benchmark), args, argv)
 
 
 def _add_data(subparsers: argparse._SubParsersAction) -> None:
@@ -213,6 +227,41 @@ def _run_info(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def _add_configs(subparsers: argparse._SubParsersAction) -> None:
+    """``weirdnet configs``: the training configs shipped with the package."""
+    parser = subparsers.add_parser(
+        "configs", help="list the training configs shipped with weirdnet",
+        description="List the training configs shipped with weirdnet, each with the paper "
+                    "table it follows. Train one by name from any directory: `weirdnet "
+                    "train lra/listops-cpu`.", formatter_class=_FORMATTER)
+    parser.add_argument("pattern", nargs="?", default="",
+                        help="only names containing this text (e.g. lra/, -cpu)")
+    parser.add_argument("--path", action="store_true",
+                        help="print the folder that holds them and exit")
+    parser.set_defaults(handler=_run_configs)
+
+
+def _run_configs(args: argparse.Namespace, argv: list[str]) -> int:
+    from weirdnet.models.config import ConfigError
+    from weirdnet.train.named_configs import config_dir, summaries
+
+    try:
+        if args.path:
+            print(config_dir())
+            return 0
+        chosen = [c for c in summaries() if args.pattern in c.name]
+    except ConfigError as error:
+        print(f"weirdnet configs: {error}", file=sys.stderr)
+        return 2
+    if not chosen:
+        print(f"weirdnet configs: no config name contains {args.pattern!r}", file=sys.stderr)
+        return 2
+    width = max(len(c.name) for c in chosen)
+    for config in chosen:
+        print(f"{config.name:<{width}}  {config.summary}")
+    return 0
+
+
 def _add_training(subparsers: argparse._SubParsersAction) -> None:
     """``weirdnet train|eval|generate|plot`` (see :mod:`weirdnet.train.commands`)."""
     from weirdnet.train import commands
@@ -223,7 +272,7 @@ def _add_training(subparsers: argparse._SubParsersAction) -> None:
 
 
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
-    _add_training, _add_bench, _add_data, _add_info)
+    _add_training, _add_configs, _add_bench, _add_data, _add_info)
 """Functions registering one subcommand each, in ``--help`` order."""
 
 
@@ -248,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    _note_renamed(argv)
     installed = STOP.install()  # SIGINT/SIGTERM: one line and 128 + signal, no traceback
     try:
         return args.handler(args, argv)

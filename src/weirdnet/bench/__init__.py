@@ -1,13 +1,14 @@
-"""Benchmarks of weirdnet's ops and layers, run through ``weirdnet bench <suite>``.
+"""Benchmarks of weirdnet's ops, layers and models, run through ``weirdnet bench NAME``.
 
 Modules (one concern each, none imports torch at import time except where noted):
 
-- ``suite``: what distinguishes a suite (:class:`~.suite.Suite`: methods, lengths,
-  ratios, targets, report header, length cap) and :func:`~.suite.get_suite`.
-- ``scan``: the ``scan`` suite, weird_scan vs SDPA.
-- ``mixers``: the ``mixers`` suite, every registered mixer layer vs SDPA (methods found
-  in ``weirdnet.layers``' registry at run time).
-- ``runner``: running a suite: options, plan, timings, memory, report (shared by all).
+- ``opbench``: what distinguishes one operator benchmark (:class:`~.opbench.OpBench`:
+  methods, lengths, ratios, targets, report header, length cap) and
+  :func:`~.opbench.get_opbench`.
+- ``scan``: ``bench scan``, weird_scan vs SDPA.
+- ``mixers``: ``bench mixers``, every registered mixer layer vs SDPA (methods found in
+  ``weirdnet.layers``' registry at run time).
+- ``runner``: running an operator benchmark: options, plan, timings, memory, report.
 - ``alloc``: glibc allocator settings applied before measuring.
 - ``timing``: median wall-clock time of a callable (imports torch).
 - ``memory``: peak extra memory of forward+backward (CPU: child process, CUDA: allocator).

@@ -1,6 +1,6 @@
 """Child process measuring the peak extra CPU memory of one forward+backward.
 
-Run as ``python -m weirdnet.bench._memchild --suite SUITE --method NAME --batch B
+Run as ``python -m weirdnet.bench._memchild --suite OPBENCH --method NAME --batch B
 --length L --dim D ...``; prints one JSON line.  Order of events (see :mod:`.memory`):
 
 1. allocator setting (before torch is imported, so every tensor is served from the heap);
@@ -49,12 +49,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from weirdnet.bench.memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
     from weirdnet.bench.methods import Shape
-    from weirdnet.bench.suite import get_suite
+    from weirdnet.bench.opbench import get_opbench
     from weirdnet.bench.timing import forward_backward_step
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    method = get_suite(args.suite).method(args.method)
+    method = get_opbench(args.suite).method(args.method)
     dtype, device = getattr(torch, args.dtype), torch.device("cpu")
     tiny = Shape(1, min(args.length, 64), args.dim, args.head_dim)
     try:

@@ -2,22 +2,22 @@
 
 A result row (see :mod:`.runner`) is a dict with at least ``method``, ``L``, ``fwd_ms``,
 ``fwdbwd_ms`` and ``mem_mib`` (each None when not measured).  The ratios and targets are
-the suite's (:class:`~.suite.Suite`); without one, the scan suite's.
+the suite's (:class:`~.opbench.OpBench`); without one, the scan suite's.
 """
 
 from __future__ import annotations
 
 import operator
 
-from .suite import Ratio, Suite, Target, get_suite
+from .opbench import OpBench, Ratio, Target, get_opbench
 
 __all__ = ["Ratio", "Target", "compute_ratios", "evaluate_targets", "ratio_specs"]
 
 _OPS = {">=": operator.ge, "<=": operator.le, "<": operator.lt, ">": operator.gt}
 
 
-def _suite(suite: Suite | None) -> Suite:
-    return suite if suite is not None else get_suite("scan")
+def _suite(suite: OpBench | None) -> OpBench:
+    return suite if suite is not None else get_opbench("scan")
 
 
 def _value(rows: list[dict], method: str, L: int, metric: str) -> float | None:
@@ -27,13 +27,13 @@ def _value(rows: list[dict], method: str, L: int, metric: str) -> float | None:
     return None
 
 
-def ratio_specs(rows: list[dict], suite: Suite | None = None) -> tuple[Ratio, ...]:
+def ratio_specs(rows: list[dict], suite: OpBench | None = None) -> tuple[Ratio, ...]:
     """The suite's ratios for the methods of ``rows`` (in their order of appearance)."""
     methods = list(dict.fromkeys(row["method"] for row in rows))
     return _suite(suite).ratios(methods)
 
 
-def compute_ratios(rows: list[dict], suite: Suite | None = None) -> list[dict]:
+def compute_ratios(rows: list[dict], suite: OpBench | None = None) -> list[dict]:
     """One dict per length: ``L`` and each ratio key (None where a side is missing)."""
     specs = ratio_specs(rows, suite)
     out = []
@@ -46,7 +46,7 @@ def compute_ratios(rows: list[dict], suite: Suite | None = None) -> list[dict]:
     return out
 
 
-def evaluate_targets(ratios: list[dict], suite: Suite | None = None) -> list[dict]:
+def evaluate_targets(ratios: list[dict], suite: OpBench | None = None) -> list[dict]:
     """PASS/FAIL of each target whose ratio was measured; unmeasured targets are left out.
 
     A target with fallbacks uses the first of its ratio keys that was measured at its

@@ -56,7 +56,7 @@ def machine_info(device: torch.device, command: list[str], allocator: str) -> di
     from weirdnet import __version__
 
     info = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": shlex.join(command),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),

@@ -64,7 +64,7 @@ class Case:
 class Method:
     """A compared method: CLI ``name``, table ``label`` and a ``build`` function.
 
-    - ``capped``: the suite's length cap (``Suite.cap``, e.g. ``--torch-max-len``)
+    - ``capped``: the suite's length cap (``OpBench.cap``, e.g. ``--torch-max-len``)
       applies to it.
     - ``check()``: None if the method can run here, else why not (its rows then carry
       that reason as their error).
@@ -195,11 +195,6 @@ def sdpa_builder(causal: bool):
     return build
 
 
-def _first_tensor(out) -> torch.Tensor:
-    """A layer's output: ``y`` itself, or ``y`` of a ``(y, cache)`` pair."""
-    return out[0] if isinstance(out, tuple) else out
-
-
 def layer_builder(mixer: str, causal: bool, options: Callable[[Shape], dict]):
     """Build function for mixer layer ``mixer`` of ``weirdnet.layers`` (form ``causal``).
 
@@ -221,7 +216,7 @@ def layer_builder(mixer: str, causal: bool, options: Callable[[Shape], dict]):
         grad_out = _randn(size, gen, dtype, device)
 
         def forward() -> torch.Tensor:
-            return _first_tensor(layer(x))
+            return layer(x)
 
         return Case((x, *params), grad_out, forward)
 

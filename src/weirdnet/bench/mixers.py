@@ -28,7 +28,7 @@ import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .suite import Cap, Ratio, Suite, Target
+from .opbench import Cap, OpBench, Ratio, Target
 
 if TYPE_CHECKING:  # pragma: no cover
     from .methods import Method, Shape
@@ -221,7 +221,7 @@ def _describe(doc: dict) -> list[str]:
     ]
 
 
-SUITE = Suite(
+OPBENCH = OpBench(
     name="mixers",
     title="Sequence mixers (full layers) vs SDPA",
     method_names=method_names,

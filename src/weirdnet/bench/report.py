@@ -15,7 +15,7 @@ from pathlib import Path
 from weirdnet._atomic import write_atomic
 
 from .analysis import ratio_specs
-from .suite import Suite, get_suite
+from .opbench import OpBench, get_opbench
 
 
 def fmt_ms(x: float | None) -> str:
@@ -43,7 +43,7 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list
     return lines + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-def _header_lines(doc: dict, suite: Suite) -> list[str]:
+def _header_lines(doc: dict, suite: OpBench) -> list[str]:
     m, c = doc["machine"], doc["config"]
     return [
         f"# {suite.title} on {m['device']}",
@@ -80,7 +80,7 @@ def _results_lines(doc: dict) -> list[str]:
     return ["", "## Results", "", *markdown_table(header, rows)]
 
 
-def _ratio_lines(doc: dict, suite: Suite) -> list[str]:
+def _ratio_lines(doc: dict, suite: OpBench) -> list[str]:
     specs = ratio_specs(doc["results"], suite)
     used = [r for r in specs if any(e.get(r.key) is not None for e in doc["ratios"])]
     if not used:
@@ -108,9 +108,9 @@ def _target_lines(doc: dict) -> list[str]:
     return lines
 
 
-def render_markdown(doc: dict, suite: Suite | None = None) -> str:
+def render_markdown(doc: dict, suite: OpBench | None = None) -> str:
     """The whole report as Markdown (``suite``: default, the one named by the document)."""
-    suite = suite if suite is not None else get_suite(doc.get("benchmark", "scan"))
+    suite = suite if suite is not None else get_opbench(doc.get("benchmark", "scan"))
     lines = (_header_lines(doc, suite) + _results_lines(doc) + _ratio_lines(doc, suite)
              + _target_lines(doc))
     if doc.get("notes"):

@@ -1,6 +1,6 @@
 """Running a benchmark suite: options, plan, timings, memory children, report.
 
-For every length L and method of a :class:`~.suite.Suite` it measures, side by side in
+For every length L and method of a :class:`~.opbench.OpBench` it measures, side by side in
 one process, the median time of an inference forward and of a forward+backward, and then
 the peak extra memory of one forward+backward (CPU: a fresh child process per row, see
 :mod:`.memory`; CUDA: the caching allocator's peak).  It prints a Markdown report
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import output
-from .suite import Suite
+from .opbench import OpBench
 
 QUICK = {"batch": 1, "dim": 32, "lengths": (64, 128), "repeats": 1}
 """--quick shapes; --quick also runs 1 torch thread (tiny ops gain nothing from more)."""
@@ -32,7 +32,7 @@ def _int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected integers, got {text!r}") from exc
 
 
-def _method_list(suite: Suite):
+def _method_list(suite: OpBench):
     """argparse ``type`` parsing ``"a,b"`` into method names of ``suite``, checking each."""
 
     def parse(text: str) -> list[str]:
@@ -47,7 +47,7 @@ def _method_list(suite: Suite):
     return parse
 
 
-def add_arguments(p: argparse.ArgumentParser, suite: Suite) -> None:
+def add_arguments(p: argparse.ArgumentParser, suite: OpBench) -> None:
     """Options of ``weirdnet bench <suite>``."""
     lengths = ",".join(map(str, suite.default_lengths))
     methods_help = suite.methods_help or (
@@ -94,7 +94,7 @@ def add_arguments(p: argparse.ArgumentParser, suite: Suite) -> None:
 class Config:
     """Resolved settings of one benchmark run.
 
-    ``cap_max_len``: longest L of the suite's capped methods (0: no cap; see ``Suite.cap``).
+    ``cap_max_len``: longest L of the suite's capped methods (0: no cap; see ``OpBench.cap``).
     """
 
     batch: int
@@ -119,7 +119,7 @@ def _flatten(values: list[list] | None) -> list | None:
     return None if values is None else [x for group in values for x in group]
 
 
-def resolve_config(args: argparse.Namespace, suite: Suite) -> Config:
+def resolve_config(args: argparse.Namespace, suite: OpBench) -> Config:
     """Defaults (or the ``--quick`` ones) for every option not given."""
     import torch
 
@@ -148,11 +148,11 @@ def repeats_for(config: Config, L: int) -> int:
     return 15 if L <= 2048 else 7 if L <= 4096 else 3
 
 
-def plan(config: Config, suite: Suite) -> tuple[list[tuple[str, int]], list[str]]:
+def plan(config: Config, suite: OpBench) -> tuple[list[tuple[str, int]], list[str]]:
     """(method, L) pairs to measure, in order, and notes on what was left out.
 
     Methods that do not exist at the configured width (``Method.missing``) are left out;
-    capped methods (the slow ones, see ``Suite.cap``) run only up to the cap.
+    capped methods (the slow ones, see ``OpBench.cap``) run only up to the cap.
     """
     pairs, notes = [], []
     for name in config.methods:
@@ -173,13 +173,13 @@ def plan(config: Config, suite: Suite) -> tuple[list[tuple[str, int]], list[str]
     return pairs, notes
 
 
-def _empty_row(suite: Suite, name: str, L: int, repeats: int) -> dict:
+def _empty_row(suite: OpBench, name: str, L: int, repeats: int) -> dict:
     return {"method": name, "label": suite.method(name).label, "L": L, "repeats": repeats,
             "fwd_ms": None, "fwdbwd_ms": None, "fwd_times_ms": [], "fwdbwd_times_ms": [],
             "mem_mib": None, "memory": None, "error": None}
 
 
-def _prepare_row(config: Config, suite: Suite, name: str, L: int, progress):
+def _prepare_row(config: Config, suite: OpBench, name: str, L: int, progress):
     """(row, case): the row of one method at one length and its built inputs (None, with
     the reason in ``row["error"]``, when the method cannot run)."""
     import torch
@@ -212,7 +212,7 @@ def _fail(row: dict, exc: Exception, what: str, progress, left: int) -> None:
     progress.skip(left)
 
 
-def _time_length(config: Config, suite: Suite, names: list[str], L: int, progress
+def _time_length(config: Config, suite: OpBench, names: list[str], L: int, progress
                  ) -> list[dict]:
     """Timings (and, on CUDA, memory) of every method at one length, interleaved.
 
@@ -284,7 +284,7 @@ def _interleaved(steps: list, key: str, label: str, device, warmup: int, progres
                           f"{row[f'{key}_ms']:.2f} ms (median of {len(times)})")
 
 
-def _cpu_memory(config: Config, suite: Suite, rows: list[dict], progress) -> None:
+def _cpu_memory(config: Config, suite: OpBench, rows: list[dict], progress) -> None:
     """Fill ``mem_mib`` of every error-free row from a child process per row (up to
     ``mem_jobs`` at once; a stop signal stops them, see :mod:`.children`)."""
     from . import children, memory
@@ -353,7 +353,7 @@ def _memory_how(config: Config) -> str:
             "grad_out (the baseline), in a fresh child process per row")
 
 
-def run(suite: Suite, args: argparse.Namespace, argv: list[str]) -> int:
+def run(suite: OpBench, args: argparse.Namespace, argv: list[str]) -> int:
     """Run ``suite`` as described by ``args``; ``argv`` is recorded as the command line.
 
     Prints the Markdown report, writes ``<suite>_<device>.md``/``.json`` into the output
@@ -377,7 +377,7 @@ def run(suite: Suite, args: argparse.Namespace, argv: list[str]) -> int:
         return output.fail(error)
 
 
-def _run(suite: Suite, args: argparse.Namespace, argv: list[str], out: Path,
+def _run(suite: OpBench, args: argparse.Namespace, argv: list[str], out: Path,
          session: output.Writing) -> int:
     import torch
 
@@ -403,7 +403,7 @@ def _run(suite: Suite, args: argparse.Namespace, argv: list[str], out: Path,
     return _emit(doc, suite, out, args.check_targets, session)
 
 
-def _measure(config: Config, suite: Suite) -> tuple[list[dict], list[str]]:
+def _measure(config: Config, suite: OpBench) -> tuple[list[dict], list[str]]:
     """All rows of the run (timings, then CPU memory) and notes on skipped ones."""
     from .progress import Progress
 
@@ -422,7 +422,7 @@ def _measure(config: Config, suite: Suite) -> tuple[list[dict], list[str]]:
     return rows, notes
 
 
-def _document(config: Config, suite: Suite, info: dict, rows: list[dict],
+def _document(config: Config, suite: OpBench, info: dict, rows: list[dict],
               notes: list[str], quick: bool = False) -> dict:
     """The JSON document of the run: machine, config, rows, ratios, targets, notes;
     ``quick``: a ``--quick`` run (:mod:`.output` never lets one replace a full report)."""
@@ -441,7 +441,7 @@ def _document(config: Config, suite: Suite, info: dict, rows: list[dict],
     }
 
 
-def _emit(doc: dict, suite: Suite, out: Path, check_targets: bool,
+def _emit(doc: dict, suite: OpBench, out: Path, check_targets: bool,
           session: output.Writing | None = None) -> int:
     """Write (whole: a stop signal waits) and print the report; the exit status."""
     from . import report

@@ -17,7 +17,7 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .suite import Cap, Ratio, Suite, Target
+from .opbench import Cap, OpBench, Ratio, Target
 
 if TYPE_CHECKING:  # pragma: no cover
     from .methods import Method
@@ -95,7 +95,7 @@ def _describe(doc: dict) -> list[str]:
             f"{c['dim'] // c['heads']})"]
 
 
-SUITE = Suite(
+OPBENCH = OpBench(
     name="scan",
     title="weird_scan vs SDPA",
     method_names=lambda: DEFAULT_METHODS,

@@ -1,6 +1,6 @@
-"""``weirdnet data generate`` and ``weirdnet data show`` for the synthetic LRA datasets.
+"""``weirdnet data build`` and ``weirdnet data show`` for the synthetic LRA datasets.
 
-:func:`add_generate` and :func:`add_show` register the subcommands (pattern of
+:func:`add_build` and :func:`add_show` register the subcommands (pattern of
 :mod:`weirdnet.data.commands`): each creates its parser and sets
 ``handler(args, argv) -> exit status``.  Heavy imports happen in the handlers.
 """
@@ -13,7 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["add_generate", "add_show", "montage"]
+from weirdnet._argparse import hidden_alias
+
+__all__ = ["add_build", "add_show", "montage"]
 
 GENERATED = ("listops", "pathfinder32", "pathfinder128")
 
@@ -36,9 +38,9 @@ curv_baseline (6).  Output is deterministic in --seed (not in --workers).  Read 
 weirdnet.data.get(NAME, SPLIT, root=OUT).  Progress goes to stderr.
 
 examples:
-  weirdnet data generate listops --out data/listops --n 96000
-  weirdnet data generate pathfinder32 --out data/pf32 --n 20000 --workers 8
-  weirdnet data generate pathfinder128 --out data/pathx --n 500 --difficulty 14
+  weirdnet data build listops --out data/listops --n 96000
+  weirdnet data build pathfinder32 --out data/pf32 --n 20000 --workers 8
+  weirdnet data build pathfinder128 --out data/pathx --n 500 --difficulty 14
 """
 
 _SHOW_DESCRIPTION = """\
@@ -60,12 +62,12 @@ examples:
 """
 
 
-def add_generate(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``weirdnet data generate``."""
+def add_build(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``weirdnet data build`` (and its former name ``generate``, hidden)."""
     parser = subparsers.add_parser(
-        "generate", help="generate ListOps or Pathfinder/Path-X in the official format",
+        "build", help="build ListOps or Pathfinder/Path-X in the official format",
         description=_GENERATE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("name", choices=GENERATED, help="the dataset to generate")
+    parser.add_argument("name", choices=GENERATED, help="the dataset to build")
     parser.add_argument("--out", type=_path, required=True, metavar="DIR",
                         help="output directory (created; existing sets are not overwritten)")
     parser.add_argument("--n", type=int, default=None, metavar="N",
@@ -83,7 +85,8 @@ def add_generate(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, default=None, metavar="B",
                         help="pathfinder only: images per imgs/<batch> folder (default 1000)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.set_defaults(handler=_run_generate)
+    parser.set_defaults(handler=_run_build)
+    hidden_alias(subparsers, "generate", "build")
 
 
 def add_show(subparsers: argparse._SubParsersAction) -> None:
@@ -93,7 +96,7 @@ def add_show(subparsers: argparse._SubParsersAction) -> None:
         description=_SHOW_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", choices=GENERATED, help="the dataset to show")
     parser.add_argument("--root", type=_path, default=None, metavar="DIR",
-                        help="official files (or `weirdnet data generate` output); default: "
+                        help="official files (or `weirdnet data build` output); default: "
                              "the cached generated set")
     parser.add_argument("--split", choices=("train", "val", "test"), default="train",
                         help="split to show (default train)")
@@ -135,7 +138,7 @@ def _path(text: str) -> Path:
     return Path(text)
 
 
-def _run_generate(args: argparse.Namespace, argv: list[str]) -> int:
+def _run_build(args: argparse.Namespace, argv: list[str]) -> int:
     start = time.perf_counter()
     try:
         _check_arguments(args, {"n": 1 if args.name != "listops" else 0, "n_val": 0,
@@ -145,7 +148,7 @@ def _run_generate(args: argparse.Namespace, argv: list[str]) -> int:
         else:
             written, count = _generate_pathfinder(args)
     except (ValueError, OSError) as err:  # FileExistsError, unwritable --out
-        return _fail("generate", err)
+        return _fail("build", err)
     seconds = time.perf_counter() - start
     print(f"wrote {count} {args.name} samples to {written} in {seconds:.1f} s "
           f"({count / seconds:.1f} samples/s)")

@@ -29,9 +29,9 @@ def _run_list(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _subcommands():
     from weirdnet.data.cmd_download import add_download
-    from weirdnet.data.cmd_lra import add_generate, add_show
+    from weirdnet.data.cmd_lra import add_build, add_show
 
-    return (_add_list, add_generate, add_show, add_download)
+    return (_add_list, add_build, add_show, add_download)
 
 
 def add_data_command(subparsers: argparse._SubParsersAction,

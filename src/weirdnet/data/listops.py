@@ -469,7 +469,7 @@ def find_listops_file(root: str | Path, split: str) -> Path:
         f"ListOps {split} file not found; looked for {', '.join(map(str, candidates))}.\n"
         f"Get the Long Range Arena release from {RELEASE_URL} (tar xzf lra_release.gz) and "
         f"pass root=DIR with DIR/lra_release/listops-1000/{name}, or DIR/{name}.\n"
-        "Offline: `weirdnet data generate listops --out DIR` writes a set with LRA's "
+        "Offline: `weirdnet data build listops --out DIR` writes a set with LRA's "
         "distribution (root=None uses a generated set cached under $WEIRDNET_DATA).")
 
 

@@ -84,7 +84,7 @@ def find_level_dir(root: str | Path, resolution: int, difficulty: int = 14) -> P
         f"{', '.join(str(c / 'metadata') for c in candidates)}.\n"
         f"Get the Long Range Arena release from {RELEASE_URL} (tar xzf lra_release.gz) and "
         f"pass root=DIR with DIR/lra_release/pathfinder{resolution}/{names[0]}/.\n"
-        f"Offline: `weirdnet data generate pathfinder{resolution} --out DIR` writes a set "
+        f"Offline: `weirdnet data build pathfinder{resolution} --out DIR` writes a set "
         "with the same generator settings (root=None uses a generated set cached under "
         "$WEIRDNET_DATA).")
 

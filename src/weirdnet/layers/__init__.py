@@ -1,5 +1,6 @@
-"""Sequence mixers (nn.Module) with one interface, registered by name."""
+"""Sequence mixers (nn.Module) with one interface (:class:`Mixer`), registered by name."""
 
+from .base import Mixer, MultiHeadMixer
 from .dba import DBACrossAttention, DBAttention
 from .linear import LinearAttention, LinearAttentionCache
 from .linformer import LinformerAttention
@@ -8,7 +9,6 @@ from .registry import available, build, register
 from .relation import Relation, RelationCache
 from .softmax import (
     CrossAttentionContext,
-    MultiHeadMixer,
     SoftmaxAttention,
     SoftmaxCrossAttention,
     SoftmaxKVCache,
@@ -26,6 +26,7 @@ __all__ = [
     "LinformerAttention",
     "LocalAttention",
     "LocalAttentionCache",
+    "Mixer",
     "MultiHeadMixer",
     "SoftmaxAttention",
     "SoftmaxCrossAttention",

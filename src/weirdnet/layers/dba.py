@@ -49,6 +49,7 @@ import torch.nn as nn
 
 from ..ops.checks import check_float_tensor, check_mask
 from ..ops.dba import bilinear_mix, compress_positions
+from .base import Mixer
 from .registry import register
 
 
@@ -116,8 +117,11 @@ class _DBABase(nn.Module):
         m_o = torch.einsum("bhpe,che->bhpc", m, w_o).reshape(B, -1, self.dim)
         return torch.baddbmm(self.proj_o.bias, wr, m_o)
 
+    def not_decodable(self, what: str) -> ValueError:
+        return _not_causal(what)
+
     def init_cache(self, batch_size: int, max_len: int | None = None):
-        raise _not_causal("init_cache() is not available")
+        raise self.not_decodable("init_cache() is not available")
 
     def extra_repr(self) -> str:
         extra = ", per_query=True" if getattr(self, "per_query", False) else ""
@@ -126,7 +130,7 @@ class _DBABase(nn.Module):
 
 
 @register("dba")
-class DBAttention(_DBABase):
+class DBAttention(_DBABase, Mixer):
     """DBA self-attention mixer on (B, L, dim) inputs (bidirectional only).
 
     Args:
@@ -155,13 +159,9 @@ class DBAttention(_DBABase):
         nn.init.normal_(self.z, std=1.0 / math.sqrt(self.head_dim))
         self._reset_shared()
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache=None):
-        """x: (B, L, dim); mask: optional (B, L) bool, True = real token.  Returns
-        y: (B, L, dim).  Outputs at real tokens do not depend on padded positions (which
+    def _mix_full(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """y (B, L, dim).  Outputs at real tokens do not depend on padded positions (which
         must hold finite values); every output is finite."""
-        if cache is not None:
-            raise _not_causal("forward() takes no cache")
-        _check_x(x, mask, self.dim, "x", "mask")
         H, p, d, D = self.heads, self.d_p, self.head_dim, self.dim
         w_qkv = self.proj_qkv.weight.view(3, H, d, D)
         u_r, u_c = self.proj_rec.weight.chunk(2)

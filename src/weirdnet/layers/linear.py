@@ -12,8 +12,8 @@ from ..ops.linear_attention import (
     linear_attention,
     linear_attention_step,
 )
+from .base import MultiHeadMixer
 from .registry import register
-from .softmax import MultiHeadMixer
 
 
 @dataclass

@@ -8,8 +8,8 @@ import torch
 import torch.nn as nn
 
 from ..ops.linformer import linformer_attention
+from .base import MultiHeadMixer
 from .registry import register
-from .softmax import MultiHeadMixer
 
 
 def _positive_int(value, name: str) -> int:

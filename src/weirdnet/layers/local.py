@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 
 from ..ops.local_attention import check_window, local_attention, local_attention_decode
+from .base import MultiHeadMixer
 from .registry import register
-from .softmax import MultiHeadMixer
 
 
 def _last(x: torch.Tensor, dim: int, n: int) -> torch.Tensor:

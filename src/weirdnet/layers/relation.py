@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..ops.checks import check_float_tensor, check_mask
 from ..ops.relation import relation_mean, relation_mix, relation_mix_continue
+from .base import Mixer
 from .registry import register
 
 
@@ -52,7 +52,7 @@ def _check_options(dim, inner_dim, dropout) -> None:
 
 
 @register("relation")
-class Relation(nn.Module):
+class Relation(Mixer):
     """Relation mixer on (B, L, dim) inputs.
 
     Args:
@@ -61,6 +61,8 @@ class Relation(nn.Module):
         inner_dim: width d of H and G (default: dim).
         dropout: dropout rate after h̄ ⊙ G and after the ReLU (default 0).
     """
+
+    cache_type = RelationCache
 
     def __init__(self, dim: int, *, causal: bool = False, inner_dim: int | None = None,
                  dropout: float = 0.0):
@@ -83,14 +85,6 @@ class Relation(nn.Module):
             if lin.bias is not None:
                 nn.init.zeros_(lin.bias)
 
-    def _check_input(self, x, mask, name: str = "x") -> None:
-        check_float_tensor(x, name, 3)
-        if x.shape[-1] != self.dim:
-            raise ValueError(
-                f"{name} must have shape (batch, length, {self.dim}), got {tuple(x.shape)}"
-            )
-        check_mask(mask, x.shape[0], x.shape[1])
-
     def _head(self, mixed: torch.Tensor) -> torch.Tensor:
         """W_o drop(ReLU(W_1 drop(mixed))): (..., d) -> (..., dim)."""
         return self._tail(self.w_1(self.drop_mix(mixed)))
@@ -99,16 +93,7 @@ class Relation(nn.Module):
         """W_o drop(ReLU(pre)): (..., d) -> (..., dim)."""
         return self.proj_o(self.drop_act(torch.relu(pre)))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                cache: RelationCache | None = None):
-        """x: (B, L, dim); mask: optional (B, L) bool, True = real token.
-
-        Returns y: (B, L, dim).  With ``cache`` (causal only) the L tokens continue the
-        cached sequence and ``(y, cache)`` is returned.
-        """
-        self._check_input(x, mask)
-        if cache is not None:
-            return self._decode(x, mask, cache), cache
+    def _mix_full(self, x, mask):
         if not self.causal and not (self.training and self.drop_mix.p > 0):
             return self._tail(self._folded_preactivation(x, mask))
         mixed = relation_mix(self.proj_h(x), self.proj_g(x), mask, causal=self.causal)
@@ -128,38 +113,20 @@ class Relation(nn.Module):
         per_seq = (self.proj_g.weight.T * hbar) @ w_1t  # (B, dim, d)
         return torch.baddbmm((self.proj_g.bias * hbar) @ w_1t, x, per_seq)
 
-    def init_cache(self, batch_size: int, max_len: int | None = None) -> RelationCache:
-        """An empty decoding cache for ``batch_size`` sequences.  Its size does not grow
-        with length; ``max_len`` (optional) only caps the number of tokens accepted."""
-        if not self.causal:
-            raise ValueError("incremental decoding needs a causal layer (causal=True); "
-                             "the bidirectional Relation mixes the whole sequence at once")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        if max_len is not None and (not isinstance(max_len, int) or max_len < 1):
-            raise ValueError(f"max_len must be None or a positive int, got {max_len!r}")
+    def not_decodable(self, what: str) -> ValueError:
+        return ValueError(f"incremental decoding needs a causal layer (causal=True): {what}; "
+                          "the bidirectional Relation mixes the whole sequence at once")
+
+    def _new_cache(self, batch_size: int, max_len: int | None) -> RelationCache:
+        """Running sums for ``batch_size`` sequences.  Their size does not grow with
+        length; ``max_len`` (optional) only caps the number of tokens accepted."""
         device = self.proj_h.weight.device
         total = torch.zeros(batch_size, self.inner_dim, dtype=torch.float64, device=device)
         count = torch.zeros(batch_size, dtype=torch.long, device=device)
         return RelationCache(total, count, 0, max_len)
 
-    def step(self, x_t: torch.Tensor, cache: RelationCache,
-             mask_t: torch.Tensor | None = None) -> torch.Tensor:
-        """Decode one token: x_t (B, dim) -> y_t (B, dim); ``cache`` advances by one."""
-        check_float_tensor(x_t, "x_t", 2)
-        mask = None if mask_t is None else mask_t.unsqueeze(1)
-        y, _ = self.forward(x_t.unsqueeze(1), mask, cache=cache)
-        return y[:, 0]
-
-    def _decode(self, x: torch.Tensor, mask, cache: RelationCache) -> torch.Tensor:
-        if not self.causal:
-            raise ValueError("incremental decoding needs a causal layer (causal=True)")
-        if not isinstance(cache, RelationCache):
-            raise ValueError(f"cache must come from init_cache(), got {type(cache).__name__}")
-        B, T = x.shape[:2]
-        if B != cache.batch_size:
-            raise ValueError(f"x has batch size {B} but the cache was made for "
-                             f"{cache.batch_size}")
+    def _mix_cached(self, x, mask, cache: RelationCache):
+        T = x.shape[1]
         if cache.capacity is not None and cache.position + T > cache.capacity:
             raise ValueError(f"cache capacity {cache.capacity} exceeded: {cache.position} "
                              f"tokens seen, {T} more given")

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 from ..ops import WeirdScanCache, levels_needed, weird_scan, weird_scan_bidirectional
-from ..ops.checks import check_float_tensor, check_mask
+from .base import Mixer
 from .registry import register
 
 WEIGHT_MODES = ("cumexp", "exp", "ones")
@@ -41,9 +41,13 @@ class WeirdAttentionCache:
     def capacity(self) -> int:
         return self.scan.capacity
 
+    @property
+    def batch_size(self) -> int:
+        return self.scan.batch_size
+
 
 @register("weird")
-class WeirdAttention(nn.Module):
+class WeirdAttention(Mixer):
     """Weird-attention mixer on (B, L, dim) inputs.
 
     Args:
@@ -54,6 +58,8 @@ class WeirdAttention(nn.Module):
         bias: biases on the A and V projections (the Moss variant).
         n_layers: number of layers N of the model, used by the papers' W_O initialisation.
     """
+
+    cache_type = WeirdAttentionCache
 
     def __init__(self, dim: int, *, causal: bool = True, max_len: int = 4096,
                  weights: str = "cumexp", bias: bool = False, n_layers: int = 1):
@@ -102,28 +108,17 @@ class WeirdAttention(nn.Module):
             return self.w
         return self.proj_o.weight.new_zeros(self.levels, self.dim)
 
-    def _check_input(self, x: torch.Tensor, mask: torch.Tensor | None) -> None:
-        check_float_tensor(x, "x", 3)
-        if x.shape[-1] != self.dim:
-            raise ValueError(f"x must have shape (batch, length, {self.dim}), got {tuple(x.shape)}")
+    def check_input(self, x, mask=None, name: str = "x", width: int | None = None) -> None:
+        """The common checks, and L <= max_len (the levels of ``w`` cover max_len)."""
+        super().check_input(x, mask, name, width)
         if x.shape[1] > self.max_len:
             raise ValueError(
                 f"sequence length {x.shape[1]} exceeds max_len={self.max_len}; build the layer "
                 f"with max_len >= {x.shape[1]}"
             )
-        check_mask(mask, x.shape[0], x.shape[1])
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                cache: WeirdAttentionCache | None = None):
-        """x: (B, L, dim); mask: optional (B, L) bool, True = real token.
-
-        Returns y: (B, L, dim).  With ``cache`` (causal only) the L tokens continue the
-        cached sequence and ``(y, cache)`` is returned.
-        """
-        self._check_input(x, mask)
+    def _mix_full(self, x, mask):
         a, v = self.proj_a(x), self.proj_v(x)
-        if cache is not None:
-            return self.proj_o(self._decode(a, v, mask, cache)), cache
         log_w = self.log_weights()
         if self.causal:
             o = weird_scan(a, v, log_w, mask=mask)
@@ -131,11 +126,9 @@ class WeirdAttention(nn.Module):
             o = weird_scan_bidirectional(a, v, log_w, mask=mask, split=self.dim // 2)
         return self.proj_o(o)
 
-    def init_cache(self, batch_size: int, max_len: int | None = None) -> WeirdAttentionCache:
-        """An empty decoding cache for ``batch_size`` sequences of up to ``max_len`` tokens
-        (default: the layer's max_len).  Holds about 3 * max_len * dim numbers per sequence."""
-        if not self.causal:
-            raise ValueError("incremental decoding needs a causal layer (causal=True)")
+    def _new_cache(self, batch_size: int, max_len: int | None) -> WeirdAttentionCache:
+        """Ring buffers for up to ``max_len`` tokens (default: the layer's max_len): about
+        3 * max_len * dim numbers per sequence."""
         max_len = self.max_len if max_len is None else max_len
         if max_len > self.max_len:
             raise ValueError(f"cache max_len={max_len} exceeds the layer's max_len={self.max_len}")
@@ -143,20 +136,8 @@ class WeirdAttention(nn.Module):
                               dtype=self.proj_o.weight.dtype)
         return WeirdAttentionCache(scan)
 
-    def step(self, x_t: torch.Tensor, cache: WeirdAttentionCache,
-             mask_t: torch.Tensor | None = None) -> torch.Tensor:
-        """Decode one token: x_t (B, dim) -> y_t (B, dim); ``cache`` advances by one."""
-        check_float_tensor(x_t, "x_t", 2)
-        mask = None if mask_t is None else mask_t.unsqueeze(1)
-        y, _ = self.forward(x_t.unsqueeze(1), mask, cache=cache)
-        return y[:, 0]
-
-    def _decode(self, a, v, mask, cache: WeirdAttentionCache) -> torch.Tensor:
-        if not self.causal:
-            raise ValueError("incremental decoding needs a causal layer (causal=True)")
-        if not isinstance(cache, WeirdAttentionCache):
-            raise ValueError(f"cache must come from init_cache(), got {type(cache).__name__}")
-        return cache.scan.extend(a, v, mask)
+    def _mix_cached(self, x, mask, cache: WeirdAttentionCache):
+        return self.proj_o(cache.scan.extend(self.proj_a(x), self.proj_v(x), mask))
 
     def extra_repr(self) -> str:
         form = "causal" if self.causal else "bidirectional"

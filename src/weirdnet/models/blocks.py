@@ -101,12 +101,7 @@ class Block(nn.Module):
         """x (B, L, D), mask (B, L) bool or None; with ``cache`` (from the mixer's
         ``init_cache``) the L tokens continue the cached sequence.  ``context``: the
         cross mixer's context (B, Lc, Dc) (or its precomputed form).  Returns (B, L, D)."""
-        h = self.norm_mix(x)
-        if cache is None:
-            h = self.mixer(h, mask)
-        else:
-            h, _ = self.mixer(h, mask, cache=cache)
-        x = x + self.dropout(h)
+        x = x + self.dropout(self.mixer(self.norm_mix(x), mask, cache=cache))
         if self.cross is not None:
             x = x + self.dropout(self.cross(self.norm_cross(x), context,
                                             context_mask=context_mask))

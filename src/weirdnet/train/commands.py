@@ -16,8 +16,10 @@ TRAIN_DESCRIPTION = """\
 Train a model of a config file and evaluate it; the same command runs on one process or,
 under torchrun, on several (DDP; FSDP for models above 300M parameters).
 
-CONFIG is a TOML file (see configs/, and weirdnet.train.config for every key) or an
-existing run directory (its train_config.json; implies --resume).  --set overrides a key:
+CONFIG is a TOML file (see configs/, and weirdnet.train.config for every key), the name
+of a config shipped with weirdnet (`weirdnet configs` lists them: `weirdnet train
+lra/listops-cpu` works from any directory), or an existing run directory (its
+train_config.json; implies --resume).  --set overrides a key:
 --set train.steps=100 --set model.backbone.dim=64 --set data.options.seq_len=512.
 
 Config tables and keys (defaults and meanings: weirdnet/train/config.py):
@@ -106,7 +108,9 @@ def add_train(subparsers, formatter) -> None:
     """Register ``weirdnet train``."""
     parser = subparsers.add_parser("train", help="train and evaluate a model from a config",
                                    description=TRAIN_DESCRIPTION, formatter_class=formatter)
-    parser.add_argument("config", metavar="CONFIG", help="TOML config file or run directory")
+    parser.add_argument("config", metavar="CONFIG",
+                        help="TOML config file, packaged config name (e.g. lra/listops-cpu; "
+                             "`weirdnet configs` lists them) or run directory")
     add_set_argument(parser)
     parser.add_argument("--resume", action="store_true",
                         help="continue the run from its last intact checkpoint")
@@ -119,11 +123,12 @@ def add_train(subparsers, formatter) -> None:
 def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     """Handle ``weirdnet train``: load the config (or the run's), train, exit status."""
     from weirdnet.train.config import load_config
+    from weirdnet.train.named_configs import resolve
     from weirdnet.train.trainer import train
 
-    source = Path(args.config)
     resume = args.resume
     try:
+        source = resolve(args.config)
         if source.is_dir():
             config_file = source / "train_config.json"
             if not config_file.is_file():

@@ -32,11 +32,10 @@ import dataclasses
 import difflib
 import os
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from weirdnet.models.config import ConfigError, from_dict
 

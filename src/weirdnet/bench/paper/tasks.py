@@ -8,7 +8,6 @@ and steps (:mod:`.budgets`) and the variant the mixer (:mod:`.variants`).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,15 +70,8 @@ def get_task(name: str) -> Task:
 
 
 def configs_dir() -> Path:
-    """The repository's ``configs/`` (``$WEIRDNET_CONFIGS`` overrides).
+    """The configs the suite builds on: the ones shipped in the package
+    (``$WEIRDNET_CONFIGS`` overrides; see :mod:`weirdnet.train.named_configs`)."""
+    from weirdnet.train.named_configs import config_dir
 
-    The suite builds on those files, so it runs from a source checkout; an installed wheel
-    has no ``configs/`` and gets an error that says so.
-    """
-    env = os.environ.get("WEIRDNET_CONFIGS")
-    path = Path(env) if env else Path(__file__).resolve().parents[4] / "configs"
-    if not (path / "lra" / "listops.toml").is_file():
-        raise FileNotFoundError(
-            f"the suite's configs are not at {path}; run it from a clone of the weirdnet "
-            "repository (pip install -e .), or point WEIRDNET_CONFIGS at its configs/")
-    return path
+    return config_dir()

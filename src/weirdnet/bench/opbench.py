@@ -1,10 +1,12 @@
-"""What distinguishes one benchmark suite from another (``weirdnet bench <suite>``).
+"""What distinguishes one operator benchmark from another (``weirdnet bench scan`` and
+``weirdnet bench mixers``; not to be confused with ``weirdnet bench suite``, the papers'
+tables).
 
-A :class:`Suite` names its methods, default lengths, ratios, targets and report header;
-the shared machinery (:mod:`.runner`: timing, memory children, reports) takes the suite
-as a parameter.  Suites live in their own modules (:mod:`.scan`, :mod:`.mixers`), each
-defining ``SUITE``; :func:`get_suite` imports one by name (the memory child and the report
-renderer look suites up that way).  Nothing here imports torch.
+An :class:`OpBench` names its methods, default lengths, ratios, targets and report header;
+the shared machinery (:mod:`.runner`: timing, memory children, reports) takes it as a
+parameter.  Each lives in its own module (:mod:`.scan`, :mod:`.mixers`), defining
+``OPBENCH``; :func:`get_opbench` imports one by name (the memory child and the report
+renderer look them up that way).  Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class Cap:
 
 
 @dataclass(frozen=True)
-class Suite:
+class OpBench:
     """A benchmark suite.
 
     - ``name``: the subcommand, the output file prefix (``<name>_<device>``) and the
@@ -100,13 +102,13 @@ class Suite:
     methods_help: str = ""
 
 
-SUITE_MODULES = {"scan": "weirdnet.bench.scan", "mixers": "weirdnet.bench.mixers"}
-"""Module defining ``SUITE`` for each suite name, in ``weirdnet bench`` order."""
+OPBENCH_MODULES = {"scan": "weirdnet.bench.scan", "mixers": "weirdnet.bench.mixers"}
+"""Module defining ``OPBENCH`` for each suite name, in ``weirdnet bench`` order."""
 
 
-def get_suite(name: str) -> Suite:
-    """The suite called ``name`` (imports its module)."""
-    if name not in SUITE_MODULES:
-        raise ValueError(f"unknown benchmark suite {name!r}; choose from "
-                         f"{', '.join(SUITE_MODULES)}")
-    return importlib.import_module(SUITE_MODULES[name]).SUITE
+def get_opbench(name: str) -> OpBench:
+    """The operator benchmark called ``name`` (imports its module)."""
+    if name not in OPBENCH_MODULES:
+        raise ValueError(f"unknown operator benchmark {name!r}; choose from "
+                         f"{', '.join(OPBENCH_MODULES)}")
+    return importlib.import_module(OPBENCH_MODULES[name]).OPBENCH

@@ -1,4 +1,4 @@
-"""``weirdnet bench generate``: tokens/s of cached generation against context length.
+"""``weirdnet bench decode``: tokens/s of cached generation against context length.
 
 For every context length L and model preset (default: Weird-Net structure B against an
 all-softmax model of the same size, both the small CPU language-model presets), a random
@@ -24,17 +24,17 @@ DEFAULT_CONTEXTS = (1024, 2048, 4096, 8192, 16384)
 TARGET = (16384, 1.5)  # Weird-Net B >= 1.5x the all-softmax model's tokens/s at 16K
 
 DESCRIPTION = __doc__.split("\n\n", 1)[1] + """
-Output: a Markdown table on stdout and in OUT/generate_<device>.md, raw numbers in
-OUT/generate_<device>.json. OUT is --out DIR, else $WEIRDNET_BENCH_DIR, else
+Output: a Markdown table on stdout and in OUT/decode_<device>.md, raw numbers in
+OUT/decode_<device>.json. OUT is --out DIR, else $WEIRDNET_BENCH_DIR, else
 ~/.cache/weirdnet/bench; the committed results are rewritten only with
 --out benchmarks/results, and never by a --quick run (unless --force). Target: at
 L=16384 the first model reaches >= 1.5x the tokens/s of the second.
 
 examples:
-  weirdnet bench generate                          # into ~/.cache/weirdnet/bench
-  weirdnet bench generate --out benchmarks/results # the committed results
-  weirdnet bench generate --contexts 1024 4096 --new-tokens 16
-  weirdnet bench generate --quick                  # seconds-long smoke run
+  weirdnet bench decode                          # into ~/.cache/weirdnet/bench
+  weirdnet bench decode --out benchmarks/results # the committed results
+  weirdnet bench decode --contexts 1024 4096 --new-tokens 16
+  weirdnet bench decode --quick                  # seconds-long smoke run
 """
 
 
@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: all usable cores)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    output.add_out_arguments(parser, "generate_<device>.md and .json", quick="--quick")
+    output.add_out_arguments(parser, "decode_<device>.md and .json", quick="--quick")
     parser.add_argument("--quick", action="store_true",
                         help="seconds-long smoke run: contexts 256 512, 8 new tokens; "
                              "refuses a folder that holds a full run's report unless --force")
@@ -172,12 +172,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
     def refuse() -> None:
         if args.quick:
-            output.refuse_quick_over_full(output.full_reports(out, "generate"), "--quick",
+            output.refuse_quick_over_full(output.full_reports(out, "decode"), "--quick",
                                           args.force)
 
     try:
         refuse()
-        with output.writing(out, "weirdnet bench generate") as session:
+        with output.writing(out, "weirdnet bench decode") as session:
             refuse()  # again, now that no one else can write there
             return _run(args, argv, out, session)
     except output.BenchError as error:
@@ -213,7 +213,7 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path,
     doc = _document(args, argv, models, contexts, new_tokens, device, allocator, rows)
     markdown = _markdown(doc)
     with output.write_whole():
-        paths = report.write_report(out, f"generate_{device.type}", doc, markdown)
+        paths = report.write_report(out, f"decode_{device.type}", doc, markdown)
         session.kept = f"the report was written whole: {paths[0]} and {paths[1]}"
     print(markdown, end="", flush=True)
     output.print_written(paths)
@@ -236,7 +236,7 @@ def _document(args, argv, models, contexts, new_tokens, device, allocator, rows)
             targets.append({"text": f"{models[0]} >= {need}x the tokens/s of {models[1]} at "
                                     f"context {L}", "value": ratios[L],
                             "passed": ratios[L] >= need})
-    return {"benchmark": "generate", "quick": bool(args.quick), "machine": info,
+    return {"benchmark": "decode", "quick": bool(args.quick), "machine": info,
             "config": {"models": models, "contexts": contexts, "new_tokens": new_tokens,
                        "threads": torch.get_num_threads()},
             "results": rows, "ratios": ratios, "targets": targets}

@@ -1,0 +1,198 @@
+"""The contract every sequence mixer keeps, written once: :class:`Mixer`, and the
+multi-head projection base of the attention mixers, :class:`MultiHeadMixer`.
+
+A mixer maps (B, L, dim) to (B, L, dim)::
+
+    y = mixer(x, mask=None)                  # the full pass
+    cache = mixer.init_cache(B, max_len)     # causal mixers only
+    y = mixer(x, mask, cache=cache)          # L more tokens; the cache advances in place
+    y_t = mixer.step(x_t, cache, mask_t)     # one token: (B, dim) -> (B, dim)
+
+``forward`` always returns the output tensor (the cache is updated in place, never
+returned).  ``mask`` is (B, L) bool, True for real tokens.  A subclass supplies
+``_mix_full(x, mask)``, and when it decodes, ``cache_type``, ``_new_cache(B, max_len)`` and
+``_mix_cached(x, mask, cache)``; input and cache checks, ``init_cache`` and ``step`` are
+here.  ``tests/test_mixers_common.py`` checks the contract for every registered mixer.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ..ops.checks import check_float_tensor, check_mask
+from ..ops.softmax_attention import check_dropout, check_step_mask, merge_heads, split_heads
+
+
+def check_positive_int(value, name: str, optional: bool = False) -> None:
+    """ValueError unless ``value`` is a positive int (or None when ``optional``)."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        kind = "None or a positive int" if optional else "a positive int"
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+
+
+class Mixer(nn.Module):
+    """Base of the sequence mixers (see the module docstring).
+
+    Subclasses set ``self.dim`` and ``self.causal`` in ``__init__``.
+    """
+
+    cache_type: type | None = None  # the decoding cache's class; None: cannot decode
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                cache=None) -> torch.Tensor:
+        """x: (B, L, dim); mask: optional (B, L) bool, True = real token.
+
+        Returns y (B, L, dim).  With ``cache`` (from :meth:`init_cache`) the L tokens
+        continue the cached sequences and the cache advances in place.
+        """
+        self.check_input(x, mask)
+        if cache is None:
+            return self._mix_full(x, mask)
+        self.check_cache(cache, x.shape[0])
+        return self._mix_cached(x, mask, cache)
+
+    def init_cache(self, batch_size: int, max_len: int | None = None):
+        """An empty decoding cache for ``batch_size`` sequences of up to ``max_len`` tokens
+        (None: the mixer's own limit, if it has one).  Causal mixers only."""
+        if not self.causal or self.cache_type is None:
+            raise self.not_decodable("init_cache() is not available")
+        check_positive_int(batch_size, "batch_size")
+        check_positive_int(max_len, "max_len", optional=True)
+        return self._new_cache(batch_size, max_len)
+
+    def step(self, x_t: torch.Tensor, cache, mask_t: torch.Tensor | None = None
+             ) -> torch.Tensor:
+        """Decode one token: x_t (B, dim), mask_t optional (B,) bool -> y_t (B, dim); the
+        cache advances by one."""
+        check_float_tensor(x_t, "x_t", 2)
+        check_step_mask(mask_t, x_t.shape[0])
+        mask = None if mask_t is None else mask_t.unsqueeze(1)
+        return self.forward(x_t.unsqueeze(1), mask, cache=cache)[:, 0]
+
+    def check_input(self, x, mask=None, name: str = "x", width: int | None = None) -> None:
+        """x (B, L, width) floating (width defaults to ``dim``), mask None or (B, L) bool."""
+        width = self.dim if width is None else width
+        check_float_tensor(x, name, 3)
+        if x.shape[-1] != width:
+            raise ValueError(f"{name} must have shape (batch, length, {width}), "
+                             f"got {tuple(x.shape)}")
+        check_mask(mask, x.shape[0], x.shape[1])
+
+    def check_cache(self, cache, batch: int) -> None:
+        """``cache`` must come from this mixer's :meth:`init_cache`, for ``batch`` rows."""
+        if not self.causal or self.cache_type is None:
+            raise self.not_decodable("forward() takes no cache")
+        if not isinstance(cache, self.cache_type):
+            raise ValueError(f"cache must come from {type(self).__name__}.init_cache(), "
+                             f"got {type(cache).__name__}")
+        if cache.batch_size != batch:
+            raise ValueError(f"cache was made for batch_size={cache.batch_size}, "
+                             f"got a batch of {batch}")
+
+    def not_decodable(self, what: str) -> ValueError:
+        """The error for decoding with a mixer that cannot (``what``: the refused call)."""
+        return ValueError(f"incremental decoding needs a causal layer (causal=True): "
+                          f"{what}; {type(self).__name__} was built with causal=False")
+
+    def _mix_full(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _mix_cached(self, x: torch.Tensor, mask: torch.Tensor | None, cache) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _new_cache(self, batch_size: int, max_len: int | None):
+        raise NotImplementedError
+
+
+def resolve_heads(dim: int, heads) -> int:
+    """``heads`` checked against ``dim``; None gives dim // 64 heads of width 64 when 64
+    divides dim, else one head."""
+    if heads is None:
+        return dim // 64 if dim % 64 == 0 else 1
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+        raise ValueError(f"heads must be a positive int, got {heads!r}")
+    if dim % heads:
+        raise ValueError(f"dim={dim} is not divisible by heads={heads}")
+    return heads
+
+
+class MultiHeadMixer(Mixer):
+    """Base of the attention mixers: Q/K/V/O projections (Xavier-uniform weights, zero
+    biases, as ``nn.MultiheadAttention``) and the head split.  A subclass supplies
+    ``_mix(q, k, v, mask)`` on (B, H, L, D / H) heads and, when it decodes, ``cache_type``,
+    ``_new_cache`` and ``_extend(q, k, v, mask, cache)``.
+
+    Args:
+        dim: model width D.
+        causal: decoder (True) or encoder (False) form.
+        heads: number of heads H (default: see :func:`resolve_heads`); head width D / H.
+        bias: biases on the four projections.
+        dropout: attention-probability dropout (training only), where the mixer has one.
+        context_dim: width of the inputs of the K/V projections (default ``dim``).
+    """
+
+    def __init__(self, dim: int, *, causal: bool, heads: int | None = None, bias: bool = True,
+                 dropout: float = 0.0, context_dim: int | None = None):
+        super().__init__()
+        check_positive_int(dim, "dim")
+        context_dim = dim if context_dim is None else context_dim
+        check_positive_int(context_dim, "context_dim")
+        self.dim, self.causal = dim, bool(causal)
+        self.heads = resolve_heads(dim, heads)
+        self.head_dim = dim // self.heads
+        self.dropout = check_dropout(dropout)
+        self.proj_q = nn.Linear(dim, dim, bias=bias)
+        self.proj_k = nn.Linear(context_dim, dim, bias=bias)
+        self.proj_v = nn.Linear(context_dim, dim, bias=bias)
+        self.proj_o = nn.Linear(dim, dim, bias=bias)
+        MultiHeadMixer.reset_parameters(self)  # subclasses initialise their own parameters
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform projection weights, zero biases."""
+        for proj in (self.proj_q, self.proj_k, self.proj_v, self.proj_o):
+            nn.init.xavier_uniform_(proj.weight)
+            if proj.bias is not None:
+                nn.init.zeros_(proj.bias)
+
+    @property
+    def dropout_p(self) -> float:
+        """The attention dropout now: ``dropout`` in training mode, else 0."""
+        return self.dropout if self.training else 0.0
+
+    def project_q(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, L, dim) -> queries (B, H, L, D / H)."""
+        return split_heads(self.proj_q(x), self.heads)
+
+    def project_kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, L, context_dim) -> keys, values (B, H, L, D / H)."""
+        return split_heads(self.proj_k(x), self.heads), split_heads(self.proj_v(x), self.heads)
+
+    def project_qkv(self, x: torch.Tensor):
+        """x (B, L, dim) -> q, k, v (B, H, L, D / H)."""
+        return (self.project_q(x), *self.project_kv(x))
+
+    def project_out(self, o: torch.Tensor) -> torch.Tensor:
+        """Head outputs (B, H, L, D / H) -> y (B, L, dim)."""
+        return self.proj_o(merge_heads(o))
+
+    def _mix_full(self, x, mask):
+        return self.project_out(self._mix(*self.project_qkv(x), mask))
+
+    def _mix_cached(self, x, mask, cache):
+        return self.project_out(self._extend(*self.project_qkv(x), mask, cache))
+
+    def _param(self) -> torch.Tensor:
+        return self.proj_q.weight
+
+    def _mix(self, q, k, v, mask):
+        raise NotImplementedError
+
+    def _extend(self, q, k, v, mask, cache):
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        form = "causal" if self.causal else "bidirectional"
+        return f"dim={self.dim}, {form}, heads={self.heads}, dropout={self.dropout}"

@@ -1,0 +1,47 @@
+"""``weirdnet bench decode``: a quick run writes a complete report."""
+
+import json
+
+import pytest
+
+from weirdnet.cli import main
+
+
+def test_quick_generation_benchmark_writes_its_report(tmp_path, capsys):
+    assert main(["bench", "decode", "--quick", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "| 512 | weirdnet-small-cpu |" in text and "| 512 | gpt2-small-cpu |" in text
+    doc = json.loads((tmp_path / "decode_cpu.json").read_text())
+    assert {r["context"] for r in doc["results"]} == {256, 512}
+    for row in doc["results"]:
+        assert row["tokens_per_s"] > 0 and row["softmax_layer_step_us"] > 0
+        assert (row["weird_layer_step_us"] is None) == (row["model"] == "gpt2-small-cpu")
+    assert set(doc["ratios"]) == {"256", "512"}
+    assert (tmp_path / "decode_cpu.md").read_text() == text
+
+
+def test_too_long_context_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="within its max_len=16384"):
+        main(["bench", "decode", "--contexts", "20000", "--new-tokens", "8",
+              "--models", "weirdnet-small-cpu", "--out", str(tmp_path)])
+
+
+def test_the_old_spellings_still_work_with_a_note(tmp_path, capsys):
+    """`bench generate` and `data generate` were renamed; they parse for one release."""
+    assert main(["bench", "generate", "--quick", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "`weirdnet bench generate` is now `weirdnet bench decode`" in err
+    assert (tmp_path / "decode_cpu.md").is_file()
+    assert main(["data", "generate", "listops", "--out", str(tmp_path / "l"), "--n", "4",
+                 "--n-val", "2", "--n-test", "2"]) == 0
+    assert "`weirdnet data generate` is now `weirdnet data build`" in capsys.readouterr().err
+
+
+def test_the_old_spellings_are_not_listed(capsys):
+    for command in (["bench", "--help"], ["data", "--help"]):
+        try:
+            main(command)
+        except SystemExit:
+            pass
+        out = capsys.readouterr().out
+        assert "generate" not in out and ("decode" in out or "build" in out)

@@ -1,0 +1,70 @@
+"""Configs shipped inside the package and reachable by name from any directory."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from weirdnet.cli import main
+from weirdnet.models.config import ConfigError
+from weirdnet.train.named_configs import config_dir, names, resolve, summaries
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_package_configs_are_the_repository_configs():
+    """One copy: the package's folder is the repository's configs/ (a link)."""
+    assert config_dir().resolve() == (REPO / "configs").resolve()
+    assert len(names()) == len(list((REPO / "configs").rglob("*.toml")))
+
+
+def test_resolve_by_name_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    want = (REPO / "configs" / "lra" / "listops-cpu.toml").resolve()
+    for spelling in ("lra/listops-cpu", "lra/listops-cpu.toml", "configs/lra/listops-cpu"):
+        assert resolve(spelling).resolve() == want
+    mine = tmp_path / "lra" / "listops-cpu.toml"
+    mine.parent.mkdir()
+    mine.write_text("")
+    assert resolve("lra/listops-cpu.toml") == Path("lra/listops-cpu.toml")  # a path wins
+    with pytest.raises(ConfigError, match="did you mean lra/listops-cpu"):
+        resolve("lra/lisops-cpu")
+
+
+def test_every_config_names_what_it_follows():
+    found = summaries()
+    assert {c.name for c in found} >= {"quickstart", "lra/listops", "lm/enwik8-weirdnet-small"}
+    assert all(c.summary for c in found)
+    listops = next(c for c in found if c.name == "lra/listops")
+    assert "Table II" in listops.summary
+
+
+def test_configs_command(capsys):
+    assert main(["configs", "uea/heartbeat"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out] == ["uea/heartbeat", "uea/heartbeat-cpu"]
+    assert main(["configs", "--path"]) == 0
+    assert Path(capsys.readouterr().out.strip()).resolve() == (REPO / "configs").resolve()
+    assert main(["configs", "no-such"]) == 2
+    assert "no config name contains 'no-such'" in capsys.readouterr().err
+
+
+def test_a_missing_config_folder_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("WEIRDNET_CONFIGS", str(tmp_path))
+    with pytest.raises(ConfigError, match="WEIRDNET_CONFIGS"):
+        resolve("quickstart")
+
+
+@pytest.mark.slow  # builds a wheel
+def test_the_wheel_ships_every_config(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps",
+                           "--no-build-isolation", "-q", "-w", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    wheel = next(tmp_path.glob("weirdnet-*.whl"))
+    shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("weirdnet/configs/")}
+    want = {"weirdnet/configs/" + p.relative_to(REPO / "configs").as_posix()
+            for p in (REPO / "configs").rglob("*") if p.suffix in (".toml", ".md")}
+    assert want <= shipped
