@@ -3,6 +3,7 @@ type, out of range, empty and unknown names: each run must either be refused wit
 line on stderr and exit status 2, or be a valid config that reaches training.  Never a
 traceback.  Training itself is replaced by a marker, so a valid value costs nothing."""
 
+import contextlib
 import dataclasses
 import json
 
@@ -45,9 +46,10 @@ def config_path(tmp_path_factory):
 
 def _run(config_path, key, value, capsys):
     out_dir = json.dumps(str(config_path.parent / "runs"))
-    status = main(["train", str(config_path), "--no-progress", "--overwrite",
-                   "--set", f"run.out_dir={out_dir}", "--set", "model.backbone.dim=16",
-                   "--set", "model.backbone.d_ff=16", "--set", f"{key}={value}"])
+    with contextlib.chdir(config_path.parent):  # a drawn relative run.out_dir lands here
+        status = main(["train", str(config_path), "--no-progress", "--overwrite",
+                       "--set", f"run.out_dir={out_dir}", "--set", "model.backbone.dim=16",
+                       "--set", "model.backbone.d_ff=16", "--set", f"{key}={value}"])
     return status, capsys.readouterr()
 
 
