@@ -62,7 +62,7 @@ def test_the_count_sees_the_checks_of_cpu_eager_mode(monkeypatch):
     model = WeirdNetLM({"backbone": {**SMALL, "pattern": "B", "causal": True}})
     reads = count_reads(monkeypatch)
     model(*inputs()[:1])
-    assert "__int__" in reads or "item" in reads
+    assert reads == ["tolist"]  # min and max of the ids in one read
 
 
 @pytest.mark.parametrize("pattern", ["B", "linear", "local", "relation", "weird,softmax"])
@@ -98,14 +98,49 @@ def test_seq2seq_forward_reads_no_tensor_value(host_reads, cross):
     assert host_reads == []
 
 
-def test_generation_reads_values_once_per_call_not_per_token(host_reads):
-    """The prompt is checked once per generate(); the token loop reads nothing (no eos)."""
+@pytest.mark.parametrize("pattern", ["B", "linear", "local", "relation"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_generation_reads_values_once_per_call_not_per_token(host_reads, pattern, padded):
+    """The prompt is checked once per generate() (ids: one read, the left-padding mask:
+    one more); the token loop reads nothing (no eos)."""
     torch.manual_seed(0)
-    model = WeirdNetLM({"backbone": {**SMALL, "pattern": "B", "causal": True}})
+    model = WeirdNetLM({"backbone": {**SMALL, "pattern": pattern, "causal": True}})
     prompt, _ = inputs()
+    prompt_mask = None
+    if padded:
+        prompt_mask = torch.ones(3, 6, dtype=torch.bool)
+        prompt_mask[1, :2] = False
     counts = []
     for new_tokens in (1, 12):
         host_reads.clear()
-        model.generate(prompt[:, :6], new_tokens, temperature=0.0)
+        model.generate(prompt[:, :6], new_tokens, temperature=0.0, prompt_mask=prompt_mask)
         counts.append(len(host_reads))
-    assert counts[0] == counts[1]
+    assert counts == [1 + padded] * 2
+
+
+def test_generation_with_eos_reads_one_value_per_token(host_reads):
+    """With ``eos_id`` the loop's stopping test (all sequences done?) is its only read:
+    one per token before the last."""
+    torch.manual_seed(0)
+    model = WeirdNetLM({"backbone": {**SMALL, "pattern": "B", "causal": True}})
+    prompt, _ = inputs()
+    host_reads.clear()
+    out = model.generate(prompt[:, :6], 12, temperature=1.0, top_k=5, top_p=0.9,
+                         eos_id=39, generator=torch.Generator().manual_seed(0))
+    steps = out.shape[1] - 6
+    tests = steps - 1 if steps == 12 else steps  # the last token needs no test
+    assert host_reads == ["tolist"] + ["__bool__"] * tests
+
+
+def test_seq2seq_generation_reads_values_once_per_call(host_reads):
+    torch.manual_seed(0)
+    model = WeirdNetSeq2Seq({"encoder": {**SMALL, "pattern": "A", "causal": False},
+                             "decoder": {**SMALL, "pattern": "B", "causal": True},
+                             "cross": "dba"})
+    src, src_mask = inputs()
+    counts = []
+    for new_tokens in (1, 12):
+        host_reads.clear()
+        model.generate(src, new_tokens, bos_id=1, temperature=0.0, src_mask=src_mask)
+        counts.append(len(host_reads))
+    assert counts == [1, 1]  # the start tokens' id check

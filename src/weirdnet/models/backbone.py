@@ -96,10 +96,11 @@ class Backbone(nn.Module):
                                  f"{_describe(inputs)}")
             if check_ids is None:
                 check_ids = on_host(inputs)
-            if check_ids and inputs.numel() and (
-                    int(inputs.min()) < 0 or int(inputs.max()) >= cfg.vocab_size):
-                raise ValueError(f"token ids must be in [0, {cfg.vocab_size}), got "
-                                 f"[{int(inputs.min())}, {int(inputs.max())}]")
+            if check_ids and inputs.numel():
+                low, high = torch.stack(torch.aminmax(inputs)).tolist()  # one host read
+                if low < 0 or high >= cfg.vocab_size:
+                    raise ValueError(f"token ids must be in [0, {cfg.vocab_size}), got "
+                                     f"[{low}, {high}]")
         elif not isinstance(inputs, torch.Tensor) or inputs.dim() != 3 \
                 or inputs.shape[-1] != cfg.input_dim or not inputs.is_floating_point():
             raise ValueError(f"continuous inputs must be a float tensor (batch, length, "

@@ -45,11 +45,14 @@ def check_prompt(backbone: Backbone, prompt_ids: torch.Tensor, max_new_tokens: i
                          f"{max_new_tokens} = {total} exceeds the model's max_len={limit}")
     if prompt_mask is None:
         return None
-    if not bool(prompt_mask[:, -1].all()) or bool(
-            (prompt_mask[:, 1:].long() < prompt_mask[:, :-1].long()).any()):
+    ends_real, no_gap, unpadded = torch.stack([  # one host read for the three tests
+        prompt_mask[:, -1].all(),
+        ~(prompt_mask[:, 1:].long() < prompt_mask[:, :-1].long()).any(),
+        prompt_mask.all()]).tolist()
+    if not ends_real or not no_gap:
         raise ValueError("prompt_mask must describe left padding: False only before each "
                          "prompt's first real token, True to the end")
-    return None if bool(prompt_mask.all()) else prompt_mask
+    return None if unpadded else prompt_mask
 
 
 @contextmanager

@@ -52,6 +52,13 @@ class LinearAttentionState:
 
 def feature_map(x: torch.Tensor) -> torch.Tensor:
     """phi(x) = elu(x) + 1."""
+    if torch.compiler.is_compiling():
+        # On a head-split (transposed) view, elu_backward's real output is laid out like
+        # its incoming gradient but its fake (traced) one like the input, so a graph traced
+        # by AOTAutograd without re-layout (backend="aot_eager") reshapes the gradient
+        # with a view its real strides do not allow ("view size is not compatible").  A
+        # contiguous input gives both one layout; the values are the same.
+        x = x.contiguous()
     return F.elu(x) + 1.0
 
 

@@ -5,10 +5,13 @@ PyTorch custom ops.
     weirdnet::dba_compress_positions(x, w_soft, w_lin, w_out, mask?) -> (x_l, out, S, C)
 
 Each has a fake implementation and an autograd formula that calls its backward op
-(``..._backward``), which builds dX in one buffer (plain autograd would allocate one per
-product and their sum).  The weights W (and S, C) are returned as extra, non-differentiable
-outputs so that autograd keeps them for the backward instead of recomputing them; the
-public functions drop them.  Ops see their inputs' dtype: autocast does not reach inside.
+(``..._backward``, opaque too, so AOT autograd traces one node per backward), which builds
+dX in one buffer (plain autograd would allocate one per product and their sum) and
+computes only the gradients that ``ctx.needs_input_grad`` asks for (bool arguments; a
+gradient not asked for comes back as an empty placeholder and leaves the op as None).
+The weights W (and S, C) are returned as extra, non-differentiable outputs so that
+autograd keeps them for the backward instead of recomputing them; the public functions
+drop them.  Ops see their inputs' dtype: autocast does not reach inside.
 Backwards are once differentiable (the backward ops have no derivative of their own).
 """
 
@@ -43,22 +46,32 @@ def no_autocast(x: torch.Tensor):
     return torch.autocast(x.device.type, enabled=False)
 
 
-def _self_compress_backward_math(grad, x, z, w):
-    """(dX, dZ) of ``W x`` with W = softmax_n(Z xᵀ) (0 where padded)."""
-    ds = grad @ x.transpose(-1, -2)  # dW, turned into dS in place (0 where padded):
-    ds.sub_((ds * w).sum(-1, keepdim=True)).mul_(w)
-    B, H, n, d = x.shape
-    p = w.shape[-2]
+def _self_compress_dx(grad, z, w, ds):
+    """dX = Wᵀ dX_l + dSᵀ Z in one (B, H, n, d) buffer."""
+    B, H, p, n = w.shape
+    d = grad.shape[-1]
     dx = w.transpose(-1, -2) @ grad
     zb = z.expand(B, H, p, d).reshape(B * H, p, d)
     dx.view(B * H, n, d).baddbmm_(ds.reshape(B * H, p, n).transpose(1, 2), zb)
+    return dx
+
+
+def _self_compress_backward_math(grad, x, z, w, need_x: bool, need_z: bool):
+    """(dX, dZ) of ``W x`` with W = softmax_n(Z xᵀ) (0 where padded); a gradient that is
+    not needed is an empty placeholder (0 elements)."""
+    ds = grad @ x.transpose(-1, -2)  # dW, turned into dS in place (0 where padded):
+    ds.sub_((ds * w).sum(-1, keepdim=True)).mul_(w)
+    dx = _self_compress_dx(grad, z, w, ds) if need_x else x.new_empty(0)
+    if not need_z:
+        return dx, z.new_empty(0)
     dz = ds @ x
     return dx, dz.sum(0) if z.dim() == 3 else dz
 
 
 @torch.library.custom_op("weirdnet::dba_self_compress", mutates_args=())
 def self_compress_op(x: Tensor, z: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """(W x, W): x (B, H, n, d), z (H | B, H, d_p, d) -> (B, H, d_p, d), (B, H, d_p, n)."""
+    """(W x, W): x (B, H, n, d), z (H | B, H, d_p, d), mask (B, n) bool or None
+    -> (B, H, d_p, d), (B, H, d_p, n).  x and z must share a dtype."""
     with no_autocast(x):
         w = compression_weights(x, z, mask)
         return w @ x, w
@@ -72,16 +85,19 @@ def _self_compress_fake(x, z, mask):
 
 
 @torch.library.custom_op("weirdnet::dba_self_compress_backward", mutates_args=())
-def self_compress_backward_op(grad: Tensor, x: Tensor, z: Tensor, w: Tensor
-                              ) -> tuple[Tensor, Tensor]:
-    """(dX, dZ) of :func:`self_compress_op`'s first output."""
+def self_compress_backward_op(grad: Tensor, x: Tensor, z: Tensor, w: Tensor,
+                              need_x: bool, need_z: bool) -> tuple[Tensor, Tensor]:
+    """(dX, dZ) of :func:`self_compress_op`'s first output: grad (B, H, d_p, d), x, z as
+    the forward, w (B, H, d_p, n) its second output.  dX has x's shape and dZ z's, or
+    each is an empty (0,) placeholder when its ``need_`` flag is False."""
     with no_autocast(x):
-        return _self_compress_backward_math(grad.contiguous(), x, z, w)
+        return _self_compress_backward_math(grad.contiguous(), x, z, w, need_x, need_z)
 
 
 @self_compress_backward_op.register_fake
-def _self_compress_backward_fake(grad, x, z, w):
-    return x.new_empty(x.shape), z.new_empty(z.shape)
+def _self_compress_backward_fake(grad, x, z, w, need_x, need_z):
+    return (x.new_empty(x.shape if need_x else (0,)),
+            z.new_empty(z.shape if need_z else (0,)))
 
 
 def _self_compress_setup(ctx, inputs, output) -> None:
@@ -92,8 +108,9 @@ def _self_compress_setup(ctx, inputs, output) -> None:
 
 def _self_compress_grad(ctx, grad, _grad_w):
     x, z, w = ctx.saved_tensors
-    dx, dz = self_compress_backward_op(grad, x, z, w)
-    return dx, dz, None
+    need_x, need_z = ctx.needs_input_grad[:2]
+    dx, dz = self_compress_backward_op(grad, x, z, w, need_x, need_z)
+    return dx if need_x else None, dz if need_z else None, None
 
 
 self_compress_op.register_autograd(_self_compress_grad, setup_context=_self_compress_setup)
@@ -153,43 +170,64 @@ def _weight_grad(d_a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return d_a.flatten(0, 1).T @ x.flatten(0, 1)
 
 
-def _positions_backward_math(d_xl, d_out, x, w_soft, w_lin, w_out, soft, lin, mask):
-    """(dX, dw_soft, dw_lin, dw_out) of :func:`compress_positions`."""
+def _logit_grads(d_xl, x, soft, mask):
+    """Gradients of the (B, n, s) softmax logits and of C (B, n, l) from d_xl (B, s + l, c)."""
     s = soft.shape[-1]
-    d_s, d_l = d_xl[:, :s], d_xl[:, s:]
-    ds = x @ d_s.transpose(1, 2)  # dS, turned into d(logits) in place:
+    ds = x @ d_xl[:, :s].transpose(1, 2)  # dS, turned into d(logits) in place:
     ds.sub_((ds * soft).sum(1, keepdim=True)).mul_(soft)  # softmax over positions
-    dl = x @ d_l.transpose(1, 2)
+    dl = x @ d_xl[:, s:].transpose(1, 2)
     if mask is not None:
         dl.masked_fill_(~mask.unsqueeze(-1), 0.0)
-    dx = soft @ d_s
+    return ds, dl
+
+
+def _positions_dx(d_xl, d_out, ds, dl, w_soft, w_lin, w_out, soft, lin):
+    """dX (B, n, c): the gradients through all four products, summed in one buffer."""
+    s = soft.shape[-1]
+    dx = soft @ d_xl[:, :s]
     if lin.shape[-1]:
-        dx.baddbmm_(lin, d_l)
+        dx.baddbmm_(lin, d_xl[:, s:])
     if w_soft.dim() == 3:
         dx.baddbmm_(ds, w_soft)
     pairs = [(dl, w_lin), (d_out, w_out)] + ([(ds, w_soft)] if w_soft.dim() == 2 else [])
     for d_a, w in pairs:
         if d_a.numel():
             dx.flatten(0, 1).addmm_(d_a.flatten(0, 1), w)
-    d_soft = ds.transpose(1, 2) @ x if w_soft.dim() == 3 else _weight_grad(ds, x)
-    return dx, d_soft, _weight_grad(dl, x), _weight_grad(d_out, x)
+    return dx
+
+
+def _positions_backward_math(d_xl, d_out, x, w_soft, w_lin, w_out, soft, lin, mask, needs):
+    """(dX, dw_soft, dw_lin, dw_out) of :func:`compress_positions`; ``needs`` (4 bools)
+    says which to compute, the others are empty (0,) placeholders."""
+    ds, dl = _logit_grads(d_xl, x, soft, mask)
+    dx = _positions_dx(d_xl, d_out, ds, dl, w_soft, w_lin, w_out, soft, lin) \
+        if needs[0] else x.new_empty(0)  # placeholders: fresh each, outputs may not alias
+    d_soft = x.new_empty(0) if not needs[1] else (
+        ds.transpose(1, 2) @ x if w_soft.dim() == 3 else _weight_grad(ds, x))
+    d_lin = _weight_grad(dl, x) if needs[2] else x.new_empty(0)
+    d_wout = _weight_grad(d_out, x) if needs[3] else x.new_empty(0)
+    return dx, d_soft, d_lin, d_wout
 
 
 @torch.library.custom_op("weirdnet::dba_compress_positions_backward", mutates_args=())
 def compress_positions_backward_op(d_xl: Tensor, d_out: Tensor, x: Tensor, w_soft: Tensor,
                                    w_lin: Tensor, w_out: Tensor, soft: Tensor, lin: Tensor,
-                                   mask: Tensor | None
+                                   mask: Tensor | None, needs: list[bool]
                                    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(dX, dw_soft, dw_lin, dw_out) of :func:`compress_positions_op`'s first two outputs."""
+    """(dX, dw_soft, dw_lin, dw_out) of :func:`compress_positions_op`'s first two outputs:
+    d_xl (B, s + l, c), d_out (B, n, r); x, weights and mask as the forward; soft (B, n, s)
+    and lin (B, n, l) its last two outputs.  Each gradient has its input's shape, or is
+    an empty (0,) placeholder where ``needs`` (4 bools, in input order) is False."""
     with no_autocast(x):
         return _positions_backward_math(d_xl.contiguous(), d_out.contiguous(), x, w_soft,
-                                        w_lin, w_out, soft, lin, mask)
+                                        w_lin, w_out, soft, lin, mask, needs)
 
 
 @compress_positions_backward_op.register_fake
-def _compress_positions_backward_fake(d_xl, d_out, x, w_soft, w_lin, w_out, soft, lin, mask):
-    return (x.new_empty(x.shape), w_soft.new_empty(w_soft.shape),
-            w_lin.new_empty(w_lin.shape), w_out.new_empty(w_out.shape))
+def _compress_positions_backward_fake(d_xl, d_out, x, w_soft, w_lin, w_out, soft, lin, mask,
+                                      needs):
+    return tuple(t.new_empty(t.shape if need else (0,))
+                 for t, need in zip((x, w_soft, w_lin, w_out), needs))
 
 
 def _positions_setup(ctx, inputs, output) -> None:
@@ -200,8 +238,10 @@ def _positions_setup(ctx, inputs, output) -> None:
 
 def _positions_grad(ctx, d_xl, d_out, _d_soft, _d_lin):
     x, w_soft, w_lin, w_out, soft, lin, mask = ctx.saved_tensors
-    return (*compress_positions_backward_op(d_xl, d_out, x, w_soft, w_lin, w_out, soft, lin,
-                                            mask), None)
+    needs = list(ctx.needs_input_grad[:4])
+    grads = compress_positions_backward_op(d_xl, d_out, x, w_soft, w_lin, w_out, soft, lin,
+                                           mask, needs)
+    return (*(g if need else None for g, need in zip(grads, needs)), None)
 
 
 compress_positions_op.register_autograd(_positions_grad, setup_context=_positions_setup)
