@@ -47,7 +47,7 @@ SIZES = {"cpu": {"dim": 64, "depth": 2, "d_ff": 128, "heads": 4, "batch": 4},
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .paper.variants import MECHANISMS
+    from weirdnet.experiments.variants import MECHANISMS
 
     names = ",".join(m.name for m in MECHANISMS)
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
@@ -71,9 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _build(spec: dict[str, Any], device):
     import torch
 
+    from weirdnet.experiments.variants import get_variant
     from weirdnet.models.classifier import WeirdNetClassifier
-
-    from .paper.variants import get_variant
 
     backbone = {"dim": spec["dim"], "depth": spec["depth"], "d_ff": spec["d_ff"],
                 "heads": spec["heads"], "max_len": spec["length"], "vocab_size": 257,
@@ -200,7 +199,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         watch_parent()  # a bench command killed outright: do not outlive it
         print(json.dumps(measure(json.loads(args.child))))
         return 0
-    from .paper.variants import get_variant
+    from weirdnet.experiments.variants import get_variant
 
     try:
         mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]

@@ -1,6 +1,6 @@
 """Run one suite cell in this (fresh) process and write its record.
 
-``python -m weirdnet.bench.paper.child SPEC.json`` where the spec holds ``config`` (the
+``python -m weirdnet.experiments.child SPEC.json`` where the spec holds ``config`` (the
 cell's training config), ``record`` (where the record goes), ``cell`` (task, variant,
 seed, budget) and ``command`` (the suite's command line, for the record).
 
@@ -100,12 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     the trainer has saved what it could, so a rerun resumes it)."""
     from weirdnet._atomic import write_atomic
     from weirdnet._signals import STOP, Interrupted
-
-    from ..children import watch_parent
+    from weirdnet.bench.children import watch_parent
 
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m weirdnet.bench.paper.child SPEC.json", file=sys.stderr)
+        print("usage: python -m weirdnet.experiments.child SPEC.json", file=sys.stderr)
         return 2
     watch_parent()  # the suite killed outright: stop (and checkpoint) by ourselves
     installed = STOP.install()  # SIGINT/SIGTERM raise Interrupted (the trainer defers it)
