@@ -108,9 +108,8 @@ def _run_child(cell: Cell, config: dict, store: CellStore, command: list[str]) -
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
     log_path = logs / f"{cell.key}.log"
     with open(log_path, "w", encoding="utf-8") as log:
-        code = children.run([sys.executable, "-m", "weirdnet.experiments.child",
-                             str(spec_path)], log=log, grace_s=STOP_GRACE_S,
-                            what=f"cell {cell.key}").returncode
+        code = children.run(children.job_command("cell", spec_path), log=log,
+                            grace_s=STOP_GRACE_S, what=f"cell {cell.key}").returncode
     record = store.read(cell)
     if record is not None and record.get("status") == "done" and \
             record.get("config_hash") == spec["config_hash"]:
