@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 from helpers.train import run_cli
-from weirdnet.bench.paper import numbers
-from weirdnet.bench.paper.budgets import BUDGETS, get_budget
-from weirdnet.bench.paper.cells import Cell, CellStore, config_hash
-from weirdnet.bench.paper.claims import CLAIMS, claim_lines
-from weirdnet.bench.paper.document import render
-from weirdnet.bench.paper.plan import TABLES_BY_NAME, plan_cells
-from weirdnet.bench.paper.report import Results
-from weirdnet.bench.paper.tasks import TASKS, configs_dir, get_task
-from weirdnet.bench.paper.variants import MECHANISMS, VARIANTS, get_variant
+from weirdnet.experiments import numbers
+from weirdnet.experiments.budgets import BUDGETS, get_budget
+from weirdnet.experiments.cells import Cell, CellStore, config_hash
+from weirdnet.experiments.claims import CLAIMS, claim_lines
+from weirdnet.experiments.document import render
+from weirdnet.experiments.plan import TABLES_BY_NAME, plan_cells
+from weirdnet.experiments.report import Results
+from weirdnet.experiments.tasks import TASKS, configs_dir, get_task
+from weirdnet.experiments.variants import MECHANISMS, VARIANTS, get_variant
 from weirdnet.train.config import TrainConfig, check
 
 pytestmark = pytest.mark.slow  # suite cells train models

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from weirdnet.data.common import BYTE_VOCAB, SHIFTED_BYTE_VOCAB
-from weirdnet.data.listops import listops_info
-from weirdnet.data.pathfinder import pathfinder_info
+from weirdnet.data.lra.listops import listops_info
+from weirdnet.data.lra.pathfinder import pathfinder_info
 from weirdnet.data.registry import DatasetInfo, entry
-from weirdnet.data.seq2seq_synthetic import BOS_ID, EOS_ID
+from weirdnet.data.seq2seq.digits import BOS_ID, EOS_ID
 from weirdnet.models.base import model_class
 from weirdnet.models.config import from_dict
 from weirdnet.train.config import TrainConfig, load_config
@@ -169,7 +169,7 @@ def test_cpu_variant_trains(name, tmp_path, monkeypatch):
     from weirdnet.cli import main
 
     if name.startswith("uea/"):
-        from weirdnet.data.uea import available_uea
+        from weirdnet.data.timeseries.uea import available_uea
 
         if "JapaneseVowels" not in available_uea():
             pytest.skip("aeon 1.6.0 (JapaneseVowels) is not installed: weirdnet data download uea")
@@ -178,7 +178,7 @@ def test_cpu_variant_trains(name, tmp_path, monkeypatch):
         # Generate the tiny set without a progress bar first (the dataset would find it in
         # the cache under the same key): with a bar, write_listops_files can hand the
         # writer tqdm.update's True instead of a row once the bar refreshes.
-        from weirdnet.data.listops import ListOpsConfig, generated_listops_dir
+        from weirdnet.data.lra.listops import ListOpsConfig, generated_listops_dir
 
         generated_listops_dir(n_train=16, n_val=8, n_test=8,
                               config=ListOpsConfig(10, 10, 100, 500), progress=False)

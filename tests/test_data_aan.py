@@ -3,9 +3,9 @@
 import pytest
 
 from weirdnet.data import DataMissingError, get
-from weirdnet.data.aan import read_aan_tsv
-from weirdnet.data.pydoc_graph import link_graph, linked_pairs, read_pages
-from weirdnet.data.sources import PYTHON_DOC
+from weirdnet.data.lra.aan import read_aan_tsv
+from weirdnet.data.lra.pydoc_graph import link_graph, linked_pairs, read_pages
+from weirdnet.data.sources.packages import PYTHON_DOC
 
 
 @pytest.fixture(autouse=True)

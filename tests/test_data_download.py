@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from data_archives import write_zip
-from weirdnet.data import download as dl
+from helpers.archives import write_zip
 from weirdnet.data.cmd_download import add_download
-from weirdnet.data.sources import DebianPackage
+from weirdnet.data.sources import download as dl
+from weirdnet.data.sources.packages import DebianPackage
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from weirdnet.data import DataMissingError, get
-from weirdnet.data.images import load_cifar_batch, read_idx, to_gray
-from weirdnet.data.sources import FASHION_MNIST
+from weirdnet.data.lra.images import load_cifar_batch, read_idx, to_gray
+from weirdnet.data.sources.packages import FASHION_MNIST
 
 
 @pytest.fixture(autouse=True)

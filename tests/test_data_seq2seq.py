@@ -5,7 +5,7 @@ import torch
 
 from weirdnet.data import get
 from weirdnet.data.collate import pad_collate
-from weirdnet.data.seq2seq_synthetic import BOS_ID, EOS_ID, decode
+from weirdnet.data.seq2seq.digits import BOS_ID, EOS_ID, decode
 
 N = 300
 

@@ -4,9 +4,9 @@ import importlib.metadata
 
 import pytest
 
-from data_archives import write_sdist, write_zip
+from helpers.archives import write_sdist, write_zip
 from weirdnet.data import DataMissingError
-from weirdnet.data.sources import AEON, DebianPackage, Package
+from weirdnet.data.sources.packages import AEON, DebianPackage, Package
 
 
 @pytest.fixture(autouse=True)

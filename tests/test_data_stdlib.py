@@ -7,7 +7,7 @@ import pytest
 
 from weirdnet.data import DataMissingError, get
 from weirdnet.data.common import contiguous_bounds
-from weirdnet.data.stdlib_corpus import is_excluded, python_sources, stdlib_bytes, stdlib_dir
+from weirdnet.data.text.stdlib import is_excluded, python_sources, stdlib_bytes, stdlib_dir
 
 HEADER = re.compile(rb"^# ===== (\S+\.py) =====$", re.MULTILINE)  # xml/sax has "# ===== X ====="
 VERSION = ".".join(map(str, sys.version_info[:3]))

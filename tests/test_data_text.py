@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from data_archives import write_zip
+from helpers.archives import write_zip
 from weirdnet.data import DataMissingError, get
 from weirdnet.data.common import contiguous_bounds
-from weirdnet.data.text import ByteLMDataset, read_official
+from weirdnet.data.text.lm import ByteLMDataset, read_official
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TEXT = ("<page><title>Ærø</title><text>'''Anarchism''' is a [[political philosophy]] — "
@@ -124,7 +124,7 @@ def test_tinyshakespeare_root_file_or_directory(tmp_path):
 
 
 def test_read_official_defaults_to_the_download_location(tmp_path):
-    from weirdnet.data.download import REMOTE_FILES
+    from weirdnet.data.sources.download import REMOTE_FILES
 
     target = REMOTE_FILES["enwik8"].target()
     assert target == tmp_path / "cache" / "enwik8" / "enwik8.zip"

@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from data_archives import installed, write_zip
+from helpers.archives import installed, write_zip
 from weirdnet.data import DataMissingError, get
 from weirdnet.data.collate import pad_collate
-from weirdnet.data.tsfile import TsFormatError, parse_ts
-from weirdnet.data.uea import available_uea, fill_missing
+from weirdnet.data.timeseries.tsfile import TsFormatError, parse_ts
+from weirdnet.data.timeseries.uea import available_uea, fill_missing
 
 HEADER = """# A toy problem
 % an ARFF-style comment

@@ -146,7 +146,7 @@ def _add_bench(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=_FORMATTER)
     compile_bench.add_arguments(parser)
     parser.set_defaults(handler=compile_bench.run)
-    from weirdnet.bench.paper import command as suite_command
+    from weirdnet.experiments import command as suite_command
 
     parser = benchmarks.add_parser(
         "suite", help="the papers' tables: every mechanism on every task, one budget",

@@ -5,4 +5,5 @@
     mixers    the checks every mixer's tests run (reference, padding, causality,
               decoding, errors, linear memory in a child process)
     train     small training configs, datasets and the CLI in a subprocess
+    archives  small zip/tar archives in the layout of the real data sources
 """

@@ -12,7 +12,9 @@ Modules (one concern each, none imports torch at import time except where noted)
 - ``alloc``: glibc allocator settings applied before measuring.
 - ``timing``: median wall-clock time of a callable (imports torch).
 - ``memory``: peak extra memory of forward+backward (CPU: child process, CUDA: allocator).
-- ``_memchild``: the child process entry point for the CPU memory measurement.
+- ``child``: the one entry point of every fresh process the benchmarks start (jobs:
+  memory, speed, compile, suite cell); ``children``: starting and stopping them.
+- ``_memchild``: the ``memory`` job (peak extra CPU memory of one forward+backward).
 - ``methods``: shapes, cases, methods and their builders (weird_scan, SDPA, a mixer
   layer) (imports torch).
 - ``machine``: machine and software description for the report (imports torch).

@@ -1,9 +1,10 @@
-"""Child process measuring the peak extra CPU memory of one forward+backward.
+"""The ``memory`` job of :mod:`.child`: the peak extra CPU memory of one forward+backward.
 
-Run as ``python -m weirdnet.bench._memchild --suite OPBENCH --method NAME --batch B
---length L --dim D ...``; prints one JSON line.  Order of events (see :mod:`.memory`):
+Spec: ``suite`` (operator benchmark), ``method``, ``batch``, ``length``, ``dim``,
+``head_dim``, ``dtype``, ``threads``, ``seed``.  Order of events (see :mod:`.memory`):
 
-1. allocator setting (before torch is imported, so every tensor is served from the heap);
+1. allocator setting (:mod:`.child` applies it before torch is imported, so every tensor
+   is served from the heap);
 2. one forward+backward on a tiny shape, to load kernels, thread pools and autograd state
    whose one-off memory is not the method's per-call cost (skipped if it fails: the
    real measurement then reports any error);
@@ -16,35 +17,19 @@ Run as ``python -m weirdnet.bench._memchild --suite OPBENCH --method NAME --batc
 from __future__ import annotations
 
 import argparse
-import json
 
 from weirdnet.bench.alloc import reuse_freed_memory
-from weirdnet.bench.children import watch_parent
 
 # High-water mark above the baseline tolerated as counter noise (RSS counters are cached
 # per thread by the kernel, up to 64 pages each).
 _SLACK_BYTES = 1 << 20
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m weirdnet.bench._memchild")
-    p.add_argument("--suite", default="scan")
-    p.add_argument("--method", required=True)
-    p.add_argument("--batch", type=int, required=True)
-    p.add_argument("--length", type=int, required=True)
-    p.add_argument("--dim", type=int, required=True)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Measure and print the JSON result; returns the exit status."""
-    allocator = reuse_freed_memory()
-    args = _parse(argv)
-    watch_parent()  # a bench command killed outright: do not outlive it
+def measure(spec: dict) -> dict:
+    """The peak extra memory of one forward+backward of ``spec``'s method and shape."""
+    allocator = reuse_freed_memory()  # idempotent: reports the setting the child applied
+    args = argparse.Namespace(**{"head_dim": 64, "dtype": "float32", "threads": 0,
+                                 "seed": 0, "suite": "scan", **spec})
     import torch
 
     from weirdnet.bench.memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
@@ -81,9 +66,4 @@ def main(argv: list[str] | None = None) -> int:
         "allocator": allocator,
         "how": "child process: VmHWM after fwd+bwd - RSS after allocating inputs",
     }
-    print(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return result

@@ -14,12 +14,16 @@ The benchmarks measure in fresh processes (memory children, ``bench speed`` cell
 - is started with stdout and stderr in temporary files (or a log file), so no pipe can
   fill and block it, and several can run at once from one thread.
 
-A child entry point calls :func:`watch_parent`, so a child whose command was killed
-outright (SIGKILL: no chance to stop its children) stops by itself within a second.
+Every child is ``python -m weirdnet.bench.child JOB SPEC`` (:mod:`.child`): build its
+command with :func:`job_command` and read what it returned with :func:`job_result`
+(or both at once: :func:`run_job`).  The child calls :func:`watch_parent`, so a child whose
+command was killed outright (SIGKILL: no chance to stop its children) stops by itself
+within a second.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -178,6 +182,39 @@ def run(command: Sequence[str], *, timeout_s: float | None = None,
         raise
     _LIVE.discard(child)
     return child.result()
+
+
+def job_command(job: str, spec: dict | str | os.PathLike) -> list[str]:
+    """The command line of the child running ``job`` (:data:`.child.JOBS`) on ``spec``: a
+    dict (passed inline as JSON) or the path of a JSON file."""
+    arg = json.dumps(spec) if isinstance(spec, dict) else "@" + os.fspath(spec)
+    return [sys.executable, "-m", "weirdnet.bench.child", job, arg]
+
+
+def job_result(result: subprocess.CompletedProcess | ChildTimeout, what: str) -> dict:
+    """What a job child returned (the JSON of its last stdout line), or
+    ``{"status": "timeout" | "OOM" | "error", "error": ...}`` saying how ``what`` failed."""
+    if isinstance(result, ChildTimeout):
+        return {"status": "timeout", "error": f"{what} timed out after "
+                                              f"{result.timeout_s:.0f} s"}
+    lines = (result.stdout or "").strip().splitlines()
+    if result.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    tail = ((result.stderr or result.stdout or "").strip().splitlines() or ["no output"])[-1]
+    memory = "out of memory" in (result.stderr or "").lower() or result.returncode == -9
+    return {"status": "OOM" if memory else "error",
+            "error": f"{what} exited with {result.returncode}: {tail}"}
+
+
+def run_job(job: str, spec: dict, *, timeout_s: float | None = None,
+            env: dict[str, str] | None = None, what: str | None = None) -> dict:
+    """Run ``job`` on ``spec`` in a fresh process (:func:`run`); :func:`job_result`."""
+    what = what or f"the {job} child"
+    try:
+        result = run(job_command(job, spec), timeout_s=timeout_s, env=env, what=what)
+    except ChildTimeout as timeout:
+        result = timeout
+    return job_result(result, what)
 
 
 def run_all(commands: Sequence[Sequence[str]], jobs: int,

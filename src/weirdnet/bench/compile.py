@@ -57,7 +57,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=1200.0,
                         help="seconds per (workload, mode) process (default 1200)")
     output.add_out_arguments(parser, "compile_<device>.{json,md}")
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
 
 
 # --- the child: one (workload, mode) ---------------------------------------------------
@@ -74,9 +73,8 @@ def _model(spec: dict[str, Any]):
         backbone = {k: spec[k] for k in keys} | {"vocab_size": VOCAB, "max_len": spec["length"],
                                                  "causal": True}
         return WeirdNetLM({"backbone": backbone})
+    from weirdnet.experiments.variants import get_variant
     from weirdnet.models.classifier import WeirdNetClassifier
-
-    from .paper.variants import get_variant
 
     backbone = {k: spec[k] for k in ("dim", "depth", "d_ff", "heads")}
     backbone |= {"max_len": spec["length"], "vocab_size": VOCAB,
@@ -131,18 +129,12 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """One cell in a fresh process (the ``compile`` job of :mod:`.child`), stopped with this
+    one; a failure is a row with its status and error."""
     from . import children
 
-    failed = {"workload": spec["workload"], "mode": spec["mode"]}
-    try:
-        out = children.run([sys.executable, "-m", "weirdnet.bench.compile", "--child",
-                            json.dumps(spec)], timeout_s=timeout)
-    except children.ChildTimeout:
-        return {**failed, "status": f"timeout (> {timeout:.0f} s)"}
-    if out.returncode != 0:
-        lines = (out.stderr or out.stdout).strip().splitlines() or ["no output"]
-        return {**failed, "status": "error", "error": lines[-1]}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result = children.run_job("compile", spec, timeout_s=timeout)
+    return {**{key: spec[key] for key in ("workload", "mode")}, **result}
 
 
 # --- the parent ------------------------------------------------------------------------
@@ -212,12 +204,6 @@ def markdown(result: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Measure every cell, write and print the report; the exit status."""
-    if args.child is not None:
-        from .children import watch_parent
-
-        watch_parent()
-        print(json.dumps(measure(json.loads(args.child))))
-        return 0
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown or not workloads:
@@ -259,8 +245,3 @@ def _run(args, argv, workloads: list[str], out: Path, session: output.Writing) -
     output.print_written(paths)
     return 0 if all(r.get("status") == "ok" for r in rows) else 1
 
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    sys.exit(run(parser.parse_args(), sys.argv[1:]))

@@ -19,10 +19,8 @@ extra = ``max_memory_allocated`` - ``memory_allocated`` before the step.
 
 from __future__ import annotations
 
-import json
 import os
 import resource
-import sys
 from pathlib import Path
 
 MIB = 1024.0 * 1024.0
@@ -73,13 +71,13 @@ def child_command(
     method: str, batch: int, length: int, dim: int, head_dim: int, dtype: str,
     threads: int, seed: int, suite: str = "scan",
 ) -> list[str]:
-    """Command line of the memory child for one (method of ``suite``, shape)."""
-    return [
-        sys.executable, "-m", "weirdnet.bench._memchild", "--suite", suite,
-        "--method", method, "--batch", str(batch), "--length", str(length),
-        "--dim", str(dim), "--head-dim", str(head_dim), "--dtype", dtype,
-        "--threads", str(threads), "--seed", str(seed),
-    ]
+    """Command line of the memory child for one (method of operator benchmark ``suite``,
+    shape): the ``memory`` job of :mod:`.child`."""
+    from .children import job_command
+
+    return job_command("memory", {"suite": suite, "method": method, "batch": batch,
+                                  "length": length, "dim": dim, "head_dim": head_dim,
+                                  "dtype": dtype, "threads": threads, "seed": seed})
 
 
 def measure_cpu_in_child(command: list[str], timeout_s: float = CHILD_TIMEOUT_S) -> dict:
@@ -95,17 +93,10 @@ def measure_cpu_in_child(command: list[str], timeout_s: float = CHILD_TIMEOUT_S)
 
 
 def child_result(result) -> dict:
-    """The memory child's JSON result from its completed process, or ``{"error": ...}``
-    (a failure, or a :class:`~.children.ChildTimeout`)."""
-    from . import children
+    """The memory child's JSON result, or ``{"error": ...}`` (:func:`.children.job_result`)."""
+    from .children import job_result
 
-    if isinstance(result, children.ChildTimeout):
-        return {"error": f"memory child timed out after {result.timeout_s:.0f} s"}
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"memory child exited with {result.returncode}: {tail}"}
-    return json.loads(lines[-1])
+    return job_result(result, "memory child")
 
 
 class PeakMemory:

@@ -3,7 +3,7 @@ relative to the Transformer on byte-level text classification (Weird-Net Table V
 DBA Table 1).
 
 Every (mechanism, length) is measured in a fresh process (``python -m
-weirdnet.bench.speed --child SPEC``) with the same model size and batch for every
+weirdnet.bench.child speed SPEC``) with the same model size and batch for every
 mechanism: a classifier over bytes (vocabulary 257, 2 classes), AdamW, random tokens.
 One training step = forward, loss, backward, optimizer step.
 
@@ -47,7 +47,7 @@ SIZES = {"cpu": {"dim": 64, "depth": 2, "d_ff": 128, "heads": 4, "batch": 4},
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .paper.variants import MECHANISMS
+    from weirdnet.experiments.variants import MECHANISMS
 
     names = ",".join(m.name for m in MECHANISMS)
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
@@ -63,7 +63,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-step-seconds", type=float, default=30.0,
                         help="skip longer lengths of a mechanism slower than this")
     output.add_out_arguments(parser, "speed_<device>.{json,md,png}")
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
 
 
 # --- the child: one (mechanism, length) ------------------------------------------------
@@ -71,9 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _build(spec: dict[str, Any], device):
     import torch
 
+    from weirdnet.experiments.variants import get_variant
     from weirdnet.models.classifier import WeirdNetClassifier
-
-    from .paper.variants import get_variant
 
     backbone = {"dim": spec["dim"], "depth": spec["depth"], "d_ff": spec["d_ff"],
                 "heads": spec["heads"], "max_len": spec["length"], "vocab_size": 257,
@@ -130,21 +128,12 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """One (mechanism, length) in a fresh process, stopped with this one
-    (:mod:`.children`)."""
+    """One cell in a fresh process (the ``speed`` job of :mod:`.child`), stopped with this
+    one; a failure is a row with its status and error."""
     from . import children
 
-    failed = {"mechanism": spec["mechanism"], "length": spec["length"]}
-    try:
-        out = children.run([sys.executable, "-m", "weirdnet.bench.speed", "--child",
-                            json.dumps(spec)], timeout_s=timeout)
-    except children.ChildTimeout:
-        return {**failed, "status": f"timeout (> {timeout:.0f} s)"}
-    if out.returncode != 0:
-        lines = (out.stderr or out.stdout).strip().splitlines() or ["no output"]
-        memory = "out of memory" in (out.stderr or "").lower() or out.returncode == -9
-        return {**failed, "status": "OOM" if memory else "error", "error": lines[-1]}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result = children.run_job("speed", spec, timeout_s=timeout)
+    return {**{key: spec[key] for key in ("mechanism", "length")}, **result}
 
 
 # --- the parent: every (mechanism, length), then the report ----------------------------
@@ -194,13 +183,7 @@ def measure_all(base: dict[str, Any], mechanisms: list[str], lengths: list[int],
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Measure every cell, write and print the report (see :mod:`.output`); the exit
     status."""
-    if args.child is not None:
-        from .children import watch_parent
-
-        watch_parent()  # a bench command killed outright: do not outlive it
-        print(json.dumps(measure(json.loads(args.child))))
-        return 0
-    from .paper.variants import get_variant
+    from weirdnet.experiments.variants import get_variant
 
     try:
         mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
@@ -255,8 +238,3 @@ def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: 
     output.print_written(paths)
     return 0
 
-
-if __name__ == "__main__":
-    args = argparse.ArgumentParser()
-    add_arguments(args)
-    sys.exit(run(args.parse_args(), sys.argv[1:]))

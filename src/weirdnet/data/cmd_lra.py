@@ -156,7 +156,7 @@ def _run_build(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _generate_listops(args: argparse.Namespace) -> tuple[Path, int]:
-    from weirdnet.data.listops import LRA_SIZES, write_listops_files
+    from weirdnet.data.lra.listops import LRA_SIZES, write_listops_files
 
     for option in ("difficulty", "workers", "batch_size"):
         if getattr(args, option) is not None:
@@ -173,8 +173,8 @@ def _generate_listops(args: argparse.Namespace) -> tuple[Path, int]:
 
 
 def _generate_pathfinder(args: argparse.Namespace) -> tuple[Path, int]:
-    from weirdnet.data.pathfinder import DEFAULT_SIZES
-    from weirdnet.data.pathfinder_gen import write_pathfinder
+    from weirdnet.data.lra.pathfinder import DEFAULT_SIZES
+    from weirdnet.data.lra.pathfinder_gen import write_pathfinder
 
     for option in ("n_val", "n_test"):
         if getattr(args, option) is not None:
@@ -223,7 +223,7 @@ def _run_show(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _print_listops(dataset, n: int, chars: int) -> None:
-    from weirdnet.data.listops import decode
+    from weirdnet.data.lra.listops import decode
 
     for index in range(min(n, len(dataset))):
         item = dataset[index]
@@ -235,7 +235,7 @@ def _print_listops(dataset, n: int, chars: int) -> None:
 def montage(images, labels: list[int], *, scale: int = 4, columns: int | None = None):
     """A PIL RGB image: ``images`` (k, H, W) uint8 in a grid, each scaled ``scale`` times
     (nearest) with "#<i> label <y>" underneath (green for 1, red for 0)."""
-    from weirdnet.data.pathfinder_gen import require_pillow
+    from weirdnet.data.lra.pathfinder_gen import require_pillow
 
     pil = require_pillow()
     count = len(images)

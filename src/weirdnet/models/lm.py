@@ -116,15 +116,21 @@ def output_logits(hidden: torch.Tensor, backbone: Backbone, head: nn.Linear | No
     return F.linear(hidden, backbone.embed.weight if head is None else head.weight)
 
 
+def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy (nats, float32) of every target: logits (..., V), targets (...) ->
+    (...); a target of -100 gets 0."""
+    flat = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                           targets.reshape(-1).long(), reduction="none", ignore_index=-100)
+    return flat.view(targets.shape)
+
+
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None
             ) -> torch.Tensor:
     """Mean next-token cross-entropy (nats) of logits (B, L, V) against targets (B, L);
-    targets -100 and positions with ``mask`` False are not counted."""
+    targets -100 and positions with ``mask`` False are not counted (0 if none is).  The
+    trainer trains on this loss and evaluates with :func:`token_nll`."""
     if targets.shape != logits.shape[:2]:
         raise ValueError(f"targets must have shape {tuple(logits.shape[:2])}, got "
                          f"{tuple(targets.shape)}")
-    targets = targets.long()
-    if mask is not None:
-        targets = targets.masked_fill(~mask, -100)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
-                           ignore_index=-100)
+    counted = targets != -100 if mask is None else mask & (targets != -100)
+    return (token_nll(logits, targets) * counted).sum() / counted.sum().clamp(min=1)

@@ -2,7 +2,7 @@
 
 A run directory holds ``log.jsonl``, one JSON event per line (``start``, ``train``,
 ``eval``, ``end``), written by ``weirdnet train``.  :func:`read_log` reads it into a
-:class:`RunLog`; :func:`plot_runs` draws the runs side by side: the training loss against
+:class:`RunHistory`; :func:`plot_runs` draws the runs side by side: the training loss against
 the optimizer step (raw as a faint line, an exponential moving average as the solid one),
 then one panel per evaluation metric (the val split solid with markers, any other split
 dashed), one colour per run in every panel.
@@ -67,8 +67,9 @@ class TrainPoint(NamedTuple):
 
 
 @dataclass
-class RunLog:
-    """The events of one run's ``log.jsonl``, deduplicated and sorted by step."""
+class RunHistory:
+    """One run's history as read back from its ``log.jsonl`` (written by
+    :class:`weirdnet.train.runlog.RunLog`), deduplicated and sorted by step."""
 
     name: str
     """The run directory's name."""
@@ -107,7 +108,7 @@ def _number(value: Any) -> float:
     return math.nan
 
 
-def read_log(path: str | os.PathLike) -> RunLog:
+def read_log(path: str | os.PathLike) -> RunHistory:
     """Read a run's ``log.jsonl`` (``path``: the run directory or the file itself).
 
     For each (event, split, step) the last occurrence wins, and a ``start`` event at
@@ -118,7 +119,7 @@ def read_log(path: str | os.PathLike) -> RunLog:
     file = _log_file(path)
     train: dict[int, TrainPoint] = {}
     evals: dict[str, dict[int, dict[str, float]]] = {}
-    log = RunLog(name=file.parent.resolve().name, path=file)
+    log = RunHistory(name=file.parent.resolve().name, path=file)
     with file.open(encoding="utf-8", errors="replace") as handle:
         for lineno, line in enumerate(handle, 1):
             if not line.strip():
@@ -181,7 +182,7 @@ def ema(values: list[float], smooth: float) -> list[float]:
     return out
 
 
-def _labels(paths: list[Path], logs: list[RunLog]) -> list[str]:
+def _labels(paths: list[Path], logs: list[RunHistory]) -> list[str]:
     """Run names for the legend; the paths as given where two runs share a name."""
     names = [log.name for log in logs]
     return [str(p) if names.count(n) > 1 else n for p, n in zip(paths, names)]

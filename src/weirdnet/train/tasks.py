@@ -12,10 +12,12 @@ seq2seq         WeirdNetSeq2Seq       src (B, Ls); tgt (B, Lt) loss, token_accur
                                       = [bos] y [eos]          exact_match
 ==============  ====================  =======================  ===========================
 
-Every metric is a ratio of sums (:class:`Sums`), so shards of an evaluation computed on
-several processes add up exactly.  ``exact_match`` is the fraction of sequences whose
-every target token is the argmax under teacher forcing, which is exactly the fraction
-greedy decoding gets right.
+Each kind is one :class:`Task` object (:data:`TASKS`, :func:`get`): it feeds a batch to
+its model, takes the model's own loss for training, and turns evaluation batches into
+additive statistics and those into metrics.  Every metric is a ratio of sums
+(:class:`Sums`), so shards of an evaluation computed on several processes add up exactly.
+``exact_match`` is the fraction of sequences whose every target token is the argmax under
+teacher forcing, which is exactly the fraction greedy decoding gets right.
 """
 
 from __future__ import annotations
@@ -24,33 +26,166 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from weirdnet.data.registry import DatasetInfo
 from weirdnet.models.config import ConfigError
+from weirdnet.models.lm import token_nll
 from weirdnet.train.config import merge
 
-__all__ = ["MODEL_CLASSES", "Sums", "add_sums", "batch_metrics", "best_metric",
-           "build_model_config", "forward", "metrics_from_sums", "to_device", "train_loss"]
+__all__ = ["MODEL_CLASSES", "TASKS", "Sums", "Task", "add_sums", "best_metric",
+           "build_model_config", "get", "to_device"]
 
-MODEL_CLASSES = {"lm": "WeirdNetLM", "classification": "WeirdNetClassifier",
-                 "retrieval": "WeirdNetDualEncoder", "seq2seq": "WeirdNetSeq2Seq"}
-_DEFAULT_MODEL = {
-    "lm": {"backbone": {"pattern": "B", "causal": True}},
-    "seq2seq": {"encoder": {"pattern": "A", "causal": False},
-                "decoder": {"pattern": "B", "causal": True}},
-}
-_BEST_METRIC = {"lm": "-loss", "classification": "accuracy", "retrieval": "accuracy",
-                "seq2seq": "exact_match"}
 _LOWER_IS_BETTER = {"loss", "bpc", "perplexity"}
 
 Sums = dict[str, float]
 """Additive statistics of a set of batches, e.g. {"nll": ..., "targets": ...}."""
 
 
+class Task:
+    """One kind of task: its model class, default model, best metric, and how a batch
+    becomes a loss (the model's own) and metrics.  Subclasses set the class attributes
+    and :meth:`forward`; the token tasks and the per-item tasks share their sums."""
+
+    name: str = ""
+    model_class: str = ""
+    best: str = "-loss"  # the default train.best_metric ("-": lower is better)
+    default_model: dict[str, Any] = {}
+
+    def forward(self, model: torch.nn.Module, batch: dict[str, Any], with_loss: bool
+                ) -> tuple[Any, torch.Tensor, torch.Tensor | None]:
+        """(model output, targets, counted-target mask or None); the output carries the
+        loss when ``with_loss``."""
+        raise NotImplementedError
+
+    def loss(self, model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, int]:
+        """(the model's mean loss on the batch, number of counted targets)."""
+        out, targets, mask = self.forward(model, batch, with_loss=True)
+        return out.loss, targets.numel() if mask is None else int(mask.sum())
+
+    @torch.no_grad()
+    def batch_sums(self, model: torch.nn.Module, batch: dict[str, Any]) -> Sums:
+        """The additive statistics of one evaluation batch (see :meth:`metrics`)."""
+        out, targets, mask = self.forward(model, batch, with_loss=False)
+        counted = torch.ones_like(targets, dtype=torch.bool) if mask is None else mask
+        nll = token_nll(out.logits, targets)
+        return {"nll": float((nll * counted).sum()), "targets": float(counted.sum())}
+
+    def metrics(self, sums: Sums, info: DatasetInfo) -> dict[str, float]:
+        """Metrics of a whole evaluation from its summed statistics."""
+        if not sums.get("targets"):
+            raise ValueError("the evaluation saw no targets (empty split?)")
+        return {"loss": sums["nll"] / sums["targets"]}
+
+
+class LMTask(Task):
+    """Next-token prediction on ``tokens`` (B, L+1): loss, bits per character, perplexity."""
+
+    name, model_class = "lm", "WeirdNetLM"
+    default_model = {"backbone": {"pattern": "B", "causal": True}}
+
+    def forward(self, model, batch, with_loss):
+        tokens, mask = batch["tokens"], batch.get("tokens_mask")
+        mask = None if mask is None else mask[:, 1:]
+        targets = tokens[:, 1:]
+        return model(tokens[:, :-1], targets if with_loss else None, mask), targets, mask
+
+    def metrics(self, sums, info):
+        metrics = super().metrics(sums, info)
+        if info.encoding is not None or info.vocab_size == 256:
+            metrics["bpc"] = metrics["loss"] / math.log(2)
+        metrics["perplexity"] = math.exp(min(metrics["loss"], 700.0))
+        return metrics
+
+
+class Seq2SeqTask(Task):
+    """Teacher-forced decoding of ``tgt`` = [bos] y [eos] from ``src``: loss, token
+    accuracy, exact match (the fraction greedy decoding gets entirely right)."""
+
+    name, model_class, best = "seq2seq", "WeirdNetSeq2Seq", "exact_match"
+    default_model = {"encoder": {"pattern": "A", "causal": False},
+                     "decoder": {"pattern": "B", "causal": True}}
+
+    def forward(self, model, batch, with_loss):
+        tgt, tgt_mask = batch["tgt"], batch.get("tgt_mask")
+        tgt_mask = None if tgt_mask is None else tgt_mask[:, 1:]
+        targets = tgt[:, 1:]
+        out = model(batch["src"], tgt[:, :-1], batch.get("src_mask"), tgt_mask,
+                    targets if with_loss else None)
+        return out, targets, tgt_mask
+
+    @torch.no_grad()
+    def batch_sums(self, model, batch):
+        out, targets, mask = self.forward(model, batch, with_loss=False)
+        counted = torch.ones_like(targets, dtype=torch.bool) if mask is None else mask
+        nll, correct = token_nll(out.logits, targets), out.logits.argmax(-1) == targets
+        return {"nll": float((nll * counted).sum()), "targets": float(counted.sum()),
+                "correct": float((correct & counted).sum()), "sequences": targets.shape[0],
+                "exact": float((correct | ~counted).all(dim=1).sum())}
+
+    def metrics(self, sums, info):
+        metrics = super().metrics(sums, info)
+        metrics["token_accuracy"] = sums["correct"] / sums["targets"]
+        metrics["exact_match"] = sums["exact"] / sums["sequences"]
+        return metrics
+
+
+class _ItemTask(Task):
+    """One label per item: loss and accuracy."""
+
+    best = "accuracy"
+
+    @torch.no_grad()
+    def batch_sums(self, model, batch):
+        out, labels, _ = self.forward(model, batch, with_loss=False)
+        nll = token_nll(out.logits, labels)
+        return {"nll": float(nll.sum()), "targets": labels.numel(),
+                "correct": float((out.logits.argmax(-1) == labels).sum())}
+
+    def metrics(self, sums, info):
+        metrics = super().metrics(sums, info)
+        metrics["accuracy"] = sums["correct"] / sums["targets"]
+        return metrics
+
+
+class ClassificationTask(_ItemTask):
+    """``tokens`` (B, L) or ``values`` (B, L, C) with their mask; ``label`` (B,)."""
+
+    name, model_class = "classification", "WeirdNetClassifier"
+
+    def forward(self, model, batch, with_loss):
+        key = "tokens" if "tokens" in batch else "values"
+        labels = batch["label"]
+        return (model(batch[key], batch.get(f"{key}_mask"),
+                      labels=labels if with_loss else None), labels, None)
+
+
+class RetrievalTask(_ItemTask):
+    """Two documents ``tokens``, ``tokens2`` with their masks; ``label`` (B,)."""
+
+    name, model_class = "retrieval", "WeirdNetDualEncoder"
+
+    def forward(self, model, batch, with_loss):
+        labels = batch["label"]
+        out = model(batch["tokens"], batch["tokens2"], batch.get("tokens_mask"),
+                    batch.get("tokens2_mask"), labels=labels if with_loss else None)
+        return out, labels, None
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (LMTask(), ClassificationTask(),
+                                              RetrievalTask(), Seq2SeqTask())}
+MODEL_CLASSES = {name: task.model_class for name, task in TASKS.items()}
+
+
+def get(name: str) -> Task:
+    """The task called ``name`` (a dataset's ``info.task``)."""
+    if name not in TASKS:
+        raise KeyError(f"unknown task {name!r}; the trainer knows {', '.join(TASKS)}")
+    return TASKS[name]
+
+
 def best_metric(task: str, configured: str) -> tuple[str, bool]:
     """(metric name, lower is better) of ``train.best_metric`` ("auto" picks per task)."""
-    name = _BEST_METRIC[task] if configured == "auto" else configured
+    name = get(task).best if configured == "auto" else configured
     lower = name.startswith("-") or name.lstrip("-") in _LOWER_IS_BETTER
     return name.lstrip("-"), lower
 
@@ -80,7 +215,7 @@ def build_model_config(model: dict[str, Any], info: DatasetInfo) -> tuple[str, d
     if class_name != task_class:
         raise ConfigError(f"model class {class_name} does not fit the {info.task} task of the "
                           f"dataset (it needs {task_class})")
-    config = merge(merge(_DEFAULT_MODEL.get(info.task, {}), base), table)
+    config = merge(merge(get(info.task).default_model, base), table)
     for key, backbone in _backbones(config, info.task).items():
         _fill_backbone(backbone, table.get(key, {}), info, key)
     if info.task in ("classification", "retrieval"):
@@ -129,90 +264,8 @@ def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
     return out
 
 
-def forward(model: torch.nn.Module, batch: dict[str, Any], task: str
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Run ``model`` on ``batch`` (as :func:`to_device` gives it): (logits, targets,
-    counted-target mask or None).
-
-    lm / seq2seq: logits (B, L, V), targets (B, L); classification / retrieval: logits
-    (B, K), labels (B,).
-    """
-    if task == "lm":
-        tokens, mask = batch["tokens"], batch.get("tokens_mask")
-        mask = None if mask is None else mask[:, 1:]
-        targets = tokens[:, 1:]
-        return model(tokens[:, :-1], None, mask).logits, targets, mask
-    if task == "seq2seq":
-        tgt, tgt_mask = batch["tgt"], batch.get("tgt_mask")
-        tgt_mask = None if tgt_mask is None else tgt_mask[:, 1:]
-        logits = model(batch["src"], tgt[:, :-1], batch.get("src_mask"),
-                       tgt_mask).logits
-        return logits, tgt[:, 1:], tgt_mask
-    if task == "retrieval":
-        logits = model(batch["tokens"], batch["tokens2"],
-                       batch.get("tokens_mask"), batch.get("tokens2_mask")).logits
-        return logits, batch["label"], None
-    key = "tokens" if "tokens" in batch else "values"
-    logits = model(batch[key], batch.get(f"{key}_mask")).logits
-    return logits, batch["label"], None
-
-
-def train_loss(model: torch.nn.Module, batch: dict[str, Any], task: str
-               ) -> tuple[torch.Tensor, int]:
-    """(mean loss of the batch, number of counted targets) for the backward pass."""
-    logits, targets, mask = forward(model, batch, task)
-    nll = _token_nll(logits, targets)
-    if mask is None:
-        return nll.mean(), targets.numel()
-    count = int(mask.sum())
-    return (nll * mask).sum() / max(count, 1), count
-
-
-def _token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy (nats) of every target: logits (..., V), targets (...) -> (...)."""
-    flat = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
-                           targets.reshape(-1).long(), reduction="none")
-    return flat.view(targets.shape)
-
-
-@torch.no_grad()
-def batch_metrics(model: torch.nn.Module, batch: dict[str, Any], task: str) -> Sums:
-    """The additive statistics of one evaluation batch (see :func:`metrics_from_sums`)."""
-    logits, targets, mask = forward(model, batch, task)
-    nll = _token_nll(logits, targets)
-    correct = logits.argmax(-1) == targets
-    if task in ("classification", "retrieval"):
-        return {"nll": float(nll.sum()), "targets": targets.numel(),
-                "correct": float(correct.sum())}
-    counted = torch.ones_like(targets, dtype=torch.bool) if mask is None else mask
-    sums = {"nll": float((nll * counted).sum()), "targets": float(counted.sum())}
-    if task == "seq2seq":
-        sums["correct"] = float((correct & counted).sum())
-        sums["sequences"] = targets.shape[0]
-        sums["exact"] = float((correct | ~counted).all(dim=1).sum())
-    return sums
-
-
 def add_sums(total: Sums, sums: Sums) -> Sums:
     """``total`` + ``sums``, key by key (in place; returns ``total``)."""
     for key, value in sums.items():
         total[key] = total.get(key, 0.0) + value
     return total
-
-
-def metrics_from_sums(sums: Sums, task: str, info: DatasetInfo) -> dict[str, float]:
-    """Metrics of a whole evaluation from its summed statistics."""
-    if not sums.get("targets"):
-        raise ValueError("the evaluation saw no targets (empty split?)")
-    loss = sums["nll"] / sums["targets"]
-    metrics = {"loss": loss}
-    if task in ("classification", "retrieval"):
-        metrics["accuracy"] = sums["correct"] / sums["targets"]
-    elif task == "seq2seq":
-        metrics["token_accuracy"] = sums["correct"] / sums["targets"]
-        metrics["exact_match"] = sums["exact"] / sums["sequences"]
-    else:
-        if info.encoding is not None or info.vocab_size == 256:
-            metrics["bpc"] = loss / math.log(2)
-        metrics["perplexity"] = math.exp(min(loss, 700.0))
-    return metrics

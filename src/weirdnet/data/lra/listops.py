@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from weirdnet.data._lra_cache import build_dir_atomically, cache_dir
+from weirdnet.data.lra.cache import build_dir_atomically, cache_dir
 from weirdnet.data.registry import DataMissingError, DatasetInfo, register
 
 __all__ = ["END", "OPERATORS", "SPLITS", "VOCAB", "ListOpsConfig", "ListOpsDataset",

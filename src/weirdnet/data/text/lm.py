@@ -31,8 +31,8 @@ import torch
 from torch.utils.data import Dataset
 
 from weirdnet.data.common import BYTE_VOCAB, byte_tokens, check_option, contiguous_bounds
-from weirdnet.data.download import REMOTE_FILES, RemoteFile
 from weirdnet.data.registry import DataMissingError, DatasetInfo, register, signature_options
+from weirdnet.data.sources.download import REMOTE_FILES, RemoteFile
 
 __all__ = ["LM_OPTIONS", "SPLIT_SCHEMES", "ByteLMDataset", "lm_dataset", "read_official",
            "read_text_file", "read_zip_member", "transcode"]

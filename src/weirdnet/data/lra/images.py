@@ -34,7 +34,7 @@ from torch.utils.data import Dataset
 
 from weirdnet.data.common import BYTE_VOCAB, byte_tokens, check_option, seeded_split
 from weirdnet.data.registry import DataMissingError, DatasetInfo, data_root, register
-from weirdnet.data.sources import FASHION_MNIST
+from weirdnet.data.sources.packages import FASHION_MNIST
 
 __all__ = ["ImageTokens", "load_cifar_batch", "read_idx", "to_gray"]
 

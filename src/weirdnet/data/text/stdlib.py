@@ -22,7 +22,7 @@ it): about 12.1 MB (12,143,671 bytes from 734 files) on CPython 3.11.7, built in
 :class:`~weirdnet.data.registry.DataMissingError`).  Splits are contiguous byte ranges like
 enwik8's: ``split_scheme="standard"`` 90% / 5% / 5% (train/val/test), ``"last10m"``
 85% / 5% / 10%.  Items and options (seq_len, split_scheme, random_crops, epoch_length,
-seed): :mod:`weirdnet.data.text`.
+seed): :mod:`weirdnet.data.text.lm`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from weirdnet.data.common import cache_path, cached_bytes
 from weirdnet.data.registry import DataMissingError, register
-from weirdnet.data.text import LM_OPTIONS, SPLITS, ByteLMDataset, lm_dataset
+from weirdnet.data.text.lm import LM_OPTIONS, SPLITS, ByteLMDataset, lm_dataset
 
 __all__ = ["EXCLUDED_NAMES", "is_excluded", "python_sources", "stdlib_bytes", "stdlib_dir"]
 
@@ -101,6 +101,6 @@ def stdlib_bytes(root: Path | None = None) -> bytes:
           summary="the running Python's standard-library source, UTF-8 bytes (always offline)")
 def _python_stdlib(split: str, root: Path | None = None, **options) -> ByteLMDataset:
     """python-stdlib: root=None the interpreter's stdlib, else a directory of .py files.
-    Options: see weirdnet.data.text."""
+    Options: see weirdnet.data.text.lm."""
     return lm_dataset(stdlib_bytes(root), split, name="python-stdlib", encoding="utf-8",
                       **options)

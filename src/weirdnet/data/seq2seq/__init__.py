@@ -1,0 +1,1 @@
+"""Synthetic sequence-to-sequence tasks."""

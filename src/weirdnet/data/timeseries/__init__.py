@@ -1,0 +1,1 @@
+"""UEA/UCR time-series classification and the ``.ts`` file parser."""
