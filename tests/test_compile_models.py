@@ -106,7 +106,12 @@ def test_lm_compiles_without_graph_breaks(pattern, masked):
     assert_compiled_matches_eager(lambda: lm(pattern), masked, "aot_eager")
 
 
-def test_lm_compiles_with_inductor():
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
+def test_lm_compiles_with_inductor(monkeypatch):
+    # A real compile, not a warm on-disk cache: after an edit of a custom op's backward, a
+    # cached graph was seen calling its old signature (dba_compress_positions_backward);
+    # this model's weirdnet::weird_scan could be replayed stale the same way.
+    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)
     assert_compiled_matches_eager(lambda: lm("B"), True, "inductor")
 
 
