@@ -103,6 +103,28 @@ def test_decoding_equals_the_full_pass(name, causal):
     assert torch.allclose(decoded, full, rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("name,causal", CAUSAL_FORMS)
+def test_a_reordered_cache_continues_the_chosen_sequences(name, causal):
+    """Beam search: ``cache.reorder(index)`` keeps, drops and repeats sequences; decoding
+    then continues each chosen sequence exactly as its own full pass (padding included)."""
+    layer = _build(name, causal)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, L, D, generator=g, dtype=torch.float64)
+    mask = torch.ones(3, L, dtype=torch.bool)
+    mask[1, :4] = False                                  # a left-padded prompt
+    index = torch.tensor([2, 0, 0, 1])
+    with torch.no_grad():
+        full = layer(x[index], mask[index])
+        cache = layer.init_cache(3)
+        prompt = layer(x[:, :9], mask[:, :9], cache=cache)[index]
+        cache.reorder(index)
+        assert cache.batch_size == 4
+        rest = layer(x[index, 9:], mask[index, 9:], cache=cache)
+    decoded = torch.cat([prompt, rest], 1)
+    real = mask[index]
+    assert torch.allclose(decoded[real], full[real], rtol=1e-9, atol=1e-10)
+
+
 @pytest.mark.parametrize("name,causal", FORMS)
 def test_every_mixer_keeps_the_one_contract(name, causal):
     """A Mixer: forward returns a tensor, with or without a cache (advanced in place)."""

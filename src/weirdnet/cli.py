@@ -262,6 +262,95 @@ def _run_configs(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+_EXPORT_HF_DESCRIPTION = """\
+Export a trained weirdnet language model as a Hugging Face model folder (needs the hf
+extra: pip install "weirdnet[hf]"). SOURCE is a run directory (its best/ model), its best/,
+a checkpoints/step-* directory or a folder written by model.save(). OUT gets config.json,
+model.safetensors (the same weights, the same names), generation_config.json, the byte
+tokenizer, a README and the two small remote-code modules, written into a temporary folder
+and renamed into place. OUT loads with
+
+  import weirdnet.hf; AutoModelForCausalLM.from_pretrained(OUT)
+  AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)   # no import first
+  AutoTokenizer.from_pretrained(OUT)
+  weirdnet.models.load(OUT)
+
+An existing non-empty OUT is replaced only with --overwrite, and only when it holds an
+earlier export and nothing else.
+
+examples:
+  weirdnet export-hf runs/quickstart hf/quickstart
+  lm_eval --model hf --model_args pretrained=hf/quickstart,trust_remote_code=True ...
+"""
+
+_HARNESS_DESCRIPTION = """\
+Write two offline lm-evaluation-harness tasks into DIR (YAML + JSON lines), built from the
+held-out test split of the python-stdlib corpus: weirdnet_stdlib_nextline (multiple
+choice: the true next line of Python source among four; acc, acc_norm) and
+weirdnet_stdlib_bpb (rolling log-likelihood of held-out passages; bits_per_byte). Needs
+the hf extra.
+
+examples:
+  weirdnet harness-tasks tasks/
+  lm_eval --model hf --model_args pretrained=hf/quickstart,trust_remote_code=True \\
+      --include_path tasks/ --tasks weirdnet_stdlib_nextline,weirdnet_stdlib_bpb
+  python -m weirdnet.hf.harness --model hf --model_args pretrained=hf/quickstart \\
+      --include_path tasks/ --tasks weirdnet_stdlib_nextline   # no trust_remote_code
+"""
+
+
+def _add_hf(subparsers: argparse._SubParsersAction) -> None:
+    """``weirdnet export-hf`` and ``weirdnet harness-tasks`` (see :mod:`weirdnet.hf`)."""
+    export = subparsers.add_parser("export-hf", help="export an LM as a Hugging Face folder",
+                                   description=_EXPORT_HF_DESCRIPTION,
+                                   formatter_class=_FORMATTER)
+    export.add_argument("source", metavar="SOURCE", help="run, best/, checkpoint or model dir")
+    export.add_argument("out", metavar="OUT", help="the folder to write")
+    export.add_argument("--overwrite", action="store_true",
+                        help="replace OUT if it holds an earlier export")
+    export.set_defaults(handler=_run_export_hf)
+    tasks = subparsers.add_parser("harness-tasks", help="write offline lm_eval tasks",
+                                  description=_HARNESS_DESCRIPTION, formatter_class=_FORMATTER)
+    tasks.add_argument("directory", metavar="DIR", help="folder for the task files")
+    tasks.add_argument("--items", type=int, default=500,
+                       help="multiple-choice items (500)")
+    tasks.add_argument("--passages", type=int, default=50, help="bits-per-byte passages (50)")
+    tasks.add_argument("--seed", type=int, default=0, help="draw of the items (0)")
+    tasks.set_defaults(handler=_run_harness_tasks)
+
+
+def _run_export_hf(args: argparse.Namespace, argv: list[str]) -> int:
+    from weirdnet.models.base import CheckpointError
+
+    try:
+        from weirdnet.hf import export_hf
+
+        out = export_hf(args.source, args.out, overwrite=args.overwrite)
+    except (ImportError, CheckpointError, FileNotFoundError, ValueError) as error:
+        print(f"weirdnet export-hf: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: load it with AutoModelForCausalLM.from_pretrained({str(out)!r}) "
+          "after `import weirdnet.hf`, or with trust_remote_code=True")
+    return 0
+
+
+def _run_harness_tasks(args: argparse.Namespace, argv: list[str]) -> int:
+    if args.items < 1 or args.passages < 1:
+        print("weirdnet harness-tasks: --items and --passages must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        from weirdnet.hf.harness import write_tasks
+
+        written = write_tasks(args.directory, items=args.items, passages_count=args.passages,
+                              seed=args.seed)
+    except (ImportError, OSError, ValueError) as error:
+        print(f"weirdnet harness-tasks: {error}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
+
+
 def _add_training(subparsers: argparse._SubParsersAction) -> None:
     """``weirdnet train|eval|generate|plot`` (see :mod:`weirdnet.train.commands`)."""
     from weirdnet.train import commands
@@ -272,7 +361,7 @@ def _add_training(subparsers: argparse._SubParsersAction) -> None:
 
 
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
-    _add_training, _add_configs, _add_bench, _add_data, _add_info)
+    _add_training, _add_configs, _add_bench, _add_data, _add_info, _add_hf)
 """Functions registering one subcommand each, in ``--help`` order."""
 
 

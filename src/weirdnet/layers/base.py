@@ -7,6 +7,7 @@ A mixer maps (B, L, dim) to (B, L, dim)::
     cache = mixer.init_cache(B, max_len)     # causal mixers only
     y = mixer(x, mask, cache=cache)          # L more tokens; the cache advances in place
     y_t = mixer.step(x_t, cache, mask_t)     # one token: (B, dim) -> (B, dim)
+    cache.reorder(index)                     # keep batch rows ``index`` (beam search)
 
 ``forward`` always returns the output tensor (the cache is updated in place, never
 returned).  ``mask`` is (B, L) bool, True for real tokens.  A subclass supplies
@@ -22,6 +23,12 @@ import torch.nn as nn
 
 from ..ops.checks import check_float_tensor, check_mask
 from ..ops.softmax_attention import check_dropout, check_step_mask, merge_heads, split_heads
+
+
+def select_rows(index: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Rows ``index`` (B',) of each (B, ...) tensor, in that order: the body of every
+    cache's ``reorder`` (beam search keeps, drops and repeats sequences this way)."""
+    return tuple(t.index_select(0, index.to(t.device)) for t in tensors)
 
 
 def check_positive_int(value, name: str, optional: bool = False) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from ..ops.linear_attention import (
     LinearAttentionState,
     causal_linear_attention,
@@ -12,7 +14,7 @@ from ..ops.linear_attention import (
     linear_attention,
     linear_attention_step,
 )
-from .base import MultiHeadMixer
+from .base import MultiHeadMixer, select_rows
 from .registry import register
 
 
@@ -27,6 +29,11 @@ class LinearAttentionCache:
     @property
     def batch_size(self) -> int:
         return self.state.kv.shape[0]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (B',) in that order (beam search); B becomes B'."""
+        kv, z = select_rows(index, self.state.kv, self.state.z)
+        self.state = LinearAttentionState(kv, z)
 
 
 @register("linear")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ..ops.local_attention import check_window, local_attention, local_attention_decode
-from .base import MultiHeadMixer
+from .base import MultiHeadMixer, select_rows
 from .registry import register
 
 
@@ -30,6 +30,10 @@ class LocalAttentionCache:
     @property
     def batch_size(self) -> int:
         return self.k.shape[0]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (B',) in that order (beam search); B becomes B'."""
+        self.k, self.v, self.mask = select_rows(index, self.k, self.v, self.mask)
 
     def push(self, k, v, mask) -> None:
         """Append n new (B, H, n, .) keys/values and (B, n) mask, keeping the last

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from ..ops.relation import relation_mean, relation_mix, relation_mix_continue
-from .base import Mixer
+from .base import Mixer, select_rows
 from .registry import register
 
 
@@ -40,6 +40,10 @@ class RelationCache:
     @property
     def batch_size(self) -> int:
         return self.total.shape[0]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (B',) in that order (beam search); B becomes B'."""
+        self.total, self.count = select_rows(index, self.total, self.count)
 
 
 def _check_options(dim, inner_dim, dropout) -> None:

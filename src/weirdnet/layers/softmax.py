@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from ..ops.checks import check_mask, on_host
 from ..ops.softmax_attention import softmax_attention
-from .base import MultiHeadMixer
+from .base import MultiHeadMixer, select_rows
 from .registry import register
 
 
@@ -41,6 +41,10 @@ class SoftmaxKVCache:
     @property
     def capacity(self) -> int:
         return self.k.shape[2]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (B',) in that order (beam search); B becomes B'."""
+        self.k, self.v, self.mask = select_rows(index, self.k, self.v, self.mask)
 
     def append(self, k, v, mask):
         """Store n new (B, H, n, .) keys/values and (B, n) mask; returns the cached

@@ -45,6 +45,10 @@ class WeirdAttentionCache:
     def batch_size(self) -> int:
         return self.scan.batch_size
 
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (B',) in that order (beam search); B becomes B'."""
+        self.scan.reorder(index)
+
 
 @register("weird")
 class WeirdAttention(Mixer):

@@ -43,6 +43,18 @@ class BackboneCache:
     steps: int
     capacity: int
 
+    @property
+    def batch_size(self) -> int:
+        return self.lengths.shape[0]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep sequences ``index`` (B',) in that order, in every layer (beam search keeps,
+        drops and repeats sequences this way); B becomes B'."""
+        index = index.to(self.lengths.device, torch.long)
+        for layer in self.layers:
+            layer.reorder(index)
+        self.lengths = self.lengths.index_select(0, index)
+
 
 class Backbone(nn.Module):
     """Embeds (B, L) token ids or (B, L, input_dim) values and runs the blocks: (B, L, D).

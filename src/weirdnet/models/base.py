@@ -23,6 +23,10 @@ from .config import ConfigError, from_dict, to_dict
 from .safetensors_io import load_file, save_file
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+HF_MODEL_TYPE = "weirdnet"
+"""The ``model_type`` of a Hugging Face ``config.json`` written by :mod:`weirdnet.hf`; it
+holds the document of :meth:`WeirdNetModel.document` under the key ``weirdnet``, so one
+folder loads both with ``weirdnet.models.load`` and with ``from_pretrained``."""
 _MODELS: dict[str, type[WeirdNetModel]] = {}
 
 
@@ -64,11 +68,15 @@ class WeirdNetModel(nn.Module):
         directory.mkdir(parents=True, exist_ok=True)
         tensors = dict(self.state_dict() if state_dict is None else state_dict)
         save_file(tensors, directory / WEIGHTS_FILE,
-                  {"weirdnet.model": type(self).__name__, "weirdnet.version": __version__})
-        document = {"format": "weirdnet-model", "version": __version__,
-                    "model": type(self).__name__, "config": to_dict(self.config)}
-        write_atomic(directory / CONFIG_FILE, json.dumps(document, indent=2) + "\n")
+                  {"format": "pt",  # what Hugging Face's loader asks of a PyTorch file
+                   "weirdnet.model": type(self).__name__, "weirdnet.version": __version__})
+        write_atomic(directory / CONFIG_FILE, json.dumps(self.document(), indent=2) + "\n")
         return directory
+
+    def document(self) -> dict[str, Any]:
+        """What ``config.json`` holds: the format, the version, the class and its config."""
+        return {"format": "weirdnet-model", "version": __version__,
+                "model": type(self).__name__, "config": to_dict(self.config)}
 
     @classmethod
     def load(cls, directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
@@ -104,6 +112,8 @@ def _read_config(directory: Path) -> tuple[str, dict[str, Any]]:
         document = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"{path} is not valid JSON ({error})") from None
+    if isinstance(document, dict) and document.get("model_type") == HF_MODEL_TYPE:
+        document = document.get("weirdnet")  # a Hugging Face config.json (weirdnet.hf)
     if not isinstance(document, dict) or document.get("format") != "weirdnet-model" \
             or "model" not in document or "config" not in document:
         raise CheckpointError(f"{path} is not a weirdnet model config (expected keys format="

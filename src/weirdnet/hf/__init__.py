@@ -1,0 +1,52 @@
+"""weirdnet language models in the Hugging Face tool chain (the optional ``hf`` extra).
+
+Importing this package registers :class:`WeirdNetConfig` (``model_type = "weirdnet"``) with
+``AutoConfig`` and :class:`WeirdNetForCausalLM` with ``AutoModelForCausalLM``, so a folder
+written by ``weirdnet export-hf`` (or ``save_pretrained``) loads with
+``AutoModelForCausalLM.from_pretrained(folder)`` and generates through ``generate()``
+(greedy, sampling, beam search, left-padded batches).  The folder also loads with
+``trust_remote_code=True`` without this import, and is scored by lm-evaluation-harness
+(``lm_eval --model hf``; see :mod:`.harness`).
+
+Tested with the ``transformers`` versions of :data:`TESTED_TRANSFORMERS` (the range the
+``hf`` extra pins): the cache and generation interfaces change between releases.
+"""
+
+from __future__ import annotations
+
+try:
+    import transformers
+except ImportError as error:  # pragma: no cover - exercised in a process without it
+    raise ImportError("weirdnet.hf needs the Hugging Face packages: pip install "
+                      "'weirdnet[hf]' (transformers, tokenizers, lm_eval)") from error
+
+TESTED_TRANSFORMERS = (">=5.24", "<5.25")
+
+
+def _check_version() -> None:
+    import warnings
+
+    from packaging.version import Version
+
+    version = Version(transformers.__version__)
+    if not Version("5.24") <= version < Version("5.25"):
+        warnings.warn(f"weirdnet.hf is tested with transformers {','.join(TESTED_TRANSFORMERS)}"
+                      f"; this is {version}: its cache or generation interface may differ "
+                      "(pip install 'weirdnet[hf]' installs a tested one)", stacklevel=3)
+
+
+_check_version()
+
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+
+from .cache import WeirdNetCache  # noqa: E402
+from .configuration import WeirdNetConfig  # noqa: E402
+from .export import ExportError, export_hf  # noqa: E402
+from .modeling import WeirdNetForCausalLM, WeirdNetPreTrainedModel  # noqa: E402
+from .tokenizer import byte_tokenizer, load_tokenizer  # noqa: E402
+
+AutoConfig.register(WeirdNetConfig.model_type, WeirdNetConfig, exist_ok=True)
+AutoModelForCausalLM.register(WeirdNetConfig, WeirdNetForCausalLM, exist_ok=True)
+
+__all__ = ["ExportError", "WeirdNetCache", "WeirdNetConfig", "WeirdNetForCausalLM",
+           "WeirdNetPreTrainedModel", "byte_tokenizer", "export_hf", "load_tokenizer"]

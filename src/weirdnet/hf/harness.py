@@ -1,0 +1,163 @@
+"""lm-evaluation-harness with weirdnet models, offline.
+
+Two local tasks, written by :func:`write_tasks` (``weirdnet harness-tasks DIR``) from the
+held-out test split of the ``python-stdlib`` corpus that every Python installation has,
+so ``lm_eval`` runs with no download:
+
+- ``weirdnet_stdlib_nextline`` (multiple choice, metrics ``acc`` and ``acc_norm``): a few
+  lines of Python source, then four candidate next lines; the true one and three drawn
+  from elsewhere in the split with about the same length.  Scored by the log-likelihood
+  of each candidate given the context, as HellaSwag-style tasks are.
+- ``weirdnet_stdlib_bpb`` (rolling log-likelihood, metrics ``bits_per_byte``,
+  ``byte_perplexity``, ``word_perplexity``): whole held-out passages.
+
+Run them on an exported model (``weirdnet export-hf``)::
+
+    weirdnet harness-tasks tasks/
+    lm_eval --model hf --model_args pretrained=OUT,trust_remote_code=True \\
+        --include_path tasks/ --tasks weirdnet_stdlib_nextline,weirdnet_stdlib_bpb
+
+or, without ``trust_remote_code``, ``python -m weirdnet.hf.harness`` with the same
+arguments (it imports :mod:`weirdnet.hf`, which registers the classes, then runs
+``lm_eval``'s command line).  On a machine that reaches the Hugging Face Hub the usual
+tasks work the same way: ``--tasks lambada_openai,hellaswag,arc_easy``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from pathlib import Path
+
+from weirdnet._atomic import write_atomic
+
+NEXTLINE, BPB = "weirdnet_stdlib_nextline", "weirdnet_stdlib_bpb"
+CONTEXT_LINES, CHOICES = 6, 4
+_LINE_CHARS = (12, 100)  # a candidate line's length without its indentation, in characters
+
+_MULTIPLE_CHOICE = """\
+# Next line of Python source, multiple choice (weirdnet harness-tasks).
+task: {task}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{context}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: label
+target_delimiter: ""
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+  - metric: acc_norm
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
+
+_ROLLING = """\
+# Bits per byte of held-out Python source (weirdnet harness-tasks).
+task: {task}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: loglikelihood_rolling
+doc_to_text: "{{{{text}}}}"
+doc_to_target: "{{{{text}}}}"
+metric_list:
+  - metric: word_perplexity
+  - metric: byte_perplexity
+  - metric: bits_per_byte
+metadata:
+  version: 1.0
+"""
+
+
+def held_out_lines() -> list[str]:
+    """The lines of the ``python-stdlib`` test split (the partial first and last lines,
+    cut by the split's byte boundaries, are dropped)."""
+    from weirdnet.data import get
+
+    text = get("python-stdlib", "test", seq_len=1).data.tobytes().decode("utf-8", "ignore")
+    return text.split("\n")[1:-1]
+
+
+def nextline_items(lines: list[str], count: int, seed: int = 0) -> list[dict]:
+    """``count`` multiple-choice items: ``context`` (the previous lines, no trailing
+    newline), ``choices`` ("\\n" + a line, so the delimiter is the newline itself) and
+    ``label`` (the index of the true line)."""
+    def fits(line: str) -> bool:
+        return _LINE_CHARS[0] <= len(line.strip()) <= _LINE_CHARS[1]
+
+    candidates = [i for i in range(CONTEXT_LINES, len(lines)) if fits(lines[i])
+                  and all(lines[j].strip() for j in range(i - CONTEXT_LINES, i))]
+    if len(candidates) < count + CHOICES:
+        raise ValueError(f"the held-out split has {len(candidates)} usable lines, fewer "
+                         f"than {count} items need")
+    rng = random.Random(seed)
+    by_length = sorted(candidates, key=lambda i: len(lines[i]))
+    items = []
+    for i in sorted(rng.sample(candidates, count)):
+        where = by_length.index(i)
+        pool = [j for j in by_length[max(0, where - 20):where + 21]
+                if lines[j].strip() != lines[i].strip()]
+        others = rng.sample(pool, CHOICES - 1)
+        choices = [lines[j] for j in others]
+        label = rng.randrange(CHOICES)
+        choices.insert(label, lines[i])
+        items.append({"context": "\n".join(lines[i - CONTEXT_LINES:i]),
+                      "choices": ["\n" + line for line in choices], "label": label})
+    return items
+
+
+def passages(lines: list[str], count: int, size: int = 2000) -> list[dict]:
+    """``count`` passages of about ``size`` characters (whole lines), evenly spaced."""
+    text, out = "\n".join(lines), []
+    step = max(size, len(text) // max(count, 1))
+    for start in range(0, len(text) - size, step)[:count]:
+        begin = text.find("\n", start) + 1
+        end = text.find("\n", begin + size)
+        out.append({"text": text[begin:end if end > 0 else None]})
+    return out
+
+
+def write_tasks(directory: str | os.PathLike, *, items: int = 500, passages_count: int = 50,
+                seed: int = 0) -> list[Path]:
+    """Write both tasks (YAML + JSON lines) into ``directory``; returns the YAML paths."""
+    directory = Path(directory).resolve()
+    lines = held_out_lines()
+    tasks = ((NEXTLINE, _MULTIPLE_CHOICE, nextline_items(lines, items, seed)),
+             (BPB, _ROLLING, passages(lines, passages_count)))
+    written = []
+    for task, template, records in tasks:
+        data = directory / f"{task}.jsonl"
+        write_atomic(data, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        written.append(write_atomic(directory / f"{task}.yaml",
+                                    template.format(task=task, data=json.dumps(str(data)))))
+    return written
+
+
+def main() -> None:
+    """``python -m weirdnet.hf.harness ARGS``: ``lm_eval ARGS`` with the weirdnet classes
+    registered (no ``trust_remote_code`` needed)."""
+    import weirdnet.hf  # noqa: F401  (registers WeirdNetConfig and WeirdNetForCausalLM)
+
+    try:
+        from lm_eval.__main__ import cli_evaluate
+    except ImportError as error:
+        raise SystemExit(f"lm-evaluation-harness is not installed ({error}): "
+                         "pip install 'weirdnet[hf]'") from None
+    sys.argv[0] = "lm_eval"
+    cli_evaluate()
+
+
+if __name__ == "__main__":
+    main()
