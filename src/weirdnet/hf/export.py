@@ -46,6 +46,7 @@ def export_hf(source: str | os.PathLike, out: str | os.PathLike, *,
     model, _, info, model_dir = load_trained(Path(source))
     _check_source(model, info or {}, model_dir)
     hf_model = WeirdNetForCausalLM.from_weirdnet(model)
+    out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
         hf_model.save_pretrained(staging)
@@ -59,8 +60,8 @@ def export_hf(source: str | os.PathLike, out: str | os.PathLike, *,
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
-    if not out.parent.is_dir():
-        raise ExportError(f"the parent folder of {out} does not exist")
+    if out.parent.exists() and not out.parent.is_dir():
+        raise ExportError(f"{out.parent} is not a folder")
     if not out.exists() or (out.is_dir() and not any(out.iterdir())):
         return
     if not out.is_dir():
