@@ -37,17 +37,20 @@ NEXTLINE, BPB = "weirdnet_stdlib_nextline", "weirdnet_stdlib_bpb"
 CONTEXT_LINES, CHOICES = 6, 4
 _LINE_CHARS = (12, 100)  # a candidate line's length without its indentation, in characters
 
-_MULTIPLE_CHOICE = """\
-# Next line of Python source, multiple choice (weirdnet harness-tasks).
+_HEADER = """\
+# {title} (weirdnet harness-tasks).
 task: {task}
 dataset_path: json
 dataset_kwargs:
   data_files:
     test: {data}
 test_split: test
+"""
+
+_MULTIPLE_CHOICE = """\
 output_type: multiple_choice
-doc_to_text: "{{{{context}}}}"
-doc_to_choice: "{{{{choices}}}}"
+doc_to_text: "{{context}}"
+doc_to_choice: "{{choices}}"
 doc_to_target: label
 target_delimiter: ""
 metric_list:
@@ -62,16 +65,9 @@ metadata:
 """
 
 _ROLLING = """\
-# Bits per byte of held-out Python source (weirdnet harness-tasks).
-task: {task}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
 output_type: loglikelihood_rolling
-doc_to_text: "{{{{text}}}}"
-doc_to_target: "{{{{text}}}}"
+doc_to_text: "{{text}}"
+doc_to_target: "{{text}}"
 metric_list:
   - metric: word_perplexity
   - metric: byte_perplexity
@@ -134,14 +130,16 @@ def write_tasks(directory: str | os.PathLike, *, items: int = 500, passages_coun
     """Write both tasks (YAML + JSON lines) into ``directory``; returns the YAML paths."""
     directory = Path(directory).resolve()
     lines = held_out_lines()
-    tasks = ((NEXTLINE, _MULTIPLE_CHOICE, nextline_items(lines, items, seed)),
-             (BPB, _ROLLING, passages(lines, passages_count)))
+    tasks = ((NEXTLINE, "Next line of Python source, multiple choice", _MULTIPLE_CHOICE,
+              nextline_items(lines, items, seed)),
+             (BPB, "Bits per byte of held-out Python source", _ROLLING,
+              passages(lines, passages_count)))
     written = []
-    for task, template, records in tasks:
+    for task, title, body, records in tasks:
         data = directory / f"{task}.jsonl"
         write_atomic(data, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-        written.append(write_atomic(directory / f"{task}.yaml",
-                                    template.format(task=task, data=json.dumps(str(data)))))
+        header = _HEADER.format(title=title, task=task, data=json.dumps(str(data)))
+        written.append(write_atomic(directory / f"{task}.yaml", header + body))
     return written
 
 
