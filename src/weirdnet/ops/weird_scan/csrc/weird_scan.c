@@ -49,12 +49,12 @@ static inline float wn_expf(float x) {
     float r = xc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p, r * r, r) + 1.0f;
     float nn = n == n ? n : 0.0f;
     union { uint32_t i; float f; } s;
     s.i = (uint32_t)((int32_t)nn + 127) << 23;
@@ -115,6 +115,14 @@ static inline void unit_geometry(i64 unit, i64 B, i64 D, i64 split, i64 *b, i64 
         *nl = D - *d0 < LANES ? D - *d0 : LANES;
         *rev = 1;
     }
+}
+
+/* Distance between a unit's channel rows (in elements): L rounded up to a multiple of 32,
+ * plus 32 when that is a multiple of 512, so that no two of the LANES rows written
+ * together fall on the same cache sets (a power-of-two stride put all of them there). */
+static inline i64 row_stride(i64 L) {
+    i64 ld = (L + 31) / 32 * 32;
+    return ld % 512 == 0 ? ld + 32 : ld;
 }
 
 static void *wn_alloc(size_t bytes) {

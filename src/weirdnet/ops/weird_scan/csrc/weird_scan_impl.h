@@ -37,212 +37,229 @@ static inline void WN_NAME(token_state)(WN_T a, WN_T v, int real, WN_T *m, WN_T 
     *u = real && zero ? (WN_T)0 : (WN_T)1;
 }
 
-/* One level, out of place: dst[p] = src[p] (+) W * src[p-s]; lanes innermost. */
+/* A unit (one batch row, up to LANES channels) is transposed into channel-major rows of
+ * L values, and each channel is scanned on its own: the levels then vectorise along the
+ * positions, and one channel's states (L values each) stay in cache, where the
+ * lane-interleaved layout of a whole unit (LANES x L x levels) did not at long L. */
+
+/* Rows [0, nl) of L values, ld apart: rows[l * ld + p] = x[b, i(p), d0 + l]; i(p)
+ * reverses for rev.  ld = row_stride(L) keeps the rows off the same cache sets. */
+static void WN_NAME(gather_rows)(const WN_T *x, i64 xsb, i64 xsl, i64 L, i64 ld, i64 b,
+                                 i64 d0, i64 nl, int rev, WN_T *restrict rows) {
+    for (i64 p = 0; p < L; p++) {
+        const WN_T *xp = x + b * xsb + (rev ? L - 1 - p : p) * xsl + d0;
+        for (i64 l = 0; l < nl; l++) rows[l * ld + p] = xp[l];
+    }
+}
+
+/* The inverse: out[b, i(p), d0 + l] = rows[l * ld + p]; out is (B, L, D) contiguous. */
+static void WN_NAME(scatter_rows)(const WN_T *restrict rows, WN_T *out, i64 L, i64 ld, i64 D,
+                                  i64 b, i64 d0, i64 nl, int rev) {
+    for (i64 p = 0; p < L; p++) {
+        WN_T *op = out + (b * L + (rev ? L - 1 - p : p)) * D + d0;
+        for (i64 l = 0; l < nl; l++) op[l] = rows[l * ld + p];
+    }
+}
+
+/* One channel's state before any level: (A, V, 1), padding (WN_NEG, 0, 1).  A non-finite
+ * A or V at a real position (rare) is noticed through a sum of (A - A) + (V - V), which
+ * turns NaN; only then does a second pass give every token its token_state.  Finite
+ * inputs pay two subtractions. */
+static void WN_NAME(init_channel)(const WN_T *restrict a, const WN_T *restrict v,
+                                  const uint8_t *valid, i64 L, WN_T *restrict m,
+                                  WN_T *restrict h, WN_T *restrict u) {
+    WN_T seen = 0;
+    for (i64 p = 0; p < L; p++) {
+        int real = valid ? valid[p] != 0 : 1;
+        m[p] = real ? a[p] : (WN_T)WN_NEG;
+        h[p] = real ? v[p] : (WN_T)0;
+        u[p] = (WN_T)1;
+        seen += real ? (a[p] - a[p]) + (v[p] - v[p]) : (WN_T)0;
+    }
+    if (seen == seen) return;
+    for (i64 p = 0; p < L; p++)
+        WN_NAME(token_state)(a[p], v[p], valid ? valid[p] != 0 : 1, &m[p], &h[p], &u[p]);
+}
+
+/* One level of one channel, out of place: dst[p] = src[p] (+) W * src[p - s]. */
 static void WN_NAME(level_fwd)(const WN_T *restrict sm, const WN_T *restrict sh,
-                            const WN_T *restrict su, WN_T *restrict dm, WN_T *restrict dh,
-                            WN_T *restrict du, i64 L, i64 s, const WN_T *restrict c) {
-    i64 head = (s < L ? s : L) * LANES;
+                               const WN_T *restrict su, WN_T *restrict dm, WN_T *restrict dh,
+                               WN_T *restrict du, i64 L, i64 s, WN_T c) {
+    i64 head = s < L ? s : L;
     memcpy(dm, sm, head * sizeof(WN_T));
     memcpy(dh, sh, head * sizeof(WN_T));
     memcpy(du, su, head * sizeof(WN_T));
-    for (i64 p = s; p < L; p++) {
-        const i64 x = p * LANES, y = (p - s) * LANES;
-        for (int l = 0; l < LANES; l++) {
-            WN_T m = sm[x + l], h = sh[x + l], u = su[x + l];
-            WN_NAME(combine)(&m, &h, &u, sm[y + l] + c[l], sh[y + l], su[y + l]);
-            dm[x + l] = m;
-            dh[x + l] = h;
-            du[x + l] = u;
-        }
+    for (i64 p = head; p < L; p++) {
+        WN_T m = sm[p], h = sh[p], u = su[p];
+        WN_NAME(combine)(&m, &h, &u, sm[p - s] + c, sh[p - s], su[p - s]);
+        dm[p] = m;
+        dh[p] = h;
+        du[p] = u;
     }
 }
 
-/* Load one unit into the lane buffer: (A, V, 1), padding (WN_NEG, 0, 1), lanes past the
- * unit's channels (0, 0, 1).  A non-finite A or V at a real position (rare) is noticed on
- * the way through a per-lane sum of (A - A) + (V - V), which turns NaN; only then does a
- * second pass give every token its token_state.  Finite inputs pay two subtractions. */
-static void WN_NAME(load_unit)(const WN_T *a, const WN_T *v, i64 asb, i64 asl, i64 vsb, i64 vsl,
-                            const uint8_t *mask, i64 L, i64 b, i64 d0, i64 nl, int rev,
-                            WN_T *m, WN_T *h, WN_T *u) {
-    WN_T seen[LANES];
-    for (int l = 0; l < LANES; l++) seen[l] = (WN_T)0;
-    for (i64 p = 0; p < L; p++) {
-        i64 i = rev ? L - 1 - p : p;
-        int valid = mask ? mask[b * L + i] != 0 : 1;
-        const WN_T *ap = a + b * asb + i * asl + d0, *vp = v + b * vsb + i * vsl + d0;
-        for (int l = 0; l < LANES; l++) {
-            int real = valid && l < nl;
-            WN_T al = ap[l < nl ? l : 0], vl = vp[l < nl ? l : 0];
-            m[p * LANES + l] = real ? al : (l < nl ? WN_NEG : (WN_T)0);
-            h[p * LANES + l] = real ? vl : (WN_T)0;
-            u[p * LANES + l] = (WN_T)1;
-            seen[l] += real ? (al - al) + (vl - vl) : (WN_T)0;
-        }
-    }
-    int finite = 1;
-    for (int l = 0; l < LANES; l++) finite &= seen[l] == seen[l];
-    if (finite) return;
-    for (i64 p = 0; p < L; p++) {
-        i64 i = rev ? L - 1 - p : p;
-        int valid = mask ? mask[b * L + i] != 0 : 1;
-        const WN_T *ap = a + b * asb + i * asl + d0, *vp = v + b * vsb + i * vsl + d0;
-        for (i64 l = 0; l < nl; l++) {
-            const i64 x = p * LANES + l;
-            WN_NAME(token_state)(ap[l], vp[l], valid, &m[x], &h[x], &u[x]);
-        }
-    }
-}
-
-static void WN_NAME(load_logw)(const WN_T *logw, i64 D, i64 k, i64 d0, i64 nl, WN_T *c) {
-    for (int l = 0; l < LANES; l++) c[l] = l < nl ? logw[k * D + d0 + l] : (WN_T)0;
+/* The (mask) validity of a unit's positions in scan order (reversed for rev), or NULL. */
+static const uint8_t *WN_NAME(scan_order_mask)(const uint8_t *mask, i64 L, i64 b, int rev,
+                                               uint8_t *buf) {
+    if (!mask) return NULL;
+    for (i64 p = 0; p < L; p++) buf[p] = mask[b * L + (rev ? L - 1 - p : p)] != 0;
+    return buf;
 }
 
 /* Forward: out = H / U for units [u0, u1).  out is (B, L, D) contiguous. */
 int WN_NAME(scan_fwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i64 vsl,
-                   const WN_T *logw, const uint8_t *mask, WN_T *out, i64 B, i64 L, i64 D,
-                   i64 split, i64 nlev, i64 u0, i64 u1) {
-    size_t n = (size_t)L * LANES;
-    WN_T *buf = (WN_T *)wn_alloc(6 * n * sizeof(WN_T));
+                      const WN_T *logw, const uint8_t *mask, WN_T *out, i64 B, i64 L, i64 D,
+                      i64 split, i64 nlev, i64 u0, i64 u1) {
+    size_t n = (size_t)row_stride(L);
+    /* rows of A (then O) and V for LANES channels, two states, the unit's mask */
+    WN_T *buf = (WN_T *)wn_alloc((2 * LANES + 6) * n * sizeof(WN_T) + n);
     if (!buf) return 1;
-    WN_T c[LANES];
+    WN_T *arows = buf, *vrows = buf + LANES * n, *state = buf + 2 * LANES * n;
+    uint8_t *vbuf = (uint8_t *)(state + 6 * n);
     for (i64 unit = u0; unit < u1; unit++) {
         i64 b, d0, nl;
         int rev;
         unit_geometry(unit, B, D, split, &b, &d0, &nl, &rev);
-        WN_T *cur = buf, *nxt = buf + 3 * n;
-        WN_NAME(load_unit)(a, v, asb, asl, vsb, vsl, mask, L, b, d0, nl, rev, cur, cur + n,
-                        cur + 2 * n);
-        for (i64 k = 0; k < nlev; k++) {
-            WN_NAME(load_logw)(logw, D, k, d0, nl, c);
-            WN_NAME(level_fwd)(cur, cur + n, cur + 2 * n, nxt, nxt + n, nxt + 2 * n, L,
-                            (i64)1 << k, c);
-            WN_T *t = cur; cur = nxt; nxt = t;
+        WN_NAME(gather_rows)(a, asb, asl, L, n, b, d0, nl, rev, arows);
+        WN_NAME(gather_rows)(v, vsb, vsl, L, n, b, d0, nl, rev, vrows);
+        const uint8_t *valid = WN_NAME(scan_order_mask)(mask, L, b, rev, vbuf);
+        for (i64 l = 0; l < nl; l++) {
+            WN_T *cur = state, *nxt = state + 3 * n;
+            WN_NAME(init_channel)(arows + l * n, vrows + l * n, valid, L, cur, cur + n,
+                                  cur + 2 * n);
+            for (i64 k = 0; k < nlev; k++) {
+                WN_NAME(level_fwd)(cur, cur + n, cur + 2 * n, nxt, nxt + n, nxt + 2 * n, L,
+                                   (i64)1 << k, logw[k * D + d0 + l]);
+                WN_T *t = cur; cur = nxt; nxt = t;
+            }
+            WN_T *o = arows + l * n;  /* A is consumed: the row takes O */
+            for (i64 p = 0; p < L; p++) o[p] = cur[n + p] / cur[2 * n + p];
         }
-        const WN_T *h = cur + n, *u = cur + 2 * n;
-        for (i64 p = 0; p < L; p++) {
-            i64 i = rev ? L - 1 - p : p;
-            WN_T *op = out + (b * L + i) * D + d0;
-            for (i64 l = 0; l < nl; l++) op[l] = h[p * LANES + l] / u[p * LANES + l];
-        }
+        WN_NAME(scatter_rows)(arows, out, L, n, D, b, d0, nl, rev);
     }
     free(buf);
     return 0;
 }
 
-/* One adjoint level, out of place (the mirror of level_fwd):
- *   acc[l] += sum_p W e^{fm_p + sm_{p+s}} (fh_p s1_{p+s} - fu_p s2_{p+s})   (d log_w, level k)
+/* One adjoint level of one channel, out of place (the mirror of level_fwd):
+ *   returns sum_p W e^{fm_p + sm_{p+s}} (fh_p s1_{p+s} - fu_p s2_{p+s})   (d log_w, level k)
  *   dst[p] = src[p] (+) W * src[p+s]
  * where (fm, fh, fu) is the forward state before this level and (sm, s1, s2) the adjoint
- * state after the levels above it. */
-static void WN_NAME(level_bwd)(const WN_T *restrict fm, const WN_T *restrict fh,
-                               const WN_T *restrict fu, const WN_T *restrict sm,
-                               const WN_T *restrict s1, const WN_T *restrict s2,
-                               WN_T *restrict dm, WN_T *restrict d1, WN_T *restrict d2, i64 L,
-                               i64 s, const WN_T *restrict c, double *restrict acc) {
+ * state after the levels above it.  The sum runs in float64 over ACC partial sums in a
+ * fixed order, so it vectorises and its value does not depend on how. */
+#define WN_ACC 16
+static double WN_NAME(level_bwd)(const WN_T *restrict fm, const WN_T *restrict fh,
+                                 const WN_T *restrict fu, const WN_T *restrict sm,
+                                 const WN_T *restrict s1, const WN_T *restrict s2,
+                                 WN_T *restrict dm, WN_T *restrict d1, WN_T *restrict d2,
+                                 i64 L, i64 s, WN_T c) {
+    double part[WN_ACC];
+    for (int j = 0; j < WN_ACC; j++) part[j] = 0.0;
     i64 body = L > s ? L - s : 0;
-    for (i64 p = 0; p < body; p++) {
-        const i64 x = p * LANES, y = (p + s) * LANES;
-        for (int l = 0; l < LANES; l++) {
-            WN_T mq = sm[y + l] + c[l];
-            WN_T w = WN_EXP(mq + fm[x + l]);
-            acc[l] += (double)(w * (fh[x + l] * s1[y + l] - fu[x + l] * s2[y + l]));
-            WN_T m = sm[x + l], b1 = s1[x + l], b2 = s2[x + l];
-            WN_NAME(combine)(&m, &b1, &b2, mq, s1[y + l], s2[y + l]);
-            dm[x + l] = m;
-            d1[x + l] = b1;
-            d2[x + l] = b2;
+    for (i64 p0 = 0; p0 < body; p0 += WN_ACC) {
+        int width = body - p0 < WN_ACC ? (int)(body - p0) : WN_ACC;
+        for (int j = 0; j < width; j++) {
+            const i64 x = p0 + j, y = x + s;
+            WN_T mq = sm[y] + c;
+            WN_T w = WN_EXP(mq + fm[x]);
+            part[j] += (double)(w * (fh[x] * s1[y] - fu[x] * s2[y]));
+            WN_T m = sm[x], b1 = s1[x], b2 = s2[x];
+            WN_NAME(combine)(&m, &b1, &b2, mq, s1[y], s2[y]);
+            dm[x] = m;
+            d1[x] = b1;
+            d2[x] = b2;
         }
     }
-    i64 tail = (L - body) * LANES;
-    memcpy(dm + body * LANES, sm + body * LANES, tail * sizeof(WN_T));
-    memcpy(d1 + body * LANES, s1 + body * LANES, tail * sizeof(WN_T));
-    memcpy(d2 + body * LANES, s2 + body * LANES, tail * sizeof(WN_T));
+    memcpy(dm + body, sm + body, (L - body) * sizeof(WN_T));
+    memcpy(d1 + body, s1 + body, (L - body) * sizeof(WN_T));
+    memcpy(d2 + body, s2 + body, (L - body) * sizeof(WN_T));
+    double total = 0.0;
+    for (int j = 0; j < WN_ACC; j++) total += part[j];
+    return total;
 }
+#undef WN_ACC
 
-/* Adjoint state from the final forward state, in place over it:
+/* Adjoint state of one channel from its final forward state, in place over it:
  *   BH = e^bm b1 = G / U,   BU = -e^bm b2 = -G O / U,   bm = -log U
  * (positions with no real token in reach get bm = NEG and a zero adjoint; a NaN output
- * gets bm = NaN, which makes the adjoint of its whole window NaN).  bad[l] becomes NaN
- * when lane l has a NaN output, else stays 0: it poisons the lane's d log_w. */
-static void WN_NAME(adjoint_init)(WN_T *restrict m, WN_T *restrict h, WN_T *restrict u,
-                                  const WN_T *g, i64 gsb, i64 gsl, i64 L, i64 b, i64 d0,
-                                  i64 nl, int rev, WN_T *restrict bad) {
+ * gets bm = NaN, which makes the adjoint of its whole window NaN).  Returns NaN when the
+ * channel has a NaN output, else 0: it poisons the channel's d log_w. */
+static WN_T WN_NAME(adjoint_init)(WN_T *restrict m, WN_T *restrict h, WN_T *restrict u,
+                                  const WN_T *restrict g, i64 L) {
     const WN_T half_neg = WN_NEG / 2;
-    WN_T gl[LANES];
-    for (int l = 0; l < LANES; l++) bad[l] = (WN_T)0;
+    WN_T bad = (WN_T)0;
     for (i64 p = 0; p < L; p++) {
-        i64 i = rev ? L - 1 - p : p;
-        const WN_T *gp = g + b * gsb + i * gsl + d0;
-        for (int l = 0; l < LANES; l++) gl[l] = l < nl ? gp[l] : (WN_T)0;
-        for (int l = 0; l < LANES; l++) {
-            i64 x = p * LANES + l;
-            WN_T o = h[x] / u[x];
-            int nan_o = o != o;
-            int live = m[x] > half_neg || nan_o;
-            WN_T gi = live ? gl[l] : (WN_T)0;
-            WN_T lu = WN_LOG(u[x]);
-            WN_T bm = nan_o ? o : -(m[x] + lu);
-            bad[l] += o * (WN_T)0;
-            m[x] = live ? bm : WN_NEG;
-            h[x] = gi;
-            u[x] = gi * o;
-        }
+        WN_T o = h[p] / u[p];
+        int nan_o = o != o;
+        int live = m[p] > half_neg || nan_o;
+        WN_T gi = live ? g[p] : (WN_T)0;
+        WN_T lu = WN_LOG(u[p]);
+        WN_T bm = nan_o ? o : -(m[p] + lu);
+        bad += o * (WN_T)0;
+        m[p] = live ? bm : WN_NEG;
+        h[p] = gi;
+        u[p] = gi * o;
     }
+    return bad;
 }
 
-/* Backward for units [u0, u1): recompute the forward levels (keeping the state before
- * every level), then run the mirrored scan of the adjoint, accumulating d log_w level by
- * level.  da, dv: (B, L, D) contiguous.  dlogw: (B, nlev, D) float64, per batch row. */
+/* Backward for units [u0, u1), one channel at a time: recompute the forward levels
+ * (keeping the state before every level), then run the mirrored scan of the adjoint,
+ * accumulating d log_w level by level.  da, dv: (B, L, D) contiguous.  dlogw:
+ * (B, nlev, D) float64, per batch row. */
 int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i64 vsl,
                       const WN_T *logw, const uint8_t *mask, const WN_T *g, i64 gsb, i64 gsl,
                       WN_T *da, WN_T *dv, double *dlogw, i64 B, i64 L, i64 D, i64 split,
                       i64 nlev, i64 u0, i64 u1) {
-    size_t n = (size_t)L * LANES;
-    /* nlev + 1 forward states (the last one becomes an adjoint buffer) + 1 adjoint buffer. */
-    WN_T *buf = (WN_T *)wn_alloc(3 * (size_t)(nlev + 2) * n * sizeof(WN_T));
+    size_t n = (size_t)row_stride(L);
+    /* rows of A, V, G; nlev + 1 forward states (the last one becomes an adjoint buffer)
+     * + 1 adjoint buffer; the unit's mask */
+    size_t values = (3 * LANES + 3 * (size_t)(nlev + 2)) * n;
+    WN_T *buf = (WN_T *)wn_alloc(values * sizeof(WN_T) + n);
     if (!buf) return 1;
-    WN_T c[LANES], bad[LANES];
-    double acc[LANES];
+    WN_T *arows = buf, *vrows = buf + LANES * n, *grows = buf + 2 * LANES * n;
+    WN_T *st = buf + 3 * LANES * n; /* state before level k at st + 3 * k * n */
+    uint8_t *vbuf = (uint8_t *)(buf + values);
     for (i64 unit = u0; unit < u1; unit++) {
         i64 b, d0, nl;
         int rev;
         unit_geometry(unit, B, D, split, &b, &d0, &nl, &rev);
-        WN_T *st = buf; /* state before level k at st + 3 * k * n */
-        WN_NAME(load_unit)(a, v, asb, asl, vsb, vsl, mask, L, b, d0, nl, rev, st, st + n,
-                           st + 2 * n);
-        for (i64 k = 0; k < nlev; k++) {
-            WN_T *cur = st + 3 * k * n, *nxt = st + 3 * (k + 1) * n;
-            WN_NAME(load_logw)(logw, D, k, d0, nl, c);
-            WN_NAME(level_fwd)(cur, cur + n, cur + 2 * n, nxt, nxt + n, nxt + 2 * n, L,
-                               (i64)1 << k, c);
-        }
-        WN_T *adj = st + 3 * nlev * n, *spare = st + 3 * (nlev + 1) * n;
-        WN_NAME(adjoint_init)(adj, adj + n, adj + 2 * n, g, gsb, gsl, L, b, d0, nl, rev, bad);
-        for (i64 k = nlev - 1; k >= 0; k--) {
-            const WN_T *fw = st + 3 * k * n;
-            WN_NAME(load_logw)(logw, D, k, d0, nl, c);
-            for (int l = 0; l < LANES; l++) acc[l] = 0.0;
-            WN_NAME(level_bwd)(fw, fw + n, fw + 2 * n, adj, adj + n, adj + 2 * n, spare,
-                               spare + n, spare + 2 * n, L, (i64)1 << k, c, acc);
-            WN_T *t = adj; adj = spare; spare = t;
-            double *dst = dlogw + (b * nlev + k) * D + d0;
-            for (i64 l = 0; l < nl; l++) dst[l] = acc[l] + (double)bad[l];
-        }
-        const WN_T *bm = adj, *b1 = adj + n, *b2 = adj + 2 * n;
-        /* dV_j = e^{A_j + bm_j} b1_j,  dA_j = V_j dV_j - e^{A_j + bm_j} b2_j. */
-        for (i64 p = 0; p < L; p++) {
-            i64 i = rev ? L - 1 - p : p;
-            int valid = mask ? mask[b * L + i] != 0 : 1;
-            const WN_T *ap = a + b * asb + i * asl + d0, *vp = v + b * vsb + i * vsl + d0;
-            WN_T *dap = da + (b * L + i) * D + d0, *dvp = dv + (b * L + i) * D + d0;
-            for (i64 l = 0; l < nl; l++) {
-                i64 x = p * LANES + l;
-                WN_T e = valid ? WN_EXP(ap[l] + bm[x]) : (WN_T)0;
-                WN_T gv = e * b1[x];
-                dvp[l] = valid ? gv : (WN_T)0;
-                dap[l] = valid ? vp[l] * gv - e * b2[x] : (WN_T)0;
+        WN_NAME(gather_rows)(a, asb, asl, L, n, b, d0, nl, rev, arows);
+        WN_NAME(gather_rows)(v, vsb, vsl, L, n, b, d0, nl, rev, vrows);
+        WN_NAME(gather_rows)(g, gsb, gsl, L, n, b, d0, nl, rev, grows);
+        const uint8_t *valid = WN_NAME(scan_order_mask)(mask, L, b, rev, vbuf);
+        for (i64 l = 0; l < nl; l++) {
+            WN_T *ar = arows + l * n, *vr = vrows + l * n;
+            WN_NAME(init_channel)(ar, vr, valid, L, st, st + n, st + 2 * n);
+            for (i64 k = 0; k < nlev; k++) {
+                WN_T *cur = st + 3 * k * n, *nxt = st + 3 * (k + 1) * n;
+                WN_NAME(level_fwd)(cur, cur + n, cur + 2 * n, nxt, nxt + n, nxt + 2 * n, L,
+                                   (i64)1 << k, logw[k * D + d0 + l]);
+            }
+            WN_T *adj = st + 3 * nlev * n, *spare = st + 3 * (nlev + 1) * n;
+            WN_T bad = WN_NAME(adjoint_init)(adj, adj + n, adj + 2 * n, grows + l * n, L);
+            for (i64 k = nlev - 1; k >= 0; k--) {
+                const WN_T *fw = st + 3 * k * n;
+                double sum = WN_NAME(level_bwd)(fw, fw + n, fw + 2 * n, adj, adj + n,
+                                                adj + 2 * n, spare, spare + n, spare + 2 * n,
+                                                L, (i64)1 << k, logw[k * D + d0 + l]);
+                WN_T *t = adj; adj = spare; spare = t;
+                dlogw[(b * nlev + k) * D + d0 + l] = sum + (double)bad;
+            }
+            const WN_T *bm = adj, *b1 = adj + n, *b2 = adj + 2 * n;
+            /* dV_j = e^{A_j + bm_j} b1_j,  dA_j = V_j dV_j - e^{A_j + bm_j} b2_j; the rows
+             * of A and V take dA and dV. */
+            for (i64 p = 0; p < L; p++) {
+                int real = valid ? valid[p] != 0 : 1;
+                WN_T e = real ? WN_EXP(ar[p] + bm[p]) : (WN_T)0;
+                WN_T gv = e * b1[p];
+                WN_T vp = vr[p];
+                vr[p] = real ? gv : (WN_T)0;
+                ar[p] = real ? vp * gv - e * b2[p] : (WN_T)0;
             }
         }
+        WN_NAME(scatter_rows)(arows, da, L, n, D, b, d0, nl, rev);
+        WN_NAME(scatter_rows)(vrows, dv, L, n, D, b, d0, nl, rev);
     }
     free(buf);
     return 0;
