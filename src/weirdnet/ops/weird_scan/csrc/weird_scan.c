@@ -1,7 +1,7 @@
 /*
  * Fused CPU kernels for the Weird-attention weighted log-step scan (weirdnet).
  *
- * Compiled at first use by weirdnet/ops/_cpu_kernel.py and called through ctypes;
+ * Compiled at first use by weirdnet/ops/weird_scan/cpu.py and called through ctypes;
  * no Python or PyTorch headers are needed.  Every function works on raw pointers to
  * tensors whose last (channel) dimension is contiguous.
  *
@@ -14,9 +14,11 @@
  * A padded (masked) source starts as (NEG, 0, 1): its weight e^{NEG - M} is exactly 0
  * next to any real token, and a prefix made only of padding yields O = 0/u = 0.
  *
- * Work is split into "units": one batch row times one block of LANES channels.  A unit
- * is copied into a lane-interleaved local buffer (position-major, LANES channels per
- * row), all levels run there, and the result is written back.  Threads (from Python)
+ * Work is split into "units": one batch row times one block of LANES channels.  The
+ * forward copies a unit into a lane-interleaved local buffer (position-major, LANES
+ * channels per row), runs all levels there and writes the result back.  The backward,
+ * which keeps the state before every level, transposes a unit into channel rows and
+ * scans one channel at a time, so those states stay in cache (weird_scan_impl.h).  Threads (from Python)
  * take disjoint unit ranges.  Channels [0, split) are scanned causally, channels
  * [split, D) anti-causally (suffix scan); the reversal is done by the index mapping
  * used when loading and storing.

@@ -37,10 +37,105 @@ static inline void WN_NAME(token_state)(WN_T a, WN_T v, int real, WN_T *m, WN_T 
     *u = real && zero ? (WN_T)0 : (WN_T)1;
 }
 
-/* A unit (one batch row, up to LANES channels) is transposed into channel-major rows of
- * L values, and each channel is scanned on its own: the levels then vectorise along the
- * positions, and one channel's states (L values each) stay in cache, where the
- * lane-interleaved layout of a whole unit (LANES x L x levels) did not at long L. */
+/* One level, out of place: dst[p] = src[p] (+) W * src[p-s]; lanes innermost. */
+static void WN_NAME(level_fwd)(const WN_T *restrict sm, const WN_T *restrict sh,
+                            const WN_T *restrict su, WN_T *restrict dm, WN_T *restrict dh,
+                            WN_T *restrict du, i64 L, i64 s, const WN_T *restrict c) {
+    i64 head = (s < L ? s : L) * LANES;
+    memcpy(dm, sm, head * sizeof(WN_T));
+    memcpy(dh, sh, head * sizeof(WN_T));
+    memcpy(du, su, head * sizeof(WN_T));
+    for (i64 p = s; p < L; p++) {
+        const i64 x = p * LANES, y = (p - s) * LANES;
+        for (int l = 0; l < LANES; l++) {
+            WN_T m = sm[x + l], h = sh[x + l], u = su[x + l];
+            WN_NAME(combine)(&m, &h, &u, sm[y + l] + c[l], sh[y + l], su[y + l]);
+            dm[x + l] = m;
+            dh[x + l] = h;
+            du[x + l] = u;
+        }
+    }
+}
+
+/* Load one unit into the lane buffer: (A, V, 1), padding (WN_NEG, 0, 1), lanes past the
+ * unit's channels (0, 0, 1).  A non-finite A or V at a real position (rare) is noticed on
+ * the way through a per-lane sum of (A - A) + (V - V), which turns NaN; only then does a
+ * second pass give every token its token_state.  Finite inputs pay two subtractions. */
+static void WN_NAME(load_unit)(const WN_T *a, const WN_T *v, i64 asb, i64 asl, i64 vsb, i64 vsl,
+                            const uint8_t *mask, i64 L, i64 b, i64 d0, i64 nl, int rev,
+                            WN_T *m, WN_T *h, WN_T *u) {
+    WN_T seen[LANES];
+    for (int l = 0; l < LANES; l++) seen[l] = (WN_T)0;
+    for (i64 p = 0; p < L; p++) {
+        i64 i = rev ? L - 1 - p : p;
+        int valid = mask ? mask[b * L + i] != 0 : 1;
+        const WN_T *ap = a + b * asb + i * asl + d0, *vp = v + b * vsb + i * vsl + d0;
+        for (int l = 0; l < LANES; l++) {
+            int real = valid && l < nl;
+            WN_T al = ap[l < nl ? l : 0], vl = vp[l < nl ? l : 0];
+            m[p * LANES + l] = real ? al : (l < nl ? WN_NEG : (WN_T)0);
+            h[p * LANES + l] = real ? vl : (WN_T)0;
+            u[p * LANES + l] = (WN_T)1;
+            seen[l] += real ? (al - al) + (vl - vl) : (WN_T)0;
+        }
+    }
+    int finite = 1;
+    for (int l = 0; l < LANES; l++) finite &= seen[l] == seen[l];
+    if (finite) return;
+    for (i64 p = 0; p < L; p++) {
+        i64 i = rev ? L - 1 - p : p;
+        int valid = mask ? mask[b * L + i] != 0 : 1;
+        const WN_T *ap = a + b * asb + i * asl + d0, *vp = v + b * vsb + i * vsl + d0;
+        for (i64 l = 0; l < nl; l++) {
+            const i64 x = p * LANES + l;
+            WN_NAME(token_state)(ap[l], vp[l], valid, &m[x], &h[x], &u[x]);
+        }
+    }
+}
+
+static void WN_NAME(load_logw)(const WN_T *logw, i64 D, i64 k, i64 d0, i64 nl, WN_T *c) {
+    for (int l = 0; l < LANES; l++) c[l] = l < nl ? logw[k * D + d0 + l] : (WN_T)0;
+}
+
+/* Forward: out = H / U for units [u0, u1).  out is (B, L, D) contiguous. */
+int WN_NAME(scan_fwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i64 vsl,
+                   const WN_T *logw, const uint8_t *mask, WN_T *out, i64 B, i64 L, i64 D,
+                   i64 split, i64 nlev, i64 u0, i64 u1) {
+    size_t n = (size_t)L * LANES;
+    WN_T *buf = (WN_T *)wn_alloc(6 * n * sizeof(WN_T));
+    if (!buf) return 1;
+    WN_T c[LANES];
+    for (i64 unit = u0; unit < u1; unit++) {
+        i64 b, d0, nl;
+        int rev;
+        unit_geometry(unit, B, D, split, &b, &d0, &nl, &rev);
+        WN_T *cur = buf, *nxt = buf + 3 * n;
+        WN_NAME(load_unit)(a, v, asb, asl, vsb, vsl, mask, L, b, d0, nl, rev, cur, cur + n,
+                        cur + 2 * n);
+        for (i64 k = 0; k < nlev; k++) {
+            WN_NAME(load_logw)(logw, D, k, d0, nl, c);
+            WN_NAME(level_fwd)(cur, cur + n, cur + 2 * n, nxt, nxt + n, nxt + 2 * n, L,
+                            (i64)1 << k, c);
+            WN_T *t = cur; cur = nxt; nxt = t;
+        }
+        const WN_T *h = cur + n, *u = cur + 2 * n;
+        for (i64 p = 0; p < L; p++) {
+            i64 i = rev ? L - 1 - p : p;
+            WN_T *op = out + (b * L + i) * D + d0;
+            for (i64 l = 0; l < nl; l++) op[l] = h[p * LANES + l] / u[p * LANES + l];
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+/* The backward works on channel rows.  It keeps the state before every level, and those
+ * of a whole lane-interleaved unit (3 (nlev + 2) L LANES values: 50 MB at L = 16K) leave
+ * the caches at long L.  So a unit is transposed into channel-major rows of L values and
+ * each channel is scanned on its own: the levels vectorise along the positions, and one
+ * channel's states (3 (nlev + 2) L values, 3 MB at 16K) stay in cache.  Measured against
+ * the lane-interleaved backward it replaced: 1.03x faster at L = 1K, 1.3x at 4K, 1.2x at
+ * 16K, with 8x less workspace.  The forward keeps no states and stays interleaved. */
 
 /* Rows [0, nl) of L values, ld apart: rows[l * ld + p] = x[b, i(p), d0 + l]; i(p)
  * reverses for rev.  ld = row_stride(L) keeps the rows off the same cache sets. */
@@ -82,7 +177,7 @@ static void WN_NAME(init_channel)(const WN_T *restrict a, const WN_T *restrict v
 }
 
 /* One level of one channel, out of place: dst[p] = src[p] (+) W * src[p - s]. */
-static void WN_NAME(level_fwd)(const WN_T *restrict sm, const WN_T *restrict sh,
+static void WN_NAME(level_fwd_row)(const WN_T *restrict sm, const WN_T *restrict sh,
                                const WN_T *restrict su, WN_T *restrict dm, WN_T *restrict dh,
                                WN_T *restrict du, i64 L, i64 s, WN_T c) {
     i64 head = s < L ? s : L;
@@ -106,41 +201,6 @@ static const uint8_t *WN_NAME(scan_order_mask)(const uint8_t *mask, i64 L, i64 b
     return buf;
 }
 
-/* Forward: out = H / U for units [u0, u1).  out is (B, L, D) contiguous. */
-int WN_NAME(scan_fwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i64 vsl,
-                      const WN_T *logw, const uint8_t *mask, WN_T *out, i64 B, i64 L, i64 D,
-                      i64 split, i64 nlev, i64 u0, i64 u1) {
-    size_t n = (size_t)row_stride(L);
-    /* rows of A (then O) and V for LANES channels, two states, the unit's mask */
-    WN_T *buf = (WN_T *)wn_alloc((2 * LANES + 6) * n * sizeof(WN_T) + n);
-    if (!buf) return 1;
-    WN_T *arows = buf, *vrows = buf + LANES * n, *state = buf + 2 * LANES * n;
-    uint8_t *vbuf = (uint8_t *)(state + 6 * n);
-    for (i64 unit = u0; unit < u1; unit++) {
-        i64 b, d0, nl;
-        int rev;
-        unit_geometry(unit, B, D, split, &b, &d0, &nl, &rev);
-        WN_NAME(gather_rows)(a, asb, asl, L, n, b, d0, nl, rev, arows);
-        WN_NAME(gather_rows)(v, vsb, vsl, L, n, b, d0, nl, rev, vrows);
-        const uint8_t *valid = WN_NAME(scan_order_mask)(mask, L, b, rev, vbuf);
-        for (i64 l = 0; l < nl; l++) {
-            WN_T *cur = state, *nxt = state + 3 * n;
-            WN_NAME(init_channel)(arows + l * n, vrows + l * n, valid, L, cur, cur + n,
-                                  cur + 2 * n);
-            for (i64 k = 0; k < nlev; k++) {
-                WN_NAME(level_fwd)(cur, cur + n, cur + 2 * n, nxt, nxt + n, nxt + 2 * n, L,
-                                   (i64)1 << k, logw[k * D + d0 + l]);
-                WN_T *t = cur; cur = nxt; nxt = t;
-            }
-            WN_T *o = arows + l * n;  /* A is consumed: the row takes O */
-            for (i64 p = 0; p < L; p++) o[p] = cur[n + p] / cur[2 * n + p];
-        }
-        WN_NAME(scatter_rows)(arows, out, L, n, D, b, d0, nl, rev);
-    }
-    free(buf);
-    return 0;
-}
-
 /* One adjoint level of one channel, out of place (the mirror of level_fwd):
  *   returns sum_p W e^{fm_p + sm_{p+s}} (fh_p s1_{p+s} - fu_p s2_{p+s})   (d log_w, level k)
  *   dst[p] = src[p] (+) W * src[p+s]
@@ -148,7 +208,7 @@ int WN_NAME(scan_fwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
  * state after the levels above it.  The sum runs in float64 over ACC partial sums in a
  * fixed order, so it vectorises and its value does not depend on how. */
 #define WN_ACC 16
-static double WN_NAME(level_bwd)(const WN_T *restrict fm, const WN_T *restrict fh,
+static double WN_NAME(level_bwd_row)(const WN_T *restrict fm, const WN_T *restrict fh,
                                  const WN_T *restrict fu, const WN_T *restrict sm,
                                  const WN_T *restrict s1, const WN_T *restrict s2,
                                  WN_T *restrict dm, WN_T *restrict d1, WN_T *restrict d2,
@@ -184,7 +244,7 @@ static double WN_NAME(level_bwd)(const WN_T *restrict fm, const WN_T *restrict f
  * (positions with no real token in reach get bm = NEG and a zero adjoint; a NaN output
  * gets bm = NaN, which makes the adjoint of its whole window NaN).  Returns NaN when the
  * channel has a NaN output, else 0: it poisons the channel's d log_w. */
-static WN_T WN_NAME(adjoint_init)(WN_T *restrict m, WN_T *restrict h, WN_T *restrict u,
+static WN_T WN_NAME(adjoint_init_row)(WN_T *restrict m, WN_T *restrict h, WN_T *restrict u,
                                   const WN_T *restrict g, i64 L) {
     const WN_T half_neg = WN_NEG / 2;
     WN_T bad = (WN_T)0;
@@ -233,14 +293,14 @@ int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
             WN_NAME(init_channel)(ar, vr, valid, L, st, st + n, st + 2 * n);
             for (i64 k = 0; k < nlev; k++) {
                 WN_T *cur = st + 3 * k * n, *nxt = st + 3 * (k + 1) * n;
-                WN_NAME(level_fwd)(cur, cur + n, cur + 2 * n, nxt, nxt + n, nxt + 2 * n, L,
+                WN_NAME(level_fwd_row)(cur, cur + n, cur + 2 * n, nxt, nxt + n, nxt + 2 * n, L,
                                    (i64)1 << k, logw[k * D + d0 + l]);
             }
             WN_T *adj = st + 3 * nlev * n, *spare = st + 3 * (nlev + 1) * n;
-            WN_T bad = WN_NAME(adjoint_init)(adj, adj + n, adj + 2 * n, grows + l * n, L);
+            WN_T bad = WN_NAME(adjoint_init_row)(adj, adj + n, adj + 2 * n, grows + l * n, L);
             for (i64 k = nlev - 1; k >= 0; k--) {
                 const WN_T *fw = st + 3 * k * n;
-                double sum = WN_NAME(level_bwd)(fw, fw + n, fw + 2 * n, adj, adj + n,
+                double sum = WN_NAME(level_bwd_row)(fw, fw + n, fw + 2 * n, adj, adj + n,
                                                 adj + 2 * n, spare, spare + n, spare + 2 * n,
                                                 L, (i64)1 << k, logw[k * D + d0 + l]);
                 WN_T *t = adj; adj = spare; spare = t;
