@@ -1,0 +1,116 @@
+"""Side by side: the CPU scan kernels of this tree against those of an earlier commit.
+
+    python benchmarks/scan_kernel_ab.py REV [--lengths 1024 4096 16384] [--out DIR]
+
+Builds ``csrc/`` of git revision REV (same compiler and flags as weirdnet's own build)
+next to this tree's, then times the forward and the backward of both on the same inputs
+(B=4, D=256, float32, all torch threads), alternating old and new in every round so that
+load changes reach both alike.  Prints a Markdown table (median of the rounds) and, with
+--out, writes it to DIR/scan_kernel_ab_cpu.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from weirdnet._atomic import write_atomic
+from weirdnet.bench.alloc import reuse_freed_memory
+from weirdnet.bench.machine import cpu_model
+from weirdnet.ops.weird_scan import cpu
+
+CSRC = "src/weirdnet/ops/weird_scan/csrc"
+
+
+def build_revision(rev: str, folder: Path) -> ctypes.CDLL:
+    """The kernel library of ``rev``'s csrc/, compiled into ``folder``."""
+    root = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
+                               text=True, check=True).stdout.strip())
+    for name in ("weird_scan.c", "weird_scan_impl.h"):
+        text = subprocess.run(["git", "show", f"{rev}:{CSRC}/{name}"], cwd=root,
+                              capture_output=True, text=True, check=True).stdout
+        (folder / name).write_text(text)
+    target = folder / "old.so"
+    compiler = cpu._find_compiler()
+    subprocess.run([compiler, *cpu.FLAGS, cpu.NATIVE_FLAG, "-o", str(target),
+                    str(folder / "weird_scan.c"), "-lm"], check=True)
+    lib = ctypes.CDLL(str(target))
+    cpu._declare(lib)
+    return lib
+
+
+def call(lib, kind: str, a, v, logw, g, K):
+    """Run the library's fwd or bwd on (a, v, logw[, g]) through cpu.py's thread split."""
+    saved = cpu._lib
+    cpu._lib = lib
+    try:
+        D = a.shape[-1]
+        return cpu.fwd(a, v, logw, None, D, K) if kind == "fwd" else \
+            cpu.bwd(a, v, logw, None, g, D, K)
+    finally:
+        cpu._lib = saved
+
+
+def measure(old, new, L: int, rounds: int) -> dict:
+    B, D, K = 4, 256, max(1, (L - 1).bit_length())
+    gen = torch.Generator().manual_seed(0)
+    a, v, g = (torch.randn(B, L, D, generator=gen) for _ in range(3))
+    logw = (torch.randn(K, D, generator=gen) * 0.1).cumsum(0)
+    row = {"L": L}
+    for kind in ("fwd", "bwd"):
+        for lib in (old, new):
+            call(lib, kind, a, v, logw, g, K)  # warm-up
+        times = {"old": [], "new": []}
+        for r in range(rounds):
+            order = (("old", old), ("new", new)) if r % 2 == 0 else (("new", new), ("old", old))
+            for name, lib in order:
+                start = time.perf_counter()
+                call(lib, kind, a, v, logw, g, K)
+                times[name].append(time.perf_counter() - start)
+        for name in ("old", "new"):
+            row[f"{kind}_{name}_ms"] = 1e3 * statistics.median(times[name])
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rev", help="git revision of the old kernels")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    reuse_freed_memory()
+    new = cpu.load()
+    with tempfile.TemporaryDirectory() as folder:
+        old = build_revision(args.rev, Path(folder))
+        rows = [measure(old, new, L, args.rounds) for L in args.lengths]
+    lines = [f"# CPU scan kernels: {args.rev} (old) against this tree (new)", "",
+             f"- command: `python benchmarks/scan_kernel_ab.py {' '.join(sys.argv[1:])}`",
+             f"- machine: {cpu_model()}, "
+             f"{torch.get_num_threads()} torch threads; torch {torch.__version__}",
+             "- B=4, D=256, float32, no mask; median of "
+             f"{args.rounds} alternating rounds after a warm-up", "",
+             "| L | fwd old ms | fwd new ms | bwd old ms | bwd new ms | bwd old/new | "
+             "(fwd+bwd)/fwd new |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['L']} | {r['fwd_old_ms']:.2f} | {r['fwd_new_ms']:.2f} | "
+                     f"{r['bwd_old_ms']:.1f} | {r['bwd_new_ms']:.1f} | "
+                     f"{r['bwd_old_ms'] / r['bwd_new_ms']:.2f}x | "
+                     f"{(r['fwd_new_ms'] + r['bwd_new_ms']) / r['fwd_new_ms']:.2f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out is not None:
+        write_atomic(args.out / "scan_kernel_ab_cpu.md", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
