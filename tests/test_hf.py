@@ -117,8 +117,8 @@ def test_labels_follow_the_shift_convention(model):
     counted = int((targets != -100).sum())
     summed = model(ids, labels=labels, num_items_in_batch=counted).loss
     assert torch.allclose(summed, want)
-    last = model(ids, logits_to_keep=2).logits
-    assert torch.allclose(last, out.logits[:, -2:])
+    last = model(ids, logits_to_keep=2).logits  # 2 rows through the head, not 11: rounding
+    assert torch.allclose(last, out.logits[:, -2:], rtol=1e-5, atol=1e-5)
 
 
 # ---- generation ----------------------------------------------------------------------
