@@ -10,14 +10,32 @@ from weirdnet.cli import main
 def test_quick_generation_benchmark_writes_its_report(tmp_path, capsys):
     assert main(["bench", "decode", "--quick", "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "| 512 | weirdnet-small-cpu |" in text and "| 512 | gpt2-small-cpu |" in text
+    for model in ("weirdnet-a-small-cpu", "weirdnet-small-cpu", "gpt2-small-cpu"):
+        assert f"| 512 | {model} |" in text
     doc = json.loads((tmp_path / "decode_cpu.json").read_text())
     assert {r["context"] for r in doc["results"]} == {256, 512}
     for row in doc["results"]:
-        assert row["tokens_per_s"] > 0 and row["softmax_layer_step_us"] > 0
+        assert row["tokens_per_s"] > 0 and row["batch"] == 1
         assert (row["weird_layer_step_us"] is None) == (row["model"] == "gpt2-small-cpu")
-    assert set(doc["ratios"]) == {"256", "512"}
+        assert (row["softmax_layer_step_us"] is None) == (row["model"] ==
+                                                          "weirdnet-a-small-cpu")
+    speed = {(r["model"], r["context"]): r["tokens_per_s"] for r in doc["results"]}
+    assert set(doc["ratios"]) == {"weirdnet-a-small-cpu", "weirdnet-small-cpu"}
+    for model, ratios in doc["ratios"].items():
+        assert ratios["512"] == speed[model, 512] / speed["gpt2-small-cpu", 512]
+    assert "Tokens/s relative to gpt2-small-cpu" in text
     assert (tmp_path / "decode_cpu.md").read_text() == text
+
+
+def test_a_batch_decodes_together(tmp_path, capsys):
+    assert main(["bench", "decode", "--quick", "--batch", "3", "--models",
+                 "weirdnet-a-small-cpu", "--out", str(tmp_path)]) == 0
+    assert "- batch 3," in capsys.readouterr().out
+    doc = json.loads((tmp_path / "decode_cpu.json").read_text())
+    assert doc["config"]["batch"] == 3
+    assert all(r["batch"] == 3 and r["tokens_per_s"] > 0 for r in doc["results"])
+    assert main(["bench", "decode", "--quick", "--batch", "0", "--out",
+                 str(tmp_path / "zero")]) == 2
 
 
 def test_too_long_context_is_a_clear_error(tmp_path):

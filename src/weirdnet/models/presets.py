@@ -127,6 +127,12 @@ def _lm_presets() -> list[Preset]:
             if size == "small":  # one CPU LM per family: bytes, 16K context
                 presets.append(_cpu_version(base, dim=128, depth=4, d_ff=512, heads=4,
                                             max_len=16384, vocab_size=256))
+    cpu_b = next(p for p in presets if p.name == "weirdnet-small-cpu")
+    config = copy.deepcopy(cpu_b.config)
+    config["backbone"]["pattern"] = "A"
+    presets.append(Preset("weirdnet-a-small-cpu", "WeirdNetLM", config,
+                          "structure A (every layer Weird-attention) at the widths of "
+                          "gpt2-small-cpu"))
     return presets
 
 
