@@ -17,10 +17,9 @@ from typing import Any
 
 from transformers import PreTrainedConfig
 
-from weirdnet import __version__
 from weirdnet.models import LMConfig, WeirdNetLM
-from weirdnet.models.base import HF_MODEL_TYPE
-from weirdnet.models.config import ConfigError, from_dict, to_dict
+from weirdnet.models.base import HF_MODEL_TYPE, model_document
+from weirdnet.models.config import ConfigError, from_dict
 
 PAD_ID, BOS_ID, EOS_ID = 0, 2, 3
 
@@ -32,8 +31,7 @@ def lm_document(config: LMConfig | dict | None = None) -> dict[str, Any]:
         config = LMConfig()
     elif isinstance(config, dict):
         config = from_dict(LMConfig, config)
-    return {"format": "weirdnet-model", "version": __version__, "model": WeirdNetLM.__name__,
-            "config": to_dict(config)}
+    return model_document(WeirdNetLM.__name__, config)
 
 
 class WeirdNetConfig(PreTrainedConfig):

@@ -100,9 +100,10 @@ def nextline_items(lines: list[str], count: int, seed: int = 0) -> list[dict]:
                          f"than {count} items need")
     rng = random.Random(seed)
     by_length = sorted(candidates, key=lambda i: len(lines[i]))
+    rank = {line: place for place, line in enumerate(by_length)}
     items = []
     for i in sorted(rng.sample(candidates, count)):
-        where = by_length.index(i)
+        where = rank[i]
         pool = [j for j in by_length[max(0, where - 20):where + 21]
                 if lines[j].strip() != lines[i].strip()]
         others = rng.sample(pool, CHOICES - 1)

@@ -24,6 +24,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from weirdnet.models import Backbone, WeirdNetLM
+from weirdnet.models.generation import check_length
 from weirdnet.models.lm import lm_loss, output_head, output_logits, token_nll
 
 from .cache import WeirdNetCache
@@ -117,12 +118,8 @@ class WeirdNetForCausalLM(WeirdNetPreTrainedModel, GenerationMixin):
         that would pass it)."""
         prompt = kwargs.get("input_ids", inputs)
         new = kwargs.get("max_new_tokens")
-        limit = self.config.max_position_embeddings
-        if isinstance(prompt, torch.Tensor) and prompt.dim() == 2 and isinstance(new, int) \
-                and prompt.shape[1] + new > limit:
-            raise ValueError(f"prompt length {prompt.shape[1]} + max_new_tokens {new} = "
-                             f"{prompt.shape[1] + new} exceeds the model's max_len={limit} "
-                             "(max_position_embeddings)")
+        if isinstance(prompt, torch.Tensor) and prompt.dim() == 2 and isinstance(new, int):
+            check_length(prompt.shape[1], new, self.config.max_position_embeddings)
         return super().generate(inputs, *args, **kwargs)
 
     def get_input_embeddings(self) -> torch.nn.Module:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from weirdnet.layers.base import select_rows
 from weirdnet.ops.checks import check_mask, on_host
 
 from .blocks import Block, build_mixer
@@ -53,7 +54,7 @@ class BackboneCache:
         index = index.to(self.lengths.device, torch.long)
         for layer in self.layers:
             layer.reorder(index)
-        self.lengths = self.lengths.index_select(0, index)
+        (self.lengths,) = select_rows(index, self.lengths)
 
 
 class Backbone(nn.Module):

@@ -74,9 +74,8 @@ class WeirdNetModel(nn.Module):
         return directory
 
     def document(self) -> dict[str, Any]:
-        """What ``config.json`` holds: the format, the version, the class and its config."""
-        return {"format": "weirdnet-model", "version": __version__,
-                "model": type(self).__name__, "config": to_dict(self.config)}
+        """What ``config.json`` holds: see :func:`model_document`."""
+        return model_document(type(self).__name__, self.config)
 
     @classmethod
     def load(cls, directory: str | os.PathLike, map_location: str | torch.device = "cpu"):
@@ -101,6 +100,13 @@ class WeirdNetModel(nn.Module):
         _check_state(model, tensors, directory)
         model.load_state_dict(tensors, strict=True, assign=True)
         return model
+
+
+def model_document(model: str, config) -> dict[str, Any]:
+    """The ``config.json`` document of a saved model: the format, the weirdnet version,
+    the model class name ``model`` and its ``config`` (a config dataclass) as a dict."""
+    return {"format": "weirdnet-model", "version": __version__, "model": model,
+            "config": to_dict(config)}
 
 
 def _read_config(directory: Path) -> tuple[str, dict[str, Any]]:

@@ -32,6 +32,15 @@ class Sampling:
         check_sampling(self.temperature, self.top_k, self.top_p)
 
 
+def check_length(prompt_length: int, max_new_tokens: int, max_len: int) -> None:
+    """ValueError when a prompt of ``prompt_length`` tokens plus ``max_new_tokens`` would
+    pass the model's ``max_len`` positions."""
+    total = prompt_length + max_new_tokens
+    if total > max_len:
+        raise ValueError(f"prompt length {prompt_length} + max_new_tokens {max_new_tokens} = "
+                         f"{total} exceeds the model's max_len={max_len}")
+
+
 def check_prompt(backbone: Backbone, prompt_ids: torch.Tensor, max_new_tokens: int,
                  prompt_mask: torch.Tensor | None) -> torch.Tensor | None:
     """Validate a (left-padded) prompt; returns the mask, or None when nothing is padded."""
@@ -39,10 +48,7 @@ def check_prompt(backbone: Backbone, prompt_ids: torch.Tensor, max_new_tokens: i
             or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     backbone.check_inputs(prompt_ids, prompt_mask, check_ids=True)  # once per generate
-    total, limit = prompt_ids.shape[1] + max_new_tokens, backbone.config.max_len
-    if total > limit:
-        raise ValueError(f"prompt length {prompt_ids.shape[1]} + max_new_tokens "
-                         f"{max_new_tokens} = {total} exceeds the model's max_len={limit}")
+    check_length(prompt_ids.shape[1], max_new_tokens, backbone.config.max_len)
     if prompt_mask is None:
         return None
     ends_real, no_gap, unpadded = torch.stack([  # one host read for the three tests

@@ -18,10 +18,10 @@
  * forward copies a unit into a lane-interleaved local buffer (position-major, LANES
  * channels per row), runs all levels there and writes the result back.  The backward,
  * which keeps the state before every level, transposes a unit into channel rows and
- * scans one channel at a time, so those states stay in cache (weird_scan_impl.h).  Threads (from Python)
- * take disjoint unit ranges.  Channels [0, split) are scanned causally, channels
- * [split, D) anti-causally (suffix scan); the reversal is done by the index mapping
- * used when loading and storing.
+ * scans one channel at a time, so those states stay in cache (weird_scan_impl.h).
+ * Threads (from Python) take disjoint unit ranges.  Channels [0, split) are scanned
+ * causally, channels [split, D) anti-causally (suffix scan); the reversal is done by the
+ * index mapping used when loading and storing.
  *
  * Determinism: built with -ffp-contract=off, and exp/log are written with plain IEEE
  * arithmetic, so a value depends only on the values it is computed from, never on
