@@ -25,6 +25,7 @@ import torch
 from weirdnet._atomic import write_atomic
 from weirdnet.bench.alloc import reuse_freed_memory
 from weirdnet.bench.machine import cpu_model
+from weirdnet.ops import cbuild
 from weirdnet.ops.weird_scan import cpu
 
 CSRC = "src/weirdnet/ops/weird_scan/csrc"
@@ -39,8 +40,8 @@ def build_revision(rev: str, folder: Path) -> ctypes.CDLL:
                               capture_output=True, text=True, check=True).stdout
         (folder / name).write_text(text)
     target = folder / "old.so"
-    compiler = cpu._find_compiler()
-    subprocess.run([compiler, *cpu.FLAGS, cpu.NATIVE_FLAG, "-o", str(target),
+    compiler = cbuild.find_compiler()
+    subprocess.run([compiler, *cbuild.FLAGS, cbuild.NATIVE_FLAG, "-o", str(target),
                     str(folder / "weird_scan.c"), "-lm"], check=True)
     lib = ctypes.CDLL(str(target))
     cpu._declare(lib)

@@ -19,6 +19,8 @@ import statistics
 import time
 from pathlib import Path
 
+from weirdnet.models.backbone import FUSED_STEP_MAX_BATCH
+
 from . import output
 
 DEFAULT_MODELS = ("weirdnet-a-small-cpu", "weirdnet-small-cpu", "gpt2-small-cpu")
@@ -88,7 +90,7 @@ def _decode_steps(model, prompt, n: int, device) -> tuple[float, list[float]]:
         for _ in range(n):
             start = time.perf_counter()
             token = model.logits(hidden).argmax(-1, keepdim=True)
-            hidden = backbone(token, cache=cache)[:, -1]
+            hidden = backbone.step(token[:, 0], cache)
             _sync(device)
             steps.append(time.perf_counter() - start)
     return prefill, steps
@@ -156,9 +158,11 @@ def _markdown(doc: dict) -> str:
              f"{m['python']}, torch {m['torch']}, {m['torch_threads']} torch threads",
              f"- batch {c['batch']}, float32, greedy; {c['new_tokens']} tokens decoded after "
              "a prompt of (context − new tokens); tokens/s = batch / median step time (a step "
-             "= logits of the last token, argmax, one cached pass through every layer)",
+             "= logits of the last token, argmax, `Backbone.step`: one cached pass through every "
+             "layer, each Weird-attention block as one fused C call up to batch "
+             f"{FUSED_STEP_MAX_BATCH})",
              "- layer step: median of the last 20 cached steps of one mixer layer (projections "
-             "included) up to `context` tokens", ""]
+             "included, as PyTorch ops) up to `context` tokens", ""]
     header = ["context", "model", "tokens/s", "step ms", "prefill s", "weird layer µs",
               "softmax layer µs"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

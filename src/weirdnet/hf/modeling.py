@@ -164,7 +164,10 @@ class WeirdNetForCausalLM(WeirdNetPreTrainedModel, GenerationMixin):
         if use_cache and cache is None:
             cache = WeirdNetCache(self.backbone.init_cache(input_ids.shape[0]))
         mask = _new_tokens_mask(attention_mask, input_ids, cache if use_cache else None)
-        if use_cache:
+        if use_cache and _one_real_token(input_ids, mask, cache):  # generate's steps
+            self.backbone.check_inputs(input_ids, mask)
+            hidden = self.backbone.step(input_ids[:, 0], cache.state)[:, None]
+        elif use_cache:
             hidden = self.backbone(input_ids, mask, cache=cache.state)
         else:
             hidden = self.backbone(input_ids, mask)
@@ -213,6 +216,13 @@ def _new_tokens_mask(attention_mask, input_ids, cache: WeirdNetCache | None):
         raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}; expected "
                          f"({input_ids.shape[0]}, {expected}){where}")
     return attention_mask[:, -length:].bool()
+
+
+def _one_real_token(input_ids, mask, cache: WeirdNetCache) -> bool:
+    """Whether this call continues a filled cache by one real token per sequence (what
+    ``Backbone.step`` does, through the fused steps where they apply)."""
+    return input_ids.dim() == 2 and input_ids.shape[1] == 1 and cache.get_seq_length() > 0 \
+        and (mask is None or bool(mask.all()))
 
 
 def _keep(hidden: torch.Tensor, logits_to_keep: int | torch.Tensor) -> torch.Tensor:

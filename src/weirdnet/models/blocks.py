@@ -18,6 +18,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from weirdnet.layers.registry import factory
+from weirdnet.layers.weird import WeirdAttention, WeirdAttentionCache
+from weirdnet.ops import block_step
 
 from .config import BackboneConfig
 
@@ -106,3 +108,41 @@ class Block(nn.Module):
             x = x + self.dropout(self.cross(self.norm_cross(x), context,
                                             context_mask=context_mask))
         return x + self.dropout(self.ffn(self.norm_ffn(x)))
+
+    def fused_step(self, cache) -> FusedBlockStep | None:
+        """This block's fused C decoding step over ``cache`` (its mixer's cache), or None
+        where it does not apply: a mixer other than causal Weird/PS-attention, a cross
+        mixer, weights other than float32/float64 on CPU, a scan cache on another
+        backend, or no C compiler."""
+        mixer = self.mixer
+        if not isinstance(mixer, WeirdAttention) or not mixer.causal or self.cross is not None \
+                or not isinstance(cache, WeirdAttentionCache) or cache.scan.backend != "cpu" \
+                or cache.scan.dtype != mixer.proj_o.weight.dtype \
+                or block_step.unavailable_reason() is not None:
+            return None
+        if any(t.device.type != "cpu" or t.dtype != cache.scan.dtype
+               for t in self.parameters()):
+            return None
+        ffn = self.ffn
+        weights = block_step.BlockWeights(
+            self.norm_mix.weight, self.norm_mix.bias, self.norm_mix.eps,
+            mixer.proj_a.weight, mixer.proj_a.bias, mixer.proj_v.weight, mixer.proj_v.bias,
+            mixer.proj_o.weight, mixer.proj_o.bias, cache.scan.log_w,
+            self.norm_ffn.weight, self.norm_ffn.bias, self.norm_ffn.eps,
+            ffn.inner.weight, ffn.inner.bias, ffn.outer.weight, ffn.outer.bias,
+            ffn.activation)
+        return FusedBlockStep(block_step.BlockStep(weights), cache)
+
+
+class FusedBlockStep:
+    """One block's fused decoding step bound to its layer cache: ``step(x)`` turns the
+    residual stream x (B, D) at the next position into the block's output, in place,
+    and advances the cache.  Holds the weights as they were when it was made."""
+
+    def __init__(self, step: block_step.BlockStep, cache: WeirdAttentionCache):
+        self.step, self.scan = step, cache.scan
+
+    def __call__(self, x: torch.Tensor) -> None:
+        scan = self.scan
+        self.step(x, *scan.rings, scan.position)
+        scan.advance()

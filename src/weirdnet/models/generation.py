@@ -1,7 +1,8 @@
 """The decoding loop shared by the language model and the encoder–decoder.
 
 The prompt goes through the causal backbone once, filling every layer's cache; then each
-new token costs one cached step per layer.  Dropout is off while decoding and the model's
+new token costs one cached step per layer (``Backbone.step``: one fused C call per
+Weird-attention block on CPU).  Dropout is off while decoding and the model's
 mode is restored afterwards.
 """
 
@@ -109,5 +110,5 @@ def _loop(backbone, logits_of, prompt_ids, max_new_tokens, sampling: Sampling, p
         out[:, prompt_len + t] = token
         if t + 1 == max_new_tokens or (eos is not None and bool(done.all())):
             return out[:, :prompt_len + t + 1]
-        hidden = backbone(token[:, None], cache=cache, context=context)[:, -1]
+        hidden = backbone.step(token, cache, context=context)
     return out

@@ -63,6 +63,20 @@ class WeirdScanCache:
         """Memory held by the ring buffers, in bytes."""
         return sum(r.numel() * r.element_size() for r in self._ring)
 
+    @property
+    def rings(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The (m, h, u) ring buffers, each (2^levels - 1, B, D): a fused decoding step
+        (``weirdnet.ops.block_step``) updates them in place, then calls :meth:`advance`."""
+        return self._ring[0], self._ring[1], self._ring[2]
+
+    def advance(self, tokens: int = 1) -> None:
+        """Count ``tokens`` more positions as consumed (after an in-place update of
+        :attr:`rings`)."""
+        if self.position + tokens > self.capacity:
+            raise ValueError(f"decoding past the cache's capacity: {self.position} tokens "
+                             f"held, {tokens} more, capacity max_len={self.capacity}")
+        self.position += tokens
+
     def reset(self) -> None:
         """Forget all tokens; the next one is position 0."""
         self.position = 0

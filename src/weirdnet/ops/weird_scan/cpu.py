@@ -1,10 +1,8 @@
 """Build, cache and call the fused C kernels of ``csrc/weird_scan.c``.
 
-The C file needs no Python or PyTorch headers: it is compiled once per machine with the
-system C compiler (``$CC``, else ``cc``/``gcc``/``clang``) into
-``$WEIRDNET_CACHE_DIR`` (default ``~/.cache/weirdnet``), keyed by the source, the compiler,
-the flags and the CPU, and loaded with :mod:`ctypes`.  ctypes releases the GIL during a
-call, so a pool of Python threads runs disjoint work units in parallel.
+The C file is compiled once per machine by :mod:`weirdnet.ops.cbuild` and loaded with
+:mod:`ctypes`.  ctypes releases the GIL during a call, so a pool of Python threads runs
+disjoint work units in parallel.
 
 If no compiler is found or the build fails, :func:`load` returns ``None`` (with one
 warning) and the pure-PyTorch implementation is used instead.
@@ -13,12 +11,7 @@ warning) and the pure-PyTorch implementation is used instead.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import platform
-import shutil
-import subprocess
-import tempfile
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -26,18 +19,10 @@ from pathlib import Path
 
 import torch
 
+from .. import cbuild
+
 CSRC = Path(__file__).with_name("csrc")
 SOURCE = CSRC / "weird_scan.c"
-FLAGS = [
-    "-O3",
-    "-ffp-contract=off",  # no implicit FMA: results independent of vectorisation
-    "-fno-math-errno",
-    "-fno-trapping-math",
-    "-fPIC",
-    "-shared",
-    "-std=c11",
-]
-NATIVE_FLAG = "-march=native"
 # Work below this many elements runs on the calling thread (pool overhead dominates).
 _PARALLEL_MIN_ELEMENTS = 1 << 16
 
@@ -49,65 +34,6 @@ _pool_size = 0
 
 _i64 = ctypes.c_int64
 _ptr = ctypes.c_void_p
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("WEIRDNET_CACHE_DIR") or Path.home() / ".cache" / "weirdnet"
-    return Path(root) / "kernels"
-
-
-def _find_compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-def _cpu_signature() -> str:
-    """CPU model and feature flags, so a cache shared between machines stays valid."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor()
-    keep = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features"))]
-    return "\n".join(sorted(set(keep)))
-
-
-def _compile(compiler: str, flags: list[str], target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
-    try:
-        cmd = [compiler, *flags, "-o", tmp, str(SOURCE), "-lm"]
-        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
-        os.replace(tmp, target)  # atomic: a concurrent reader sees all or nothing
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _build() -> ctypes.CDLL:
-    compiler = _find_compiler()
-    if compiler is None:
-        raise RuntimeError("no C compiler found (set $CC or install gcc)")
-    version = subprocess.run(
-        [compiler, "--version"], capture_output=True, text=True, timeout=60
-    ).stdout
-    sources = "\0".join(p.read_text() for p in sorted(CSRC.glob("*.[ch]")))
-    errors = []
-    for flags in (FLAGS + [NATIVE_FLAG], FLAGS):
-        key = hashlib.sha256(
-            "\0".join([sources, version, " ".join(flags), _cpu_signature()]).encode()
-        ).hexdigest()[:20]
-        target = _cache_dir() / f"weird_scan_{key}.so"
-        try:
-            if not target.exists():
-                _compile(compiler, flags, target)
-            return ctypes.CDLL(str(target))
-        except (OSError, subprocess.SubprocessError) as err:
-            detail = getattr(err, "stderr", "") or ""
-            errors.append(f"{' '.join(flags)}: {err} {detail}".strip())
-    raise RuntimeError("building the C scan kernel failed:\n" + "\n".join(errors))
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -134,7 +60,7 @@ def load() -> ctypes.CDLL | None:
     with _lock:
         if _lib is None and not _load_failed:
             try:
-                lib = _build()
+                lib = cbuild.build(SOURCE)
                 _declare(lib)
                 _lib = lib
             except RuntimeError as err:
