@@ -15,6 +15,11 @@ child started from a large benchmark process reports the parent's peak.
 
 CUDA: measured in process with the caching allocator's counters:
 extra = ``max_memory_allocated`` - ``memory_allocated`` before the step.
+
+CPU allocator peak (:func:`allocator_peak_bytes`): the same quantity as CUDA's, from a
+per-allocation trace.  Peak RSS also counts what the heap cannot give back for reuse
+(fragmentation) and memory that C code allocates itself; the trace counts exactly the
+tensors, autograd buffers and op temporaries that PyTorch's CPU allocator hands out.
 """
 
 from __future__ import annotations
@@ -97,6 +102,26 @@ def child_result(result) -> dict:
     from .children import job_result
 
     return job_result(result, "memory child")
+
+
+def allocator_peak_bytes(work) -> int:
+    """Run ``work()`` and return the peak of the bytes held through PyTorch's CPU allocator
+    above what it held at the start: every allocation and free is recorded
+    (``torch.profiler`` with ``profile_memory``) and the running sum's maximum taken.
+
+    Not counted: memory C code allocates itself, e.g. the C scan kernels' per-thread
+    workspace of (3·16 + 3·(K + 2)) rows of L floats (about 6 MiB per thread at L = 16K)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        work()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    events.sort(key=lambda e: e.start_ns())
+    held = peak = 0
+    for event in events:
+        held += event.nbytes()
+        peak = max(peak, held)
+    return peak
 
 
 class PeakMemory:

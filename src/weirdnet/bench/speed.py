@@ -8,8 +8,10 @@ mechanism: a classifier over bytes (vocabulary 257, 2 classes), AdamW, random to
 One training step = forward, loss, backward, optimizer step.
 
 - memory: the peak extra memory of the first training step (which also creates the Adam
-  state) above the model, optimizer and batch: peak RSS on CPU (glibc keeps freed memory,
-  :mod:`.alloc`), ``max_memory_allocated`` on CUDA;
+  state) above the model, optimizer and batch, as the allocator counts it:
+  ``max_memory_allocated`` on CUDA; on CPU the same quantity from a per-allocation trace
+  (:func:`.memory.allocator_peak_bytes`), and beside it the peak RSS (glibc keeps freed
+  memory, :mod:`.alloc`), which adds heap fragmentation and C workspaces;
 - speed: the median of ``--steps`` timed steps after ``--warmup`` untimed ones.
 
 A mechanism whose step took longer than ``--max-step-seconds`` at one length is not run
@@ -98,7 +100,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     allocator = reuse_freed_memory()
     import torch
 
-    from .memory import PeakMemory
+    from .memory import MIB, PeakMemory, allocator_peak_bytes
     from .timing import synchronize
 
     device = torch.device(spec["device"])
@@ -110,7 +112,12 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     meter.start()
     step(tokens, labels)
     synchronize(device)
-    memory_mib, _ = meter.peak_mib()
+    memory_mib, rss_mib = meter.peak_mib()[0], None
+    if device.type == "cpu":  # the trace's own buffers would count in the RSS: a 2nd model
+        rss_mib = memory_mib
+        torch.manual_seed(0)
+        _, fresh_step, _ = _build(spec, device)
+        memory_mib = allocator_peak_bytes(lambda: fresh_step(tokens, labels)) / MIB
     for _ in range(spec["warmup"]):
         step(tokens, labels)
     times = []
@@ -123,7 +130,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     seconds = statistics.median(times)
     return {"mechanism": spec["mechanism"], "length": spec["length"], "status": "ok",
             "step_s": seconds, "steps_per_s": 1.0 / seconds,
-            "memory_mib": memory_mib, "allocator": allocator,
+            "memory_mib": memory_mib, "rss_mib": rss_mib, "allocator": allocator,
             "parameters": sum(p.numel() for p in model.parameters())}
 
 

@@ -28,12 +28,15 @@ def _short(length: int) -> str:
 
 
 def ratio(result: dict[str, Any], mechanism: str, length: int, key: str) -> float | None:
-    """``key`` ("steps_per_s" or "memory_mib") of ``mechanism`` over the Transformer's."""
+    """``key`` ("steps_per_s", "memory_mib" or "rss_mib") of ``mechanism`` over the
+    Transformer's."""
     cells = _by_cell(result)
     mine, base = cells.get((mechanism, length)), cells.get(("softmax", length))
     if not mine or not base or mine["status"] != "ok" or base["status"] != "ok":
         return None
-    return mine[key] / base[key] if base[key] else None
+    if mine.get(key) is None or not base.get(key):
+        return None
+    return mine[key] / base[key]
 
 
 def _entry(result, mechanism: str, length: int, key: str) -> str:
@@ -63,8 +66,10 @@ def _absolute(result) -> list[str]:
 
     def entry(mechanism: str, length: int) -> str:
         cell = cells.get((mechanism, length))
-        return (f"{cell['step_s'] * 1000:.0f} ms / {cell['memory_mib']:.0f} MiB"
-                if cell and cell["status"] == "ok" else "–")
+        if not cell or cell["status"] != "ok":
+            return "–"
+        rss = f" (RSS {cell['rss_mib']:.0f})" if cell.get("rss_mib") is not None else ""
+        return f"{cell['step_s'] * 1000:.0f} ms / {cell['memory_mib']:.0f} MiB{rss}"
 
     return _per_length(result, entry)
 
@@ -79,6 +84,20 @@ def _paper(result) -> list[str]:
         memory = [f"{values[n][1]:.2f}" if n in values else "–" for n in lengths]
         rows.append([VARIANTS[mechanism].label, source, *speed, *memory])
     return markdown_table(header, rows)
+
+
+_MEMORY_NOTE = {
+    False: "Bytes held through PyTorch's CPU allocator, from a per-allocation trace of the "
+           "first training step (the quantity CUDA's `max_memory_allocated` reports); the "
+           "peak RSS below adds heap fragmentation and the C kernels' own workspaces.",
+    True: "CUDA `max_memory_allocated` during the first training step."}
+
+
+def _rss_section(result) -> list[str]:
+    if not any(c.get("rss_mib") is not None for c in result["rows"]):
+        return []
+    return ["### Peak RSS relative to the Transformer (ours)", "",
+            *_table(result, "rss_mib"), ""]
 
 
 def markdown(result: dict[str, Any], plot: str) -> str:
@@ -98,7 +117,8 @@ def markdown(result: dict[str, Any], plot: str) -> str:
            "", "## Training steps per second relative to the Transformer (ours, higher is "
            "faster)", "", *_table(result, "steps_per_s"), "",
            "## Peak memory of a training step relative to the Transformer (ours, lower is "
-           "smaller)", "", *_table(result, "memory_mib"), "",
+           "smaller)", "", _MEMORY_NOTE[m["device"] == "cuda"], "",
+           *_table(result, "memory_mib"), "", *_rss_section(result),
            f"![speed and memory]({plot})", "",
            "## Absolute: time per training step / peak extra memory (ours)", "",
            *_absolute(result), "",
