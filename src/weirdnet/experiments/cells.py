@@ -35,6 +35,12 @@ class Cell:
         """``<task>--<variant>--s<seed>``: the record's file stem and the run name."""
         return f"{self.task.name}--{self.variant.name}--s{self.seed}"
 
+    @property
+    def info(self) -> dict[str, Any]:
+        """What identifies the cell in its record."""
+        return {"task": self.task.name, "variant": self.variant.name, "seed": self.seed,
+                "budget": self.budget.name}
+
     def unsupported(self) -> str | None:
         """Why this cell cannot run (None: it can)."""
         return self.variant.unsupported(self.task.group)

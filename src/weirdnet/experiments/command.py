@@ -19,6 +19,7 @@ import json
 import shlex
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from weirdnet._signals import Interrupted
@@ -92,17 +93,17 @@ STOP_GRACE_S = 300.0
 """How long a stopped cell may take to save its checkpoint before it is killed."""
 
 
-def _run_child(cell: Cell, config: dict, store: CellStore, command: list[str]) -> bool:
-    """Run ``cell`` (training ``config``) in a fresh process; on failure store a failed
-    record.  True if done.  A cell stopped by a signal stores nothing (it is unfinished,
-    and resumable): this process stops too (:class:`Interrupted`)."""
+def run_child(cell, config: dict, store: CellStore, command: list[str]) -> bool:
+    """Run ``cell`` (training ``config``; any cell with ``key`` and ``info``) in a fresh
+    process; on failure store a failed record.  True if done.  A cell stopped by a signal
+    stores nothing (it is unfinished, and resumable): this process stops too
+    (:class:`Interrupted`)."""
     from weirdnet.bench import children
 
     logs = store.work_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     spec_path = logs / f"{cell.key}.spec.json"
-    cell_info = {"task": cell.task.name, "variant": cell.variant.name, "seed": cell.seed,
-                 "budget": cell.budget.name}
+    cell_info = cell.info
     spec = {"config": config, "config_hash": config_hash(config), "cell": cell_info,
             "record": str(store.record_path(cell)), "command": command}
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
@@ -198,34 +199,44 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 def _run_cells(args: argparse.Namespace, argv: list[str], cells: list[Cell],
                configs: dict[str, dict], states: dict[str, str], store: CellStore,
                session: output.Writing) -> int:
+    budget = get_budget(args.budget)
+    return run_cells(f"suite {budget.name}", cells, configs, states, store, session,
+                     ["weirdnet", *argv], args.report_only,
+                     lambda: write_report(budget.name, store, args.tables, not args.no_plot))
+
+
+def run_cells(name: str, cells: list, configs: dict[str, dict], states: dict[str, str],
+              store: CellStore, session: output.Writing, command: list[str],
+              report_only: bool, write: Callable[[], Path]) -> int:
+    """Run every cell not done (one child each, with a progress bar), then ``write()`` the
+    report and print it; the exit status (1 when a cell failed).  An interruption leaves
+    one line (``session.kept``) saying what was kept and how to continue."""
     from tqdm.auto import tqdm
 
-    budget = get_budget(args.budget)
-    todo = [c for c in cells if states[c.key] != "done"] if not args.report_only else []
-    print(f"suite {budget.name}: {len(cells)} cells, {len(cells) - len(todo)} already "
+    todo = [c for c in cells if states[c.key] != "done"] if not report_only else []
+    print(f"{name}: {len(cells)} cells, {len(cells) - len(todo)} already "
           f"done, {len(todo)} to run", flush=True)
-    command = ["weirdnet", *argv]
-    running: list[Cell] = []
+    running: list = []
     session.kept = lambda: _kept(cells, configs, store, running, command)
     failed = 0
     with tqdm(todo, unit="cell", dynamic_ncols=True, disable=not todo) as bar:
         for cell in bar:
             bar.set_postfix_str(f"{cell.key} ({states[cell.key]})")
             running[:] = [cell]
-            failed += not _run_child(cell, configs[cell.key], store, command)
+            failed += not run_child(cell, configs[cell.key], store, command)
             running.clear()
-    rebuild = command if args.report_only else [*command, "--report-only"]
+    rebuild = command if report_only else [*command, "--report-only"]
     session.kept = (f"records kept in {store.cells_dir}; report.md is whole (the old one or "
                     f"the new one): rebuild it with: {shlex.join(rebuild)}")
-    path = write_report(budget.name, store, args.tables, not args.no_plot)
+    path = write()
     print(path.read_text(encoding="utf-8"))
     print(f"report: {path}" + (f"; {failed} cell(s) failed (see the report's end)"
                                if failed else ""), flush=True)
     return 1 if failed else 0
 
 
-def _kept(cells: list[Cell], configs: dict[str, dict], store: CellStore,
-          running: list[Cell], command: list[str]) -> str:
+def _kept(cells: list, configs: dict[str, dict], store: CellStore, running: list,
+          command: list[str]) -> str:
     """What an interrupted suite kept, and the command that continues it (one line)."""
     done = sum(store.state(c, configs[c.key]) == "done" for c in cells)
     parts = []

@@ -8,6 +8,8 @@ lm              WeirdNetLM            tokens (B, L+1)          loss (nats/token)
 classification  WeirdNetClassifier    tokens (B, L) or values  loss, accuracy
                                       (B, L, C); label (B,)
 retrieval       WeirdNetDualEncoder   tokens, tokens2; label   loss, accuracy
+recall          WeirdNetLM            tokens (B, L); targets   loss, accuracy (over the
+                                      (B, L), -100 = not asked asked positions)
 seq2seq         WeirdNetSeq2Seq       src (B, Ls); tgt (B, Lt) loss, token_accuracy,
                                       = [bos] y [eos]          exact_match
 ==============  ====================  =======================  ===========================
@@ -36,6 +38,8 @@ __all__ = ["MODEL_CLASSES", "TASKS", "Sums", "Task", "add_sums", "best_metric",
            "build_model_config", "get", "to_device"]
 
 _LOWER_IS_BETTER = {"loss", "bpc", "perplexity"}
+IGNORE_TARGET = -100
+"""A target that is not asked (``cross_entropy``'s ignore_index)."""
 
 Sums = dict[str, float]
 """Additive statistics of a set of batches, e.g. {"nll": ..., "targets": ...}."""
@@ -129,6 +133,36 @@ class Seq2SeqTask(Task):
         return metrics
 
 
+class RecallTask(Task):
+    """A causal model predicts ``targets[t]`` at position ``t`` of ``tokens`` where a
+    target is asked (not -100): the recall diagnostics (:mod:`weirdnet.data.recall`)."""
+
+    name, model_class, best = "recall", "WeirdNetLM", "accuracy"
+    default_model = {"backbone": {"pattern": "B", "causal": True}}
+
+    def forward(self, model, batch, with_loss):
+        tokens, targets = batch["tokens"], batch["targets"]
+        asked = targets != IGNORE_TARGET
+        if batch.get("tokens_mask") is not None:
+            asked = asked & batch["tokens_mask"]
+        return (model(tokens, targets.masked_fill(~asked, IGNORE_TARGET) if with_loss
+                      else None, batch.get("tokens_mask")), targets, asked)
+
+    @torch.no_grad()
+    def batch_sums(self, model, batch):
+        out, targets, asked = self.forward(model, batch, with_loss=False)
+        safe = targets.masked_fill(~asked, 0)
+        nll = token_nll(out.logits, safe)
+        correct = (out.logits.argmax(-1) == safe) & asked
+        return {"nll": float((nll * asked).sum()), "targets": float(asked.sum()),
+                "correct": float(correct.sum())}
+
+    def metrics(self, sums, info):
+        metrics = super().metrics(sums, info)
+        metrics["accuracy"] = sums["correct"] / sums["targets"]
+        return metrics
+
+
 class _ItemTask(Task):
     """One label per item: loss and accuracy."""
 
@@ -172,7 +206,8 @@ class RetrievalTask(_ItemTask):
 
 
 TASKS: dict[str, Task] = {t.name: t for t in (LMTask(), ClassificationTask(),
-                                              RetrievalTask(), Seq2SeqTask())}
+                                              RetrievalTask(), Seq2SeqTask(),
+                                              RecallTask())}
 MODEL_CLASSES = {name: task.model_class for name, task in TASKS.items()}
 
 

@@ -1,0 +1,40 @@
+"""95% intervals for the reports: a test-set binomial interval (Wilson) and an interval
+on a mean over seeds (Student's t)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+Z95 = 1.959963984540054
+# Two-sided 95% quantiles of Student's t with 1 .. 10 degrees of freedom.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+def wilson(accuracy: float, trials: int) -> tuple[float, float]:
+    """The 95% Wilson score interval (low, high) of a proportion ``accuracy`` observed on
+    ``trials`` independent trials (e.g. test items); (0, 1) when there are none."""
+    if trials <= 0:
+        return 0.0, 1.0
+    if not 0.0 <= accuracy <= 1.0:
+        raise ValueError(f"accuracy must be in [0, 1], got {accuracy}")
+    z2 = Z95 * Z95
+    centre = (accuracy + z2 / (2 * trials)) / (1 + z2 / trials)
+    half = Z95 * math.sqrt(accuracy * (1 - accuracy) / trials + z2 / (4 * trials * trials))
+    half /= 1 + z2 / trials
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the mean over seeds and its 95% t interval (low = high = mean
+    for a single value, where no spread is known)."""
+    if not values:
+        raise ValueError("mean_interval needs at least one value")
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, mean, mean
+    dof = len(values) - 1
+    t = _T95[dof - 1] if dof <= len(_T95) else Z95
+    half = t * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half

@@ -1,0 +1,170 @@
+"""``weirdnet bench recall``: the recall diagnostics (MQAR, selective copying, induction
+heads) swept over model width and sequence length for every mechanism with a causal form.
+
+Every (diagnostic, length, width, mechanism, seed) is one training run of a 2-layer
+causal model (``d_ff = 2 D``, one head per 16 channels, no dropout) on the diagnostic's
+generated training split, then its test split (1,000 sequences): accuracy over the asked
+positions.  Cells run in fresh processes and are stored as records (metrics, config
+hash, commit, machine), exactly as the suite's (:mod:`.command`): a rerun skips finished
+cells and resumes interrupted ones.  The report (``recall.md``) has a table per
+diagnostic and ``recall.png``, accuracy against width, one panel per diagnostic and
+length.
+
+DBA and Linformer have no causal form (their mixing reads the whole sequence), so they
+are not run: a bidirectional model would see the queries' positions before them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from weirdnet.bench import output
+
+from .cells import CellStore
+from .variants import MECHANISMS, Variant, get_variant
+
+DIAGNOSTICS = ("mqar", "selective-copy", "induction")
+LENGTHS = (64, 256)
+WIDTHS = (16, 32, 64)
+CAUSAL_MECHANISMS = tuple(v.name for v in MECHANISMS if not v.bidirectional_only)
+DEFAULT_STEPS = 1500
+BATCH_SIZE = 32
+
+DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "`")
+EXAMPLES = """\
+examples:
+  weirdnet bench recall                                  # the default sweep (hours on CPU)
+  weirdnet bench recall --out benchmarks/results         # into the committed results
+  weirdnet bench recall --diagnostics mqar --lengths 64 --widths 16 32
+  weirdnet bench recall --report-only                    # rebuild the report from records
+  weirdnet bench recall --list                           # the cells and their state
+"""
+
+
+def diagnostic_options(diagnostic: str, length: int) -> dict[str, int]:
+    """The generator options of ``diagnostic`` at sequence length ``length``: MQAR asks
+    length / 16 keys (vocabulary 64), selective copying copies 8 tokens (vocabulary 16),
+    induction uses vocabulary 16."""
+    if diagnostic == "mqar":
+        return {"seq_len": length, "num_pairs": max(1, length // 16), "vocab_size": 64}
+    if diagnostic == "selective-copy":
+        return {"seq_len": length, "num_tokens": 8, "vocab_size": 16}
+    if diagnostic == "induction":
+        return {"seq_len": length, "vocab_size": 16}
+    raise ValueError(f"unknown diagnostic {diagnostic!r}; known: {', '.join(DIAGNOSTICS)}")
+
+
+@dataclass(frozen=True)
+class RecallCell:
+    """One training run of the sweep."""
+
+    diagnostic: str
+    length: int
+    width: int
+    variant: Variant
+    seed: int
+    steps: int
+
+    @property
+    def key(self) -> str:
+        return (f"{self.diagnostic}--L{self.length}--d{self.width}--{self.variant.name}"
+                f"--s{self.seed}")
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return {"diagnostic": self.diagnostic, "length": self.length, "width": self.width,
+                "variant": self.variant.name, "seed": self.seed}
+
+    def config_dict(self, work_dir: Path) -> dict[str, Any]:
+        """The cell's training config (a dict ``TrainConfig.from_dict`` takes)."""
+        backbone = {"dim": self.width, "depth": 2, "d_ff": 2 * self.width,
+                    "heads": max(1, self.width // 16), "dropout": 0.0,
+                    **self.variant.backbone_overrides("lm")}
+        return {
+            "data": {"dataset": self.diagnostic, "test_split": "test",
+                     "options": diagnostic_options(self.diagnostic, self.length)},
+            "model": {"backbone": backbone},
+            "optim": {"lr": 3e-3, "weight_decay": 0.1},
+            "schedule": {"name": "cosine", "warmup_steps": 100},
+            "train": {"steps": self.steps, "batch_size": BATCH_SIZE,
+                      "eval_every": max(1, self.steps // 3), "eval_batches": 8,
+                      "log_every": 50},
+            "run": {"name": self.key, "out_dir": str(work_dir), "seed": self.seed},
+        }
+
+
+def plan(diagnostics, lengths, widths, mechanisms, seeds: int, steps: int
+         ) -> list[RecallCell]:
+    """Every cell of the sweep; ValueError for an unknown or non-causal name."""
+    for name in diagnostics:
+        diagnostic_options(name, 64)
+    variants = [get_variant(name) for name in mechanisms]
+    for variant in variants:
+        if variant.bidirectional_only:
+            raise ValueError(f"{variant.label} has no causal form; the recall diagnostics "
+                             f"need one (causal mechanisms: {', '.join(CAUSAL_MECHANISMS)})")
+    return [RecallCell(d, n, w, v, s, steps) for d in diagnostics for n in lengths
+            for w in widths for v in variants for s in range(seeds)]
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--diagnostics", default=",".join(DIAGNOSTICS),
+                        help="comma-separated (default: %(default)s)")
+    parser.add_argument("--mechanisms", default=",".join(CAUSAL_MECHANISMS),
+                        help="comma-separated (default: %(default)s)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
+    parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per cell (default 1)")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+                        help="training steps per cell, batch 32 (default %(default)s)")
+    parser.add_argument("--work", default=None,
+                        help="run directories (default: $WEIRDNET_BENCH_DIR/runs)")
+    parser.add_argument("--list", action="store_true", help="print the cells and exit")
+    parser.add_argument("--report-only", action="store_true",
+                        help="rebuild the report from the stored records; train nothing")
+    parser.add_argument("--no-plot", action="store_true", help="skip recall.png")
+    output.add_out_arguments(parser, "recall/recall.{md,png} and recall/cells/*.json")
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Plan, run the cells that are not done, write the report; the exit status."""
+    from .command import run_cells
+    from .recall_report import write_report
+
+    out = output.out_dir(args.out)
+    work = Path(args.work).expanduser() if args.work else output.bench_dir() / "runs"
+    store = CellStore(out / "recall", work / "recall")
+    try:
+        if args.seeds < 1 or args.steps < 1:
+            raise ValueError("--seeds and --steps must be >= 1")
+        cells = plan(_names(args.diagnostics), args.lengths, args.widths,
+                     _names(args.mechanisms), args.seeds, args.steps)
+        configs = {cell.key: cell.config_dict(store.work_dir) for cell in cells}
+    except (ValueError, KeyError) as error:
+        print(f"weirdnet bench recall: {error}", file=sys.stderr)
+        return 2
+    if args.list:
+        for cell in cells:
+            print(f"{store.state(cell, configs[cell.key]):12s} {cell.key}")
+        return 0
+    try:
+        folders = [store.results_dir] + ([] if args.report_only else [store.work_dir])
+        with output.writing(folders, "weirdnet bench recall") as session:
+            states = {cell.key: store.state(cell, configs[cell.key]) for cell in cells}
+            return run_cells("recall", cells, configs, states, store, session,
+                             ["weirdnet", *argv], args.report_only,
+                             lambda: write_report(store, cells, not args.no_plot))
+    except output.BenchError as error:
+        return output.fail(error)
+
+
+__all__ = ["CAUSAL_MECHANISMS", "DIAGNOSTICS", "RecallCell",
+           "diagnostic_options", "plan", "run"]

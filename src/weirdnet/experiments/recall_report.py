@@ -1,0 +1,174 @@
+"""The report of ``weirdnet bench recall``: a table per diagnostic (test accuracy with its
+95% interval) and ``recall.png`` (accuracy against width, one panel per diagnostic and
+length), built from the stored records alone (``--report-only`` rebuilds it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from weirdnet.bench.report import markdown_table
+
+from .cells import CellStore, config_hash
+from .intervals import mean_interval, wilson
+from .variants import VARIANTS
+
+TEST_SEQUENCES = 1000
+"""Sequences in every diagnostic's test split (its default size)."""
+
+
+def asked_per_sequence(diagnostic: str, options: dict[str, int]) -> int:
+    """Targets asked in one test sequence: MQAR's pairs, the copied tokens, or 1."""
+    if diagnostic == "mqar":
+        return options["num_pairs"]
+    if diagnostic == "selective-copy":
+        return options["num_tokens"]
+    return 1
+
+
+def chance(diagnostic: str, options: dict[str, int]) -> float:
+    """Accuracy of a uniform guess among the tokens a target can take."""
+    vocab = options["vocab_size"]
+    if diagnostic == "mqar":
+        return 1.0 / (vocab - 1 - (vocab - 1) // 2)
+    return 1.0 / (vocab - 2)
+
+
+def _finished(store: CellStore, cells: Sequence, work_dir: Path) -> dict[str, dict]:
+    """Records of the cells that are done with the config the code builds now."""
+    done = {}
+    for cell in cells:
+        record = store.read(cell)
+        if record and record.get("status") == "done" and \
+                record.get("config_hash") == config_hash(cell.config_dict(work_dir)):
+            done[cell.key] = record
+    return done
+
+
+def _accuracy(record: dict[str, Any]) -> float:
+    return float(record["results"]["test"]["accuracy"])
+
+
+def _entry(records: list[dict[str, Any]], asked: int) -> str:
+    """Test accuracy in % with its 95% interval: over seeds (t) when there are several,
+    else the test set's binomial (Wilson) interval, whose trials are the asked targets
+    (MQAR's targets within a sequence are not independent: the interval is optimistic)."""
+    if not records:
+        return "–"
+    values = [_accuracy(r) for r in records]
+    mean, low, high = mean_interval(values)
+    if len(values) == 1:
+        low, high = wilson(mean, TEST_SEQUENCES * asked)
+    return f"{100 * mean:.1f} [{100 * low:.0f}, {100 * high:.0f}]"
+
+
+def _groups(cells: Sequence) -> dict[tuple, list]:
+    """Cells grouped by (diagnostic, length, width, variant) over seeds."""
+    groups: dict[tuple, list] = {}
+    for cell in cells:
+        groups.setdefault((cell.diagnostic, cell.length, cell.width, cell.variant.name),
+                          []).append(cell)
+    return groups
+
+
+def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
+    """The report text."""
+    from .recall import diagnostic_options
+
+    groups = _groups(cells)
+    out = ["# Recall diagnostics (ours)", "",
+           "Test accuracy (%) over the asked positions, with its 95% interval (over seeds, "
+           "else the test set's binomial interval). 2-layer causal models, d_ff = 2 D, "
+           "trained on generated data; `weirdnet bench recall`.", ""]
+    for record in list(done.values())[:1]:
+        machine = record.get("machine", {})
+        out += [f"- machine: {machine.get('cpu_model', '?')}; torch "
+                f"{machine.get('torch', '?')}; commit {str(record.get('commit'))[:10]}", ""]
+    for diagnostic in dict.fromkeys(c.diagnostic for c in cells):
+        mine = [c for c in cells if c.diagnostic == diagnostic]
+        columns = list(dict.fromkeys((c.length, c.width) for c in mine))
+        variants = list(dict.fromkeys(c.variant.name for c in mine))
+        options = diagnostic_options(diagnostic, columns[0][0])
+        out += [f"## {diagnostic} (chance {100 * chance(diagnostic, options):.1f}%)", ""]
+        header = ["Model", *(f"L={n} D={w}" for n, w in columns)]
+        rows = []
+        for name in variants:
+            row = [VARIANTS[name].label]
+            for length, width in columns:
+                records = [done[c.key] for c in groups[(diagnostic, length, width, name)]
+                           if c.key in done]
+                asked = asked_per_sequence(diagnostic, diagnostic_options(diagnostic, length))
+                row.append(_entry(records, asked))
+            rows.append(row)
+        out += markdown_table(header, rows) + [""]
+    total_s = sum(r.get("wall_s", 0.0) for r in done.values())
+    out += [f"{len(done)} of {len(cells)} cells done; training wall time of those "
+            f"{total_s / 3600:.2f} h.", ""]
+    if failed:
+        out += ["Failed cells (see their logs): " + ", ".join(failed), ""]
+    return "\n".join(out)
+
+
+def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path | None:
+    """recall.png: accuracy against width, a panel per (diagnostic, length); None when
+    matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    from .recall import diagnostic_options
+
+    diagnostics = list(dict.fromkeys(c.diagnostic for c in cells))
+    lengths = sorted({c.length for c in cells})
+    fig, axes = plt.subplots(len(diagnostics), len(lengths), squeeze=False,
+                             figsize=(4 * len(lengths), 3.2 * len(diagnostics)))
+    groups = _groups(cells)
+    variants = list(dict.fromkeys(c.variant.name for c in cells))
+    for i, diagnostic in enumerate(diagnostics):
+        for j, length in enumerate(lengths):
+            ax = axes[i][j]
+            widths = sorted({c.width for c in cells if c.length == length})
+            for k, name in enumerate(variants):
+                xs, ys = [], []
+                for width in widths:
+                    records = [done[c.key] for c in groups.get(
+                        (diagnostic, length, width, name), []) if c.key in done]
+                    if records:
+                        xs.append(width)
+                        ys.append(100 * mean_interval([_accuracy(r) for r in records])[0])
+                if xs:
+                    ax.plot(xs, ys, marker="o", color=f"C{k % 10}",
+                            label=VARIANTS[name].label)
+            ax.axhline(100 * chance(diagnostic, diagnostic_options(diagnostic, length)),
+                       color="grey", linestyle=":", linewidth=1)
+            ax.set_xscale("log", base=2)
+            ax.set_ylim(0, 100)
+            ax.set_title(f"{diagnostic}, L = {length}", fontsize=10)
+            ax.set_xlabel("model width D")
+            ax.set_ylabel("test accuracy (%)")
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(store: CellStore, cells: Sequence, plot: bool) -> Path:
+    """Write recall.md (and recall.png) into the results folder; returns recall.md."""
+    from weirdnet._atomic import write_atomic
+
+    done = _finished(store, cells, store.work_dir)
+    failed = [c.key for c in cells if (store.read(c) or {}).get("status") == "failed"]
+    store.results_dir.mkdir(parents=True, exist_ok=True)
+    text = markdown(cells, done, failed)
+    if plot and done:
+        tmp = store.results_dir / ".recall.tmp.png"
+        if draw(cells, done, tmp) is not None:
+            tmp.replace(store.results_dir / "recall.png")
+            text += "\n![accuracy against width](recall.png)\n"
+    return write_atomic(store.results_dir / "recall.md", text)

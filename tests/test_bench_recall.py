@@ -1,0 +1,54 @@
+"""weirdnet bench recall: the plan, the configs, a real smoke sweep through the command
+line (records, report, plot, skipping finished cells), and the intervals it prints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.train import run_cli
+from weirdnet.experiments.intervals import mean_interval, wilson
+from weirdnet.experiments.recall import CAUSAL_MECHANISMS, plan
+from weirdnet.train.config import TrainConfig
+
+
+def test_plan_and_configs(tmp_path):
+    cells = plan(["mqar", "induction"], [64, 128], [16, 32], ["weird-a", "softmax"], 2, 10)
+    assert len(cells) == 2 * 2 * 2 * 2 * 2 and len({c.key for c in cells}) == len(cells)
+    for cell in cells:
+        config = TrainConfig.from_dict(cell.config_dict(tmp_path))
+        assert config.model["backbone"]["causal"] is True
+        assert config.model["backbone"]["dim"] == cell.width
+        assert config.data.options["seq_len"] == cell.length
+    assert "dba" not in CAUSAL_MECHANISMS and "weird-a" in CAUSAL_MECHANISMS
+    with pytest.raises(ValueError, match="no causal form"):
+        plan(["mqar"], [64], [16], ["dba"], 1, 10)
+    with pytest.raises(ValueError, match="unknown diagnostic"):
+        plan(["mqr"], [64], [16], ["softmax"], 1, 10)
+
+
+def test_intervals():
+    low, high = wilson(0.5, 1000)
+    assert low == pytest.approx(0.469, abs=1e-3) and high == pytest.approx(0.531, abs=1e-3)
+    assert wilson(0.0, 10)[0] == pytest.approx(0.0) and wilson(1.0, 10)[1] == pytest.approx(1.0)
+    mean, low, high = mean_interval([0.5, 0.6, 0.7])
+    assert mean == pytest.approx(0.6) and high - mean == pytest.approx(4.303 * 0.1 / 3 ** 0.5)
+    assert mean_interval([0.4]) == (0.4, 0.4, 0.4)
+
+
+@pytest.mark.slow
+def test_smoke_sweep_records_reports_and_skips(tmp_path):
+    args = ["bench", "recall", "--diagnostics", "mqar,selective-copy", "--lengths", "32",
+            "--widths", "16", "--mechanisms", "weird-a,softmax", "--steps", "3",
+            "--out", str(tmp_path / "results"), "--work", str(tmp_path / "runs")]
+    out = run_cli(*args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+    cells = tmp_path / "results" / "recall" / "cells"
+    record = json.loads((cells / "mqar--L32--d16--weird-a--s0.json").read_text())
+    assert record["status"] == "done" and record["diagnostic"] == "mqar"
+    assert 0.0 <= record["results"]["test"]["accuracy"] <= 1.0 and "commit" in record
+    report = (tmp_path / "results" / "recall" / "recall.md").read_text()
+    assert "## selective-copy (chance 7.1%)" in report and "| Weird-Net A |" in report
+    again = run_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0 and "4 already done, 0 to run" in again.stdout
