@@ -108,6 +108,7 @@ def _record(task: str, variant: str, value: float, seed: int = 0, **extra) -> di
     stored = value / 100 if metric == "accuracy" else value
     return {"task": task, "variant": variant, "seed": seed, "status": "done",
             "results": {"val": {metric: stored}, "test": {metric: stored}},
+            "evaluated": {"val": extra.get("items", 2000), "test": extra.get("items", 2000)},
             "steps_per_s": extra.get("speed", 1.0), "memory_mib": extra.get("memory", 100.0),
             "parameters": 1000, "wall_s": 1.0}
 
@@ -128,8 +129,28 @@ def test_claims_hold_or_fail_on_the_numbers():
     records[0] = _record("listops", "dba", 40.0)  # DBA now loses ListOps
     results = Results(records)
     verdict, detail = next(c for c in CLAIMS if c.source == "DBA §4.2").check(results)
-    assert verdict == "does not hold" and "better on 4 of 5" in detail
+    assert verdict == "does not hold" and "better on 4, worse on 1" in detail
     assert "**does not hold**" in "\n".join(claim_lines(results))
+    # A gap inside the test sets' binomial intervals (2,000 items: about ±2.2 points)
+    close = [_record(t, "dba", 51.0) for t in lra] + [_record(t, "softmax", 50.0) for t in lra]
+    assert _verdict(Results(close), "DBA §4.2", "all five") == "undecided"
+    # the same gap decided with 200,000 items; and undecided with no count at all
+    big = [{**r, "evaluated": {"test": 200_000}} for r in close]
+    assert _verdict(Results(big), "DBA §4.2", "all five") == "holds"
+    bare = [{k: v for k, v in r.items() if k != "evaluated"} for r in records]
+    assert _verdict(Results(bare), "DBA §4.2", "all five") == "undecided"
+
+
+def test_seeds_give_a_t_interval_and_bpc_needs_seeds():
+    records = [_record("lm", "weird-b", v, seed) for seed, v in enumerate((1.50, 1.52, 1.51))]
+    records += [_record("lm", "softmax", v, seed) for seed, v in enumerate((1.60, 1.62, 1.61))]
+    results = Results(records)
+    score = results.score("lm", "weird-b")
+    assert score.low < 1.51 < score.high and score.high - score.low == pytest.approx(
+        2 * 4.303 * 0.01 / 3 ** 0.5)
+    assert _verdict(results, "Weird-Net Table VIII", "Transformer") == "holds"
+    one_seed = Results([r for r in records if r["seed"] == 0])
+    assert _verdict(one_seed, "Weird-Net Table VIII", "Transformer") == "undecided"
 
 
 def test_scores_average_seeds_and_mark_unsupported_and_failed_cells():

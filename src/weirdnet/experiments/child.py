@@ -82,6 +82,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     memory_mib, memory_kind = meter.peak_mib()
     return {
         **spec["cell"], "status": "done", "results": summary["results"],
+        "evaluated": summary.get("evaluated", {}),
         "steps": summary["steps"], "best_step": summary["best_step"],
         "parameters": summary["parameters"],
         "steps_per_s": median_steps_per_s(run_dir / "log.jsonl", config.train.batch_size),

@@ -1,22 +1,33 @@
-"""The orderings the papers claim, checked on our measured numbers.
+"""The orderings the papers claim, judged on our measured numbers with their intervals.
 
-Each :class:`Claim` says where the paper makes it and returns a verdict ("holds", "does
-not hold", or "not measured") with the numbers behind it, so the report can say plainly
-where a paper's ordering does not hold under the budget that was run.
+Each :class:`Claim` says where the paper makes it and returns a verdict with the numbers
+behind it.  A comparison of two scores is decided only when the 95% interval of their
+difference excludes 0 (standard errors from each score's interval, added in quadrature:
+over seeds, or the test set's binomial interval for one seed; see
+:class:`~.report.Score`):
+
+- "holds": every comparison the claim needs is decided in its favour;
+- "does not hold": enough are decided against it that it cannot hold;
+- "undecided": neither (the gaps are inside the intervals, or a score has none, e.g.
+  one seed of bits per byte);
+- "not measured": a cell is missing.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .intervals import Z95
 from .numbers import LRA_COLUMNS, TABLE_X_TASKS
-from .report import SPEED_TASK, Results
+from .report import SPEED_TASK, Results, Score
 from .tasks import get_task
 from .variants import VARIANTS
 
 UEA_TASKS = ("jv", "scp1", "scp2")
 Verdict = tuple[str, str]
+BETTER, WORSE, UNDECIDED = "better", "worse", "undecided"
 
 
 @dataclass(frozen=True)
@@ -30,64 +41,85 @@ def _label(name: str) -> str:
     return VARIANTS[name].label
 
 
-def _avg(results: Results, name: str, tasks=LRA_COLUMNS) -> float | None:
-    return results.average(tasks, name).mean
+def compare(a: Score, b: Score, higher_is_better: bool = True) -> str:
+    """BETTER or WORSE when the 95% interval of a - b excludes 0 (in the direction that
+    is better or worse), else UNDECIDED; UNDECIDED when either has no interval."""
+    if a.se is None or b.se is None:
+        return UNDECIDED
+    gap = (a.mean - b.mean) if higher_is_better else (b.mean - a.mean)
+    half = Z95 * math.sqrt(a.se ** 2 + b.se ** 2)
+    if gap - half > 0:
+        return BETTER
+    if gap + half < 0:
+        return WORSE
+    return UNDECIDED
 
 
-def _verdict(ok: bool, detail: str) -> Verdict:
-    return ("holds" if ok else "does not hold", detail)
+def _verdict(outcomes: list[str], need: int, detail: str) -> Verdict:
+    """"holds" when at least ``need`` outcomes are BETTER, "does not hold" when so many
+    are WORSE that ``need`` cannot be reached, else "undecided"."""
+    if outcomes.count(BETTER) >= need:
+        return "holds", detail
+    if len(outcomes) - outcomes.count(WORSE) < need:
+        return "does not hold", detail
+    return "undecided", detail
 
 
 def _best_average(subject: str, among: tuple[str, ...], tasks=LRA_COLUMNS):
     def check(results: Results) -> Verdict:
-        averages = {n: _avg(results, n, tasks) for n in among}
-        measured = {n: v for n, v in averages.items() if v is not None}
+        averages = {n: results.average(tasks, n) for n in among}
+        measured = {n: v for n, v in averages.items() if v.mean is not None}
         if subject not in measured or len(measured) < 2:
             return ("not measured", "")
-        ranked = sorted(measured, key=measured.get, reverse=True)
-        detail = ", ".join(f"{_label(n)} {measured[n]:.1f}" for n in ranked)
-        return _verdict(ranked[0] == subject, f"averages: {detail}")
+        ranked = sorted(measured, key=lambda n: measured[n].mean, reverse=True)
+        detail = ", ".join(f"{_label(n)} {measured[n].with_interval()}" for n in ranked)
+        outcomes = [compare(measured[subject], measured[n]) for n in measured
+                    if n != subject]
+        return _verdict(outcomes, len(outcomes), f"averages: {detail}")
     return check
 
 
 def _per_task(winner: str, others: tuple[str, ...], tasks, need: int | None = None):
     """``winner`` better than each of ``others`` on ``need`` of ``tasks`` (default all)."""
     def check(results: Results) -> Verdict:
-        wins, parts = 0, []
+        outcomes, parts = [], []
         for task in tasks:
-            mine = results.score(task, winner).mean
-            theirs = [results.score(task, o).mean for o in others]
-            if mine is None or any(v is None for v in theirs):
+            mine = results.score(task, winner)
+            theirs = [results.score(task, o) for o in others]
+            if mine.mean is None or any(v.mean is None for v in theirs):
                 return ("not measured", "")
-            higher = get_task(task).higher_is_better
-            won = all((mine > v) if higher else (mine < v) for v in theirs)
-            wins += won
-            parts.append(f"{get_task(task).label} {mine:.1f} vs "
-                         + "/".join(f"{v:.1f}" for v in theirs))
+            each = [compare(mine, v, get_task(task).higher_is_better) for v in theirs]
+            outcomes.append(WORSE if WORSE in each else
+                            BETTER if all(e == BETTER for e in each) else UNDECIDED)
+            parts.append(f"{get_task(task).label} {mine.with_interval()} vs "
+                         + "/".join(v.with_interval() for v in theirs))
         target = len(tasks) if need is None else need
-        return _verdict(wins >= target, f"better on {wins} of {len(tasks)}: "
-                        + "; ".join(parts))
+        summary = (f"better on {outcomes.count(BETTER)}, worse on {outcomes.count(WORSE)}, "
+                   f"undecided on {outcomes.count(UNDECIDED)} of {len(tasks)}")
+        return _verdict(outcomes, target, f"{summary}: " + "; ".join(parts))
     return check
 
 
 def _ordered_averages(names: tuple[str, ...], tasks=LRA_COLUMNS):
-    """Averages strictly decreasing in the order of ``names``."""
+    """Averages decreasing in the order of ``names``."""
     def check(results: Results) -> Verdict:
-        values = [_avg(results, n, tasks) for n in names]
-        if any(v is None for v in values):
+        values = [results.average(tasks, n) for n in names]
+        if any(v.mean is None for v in values):
             return ("not measured", "")
-        detail = " > ".join(f"{_label(n)} {v:.1f}" for n, v in zip(names, values))
-        return _verdict(all(a > b for a, b in zip(values, values[1:])),
-                        f"claimed {detail}")
+        detail = " > ".join(f"{_label(n)} {v.with_interval()}" for n, v in zip(names, values))
+        outcomes = [compare(a, b) for a, b in zip(values, values[1:])]
+        return _verdict(outcomes, len(outcomes), f"claimed {detail}")
     return check
 
 
 def _lower_bpc(better: str, worse: str):
     def check(results: Results) -> Verdict:
-        a, b = results.score("lm", better).mean, results.score("lm", worse).mean
-        if a is None or b is None:
+        a, b = results.score("lm", better), results.score("lm", worse)
+        if a.mean is None or b.mean is None:
             return ("not measured", "")
-        return _verdict(a < b, f"{_label(better)} {a:.3f} bpc, {_label(worse)} {b:.3f} bpc")
+        return _verdict([compare(a, b, higher_is_better=False)], 1,
+                        f"{_label(better)} {a.with_interval(3)} bpc, {_label(worse)} "
+                        f"{b.with_interval(3)} bpc")
     return check
 
 
@@ -96,8 +128,10 @@ def _faster_and_smaller(name: str):
         speed, memory = results.relative_speed(name)
         if speed is None or memory is None:
             return ("not measured", "")
-        return _verdict(speed > 1 and memory < 1, f"{speed:.2f}x the Transformer's "
-                        f"steps/s, {memory:.2f}x its memory ({get_task(SPEED_TASK).label})")
+        ok = speed > 1 and memory < 1
+        return ("holds" if ok else "does not hold",
+                f"{speed:.2f}x the Transformer's steps/s, {memory:.2f}x its memory "
+                f"({get_task(SPEED_TASK).label}; one measurement, no interval)")
     return check
 
 
@@ -135,8 +169,10 @@ CLAIMS = (
 
 
 def claim_lines(results: Results) -> list[str]:
-    """A Markdown table: each claim, its source, the verdict and the numbers."""
-    lines = ["| paper | claim | under this budget | our numbers |", "|---|---|---|---|"]
+    """A Markdown table: each claim, its source, the verdict and the numbers (with their
+    95% intervals in brackets)."""
+    lines = ["| paper | claim | under this budget | our numbers [95% interval] |",
+             "|---|---|---|---|"]
     for claim in CLAIMS:
         verdict, detail = claim.check(results)
         shown = {"holds": "holds", "does not hold": "**does not hold**"}.get(verdict,

@@ -107,7 +107,12 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
     if "table12" in tables:
         out += ["## DBA d_p and d_in (DBA Table 12)", "",
                 *ablation_table(results, numbers.TABLE_12, LRA_COLUMNS, "setting"), ""]
-    out += ["## The papers' orderings, checked", "", *claim_lines(results)]
+    out += ["## The papers' orderings, checked", "",
+            "A comparison counts only when the 95% interval of the difference excludes 0 "
+            "(over seeds, or the test set's binomial interval for one seed): \"holds\" and "
+            "\"does not hold\" are decided at this budget, \"undecided\" is not (a larger "
+            "budget, more seeds or more test items would decide it).", "",
+            *claim_lines(results)]
     out += _failures(records)
     return "\n".join(out) + "\n"
 

@@ -7,6 +7,7 @@ report can be rebuilt at any time from ``OUT/suite-<budget>/cells`` (``--report-
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 from weirdnet.bench.report import markdown_table
 
 from . import numbers
+from .intervals import Z95, mean_interval, wilson
 from .tasks import get_task
 from .variants import VARIANTS
 
@@ -25,12 +27,29 @@ classification, as in Weird-Net Table V and DBA Table 1)."""
 
 @dataclass
 class Score:
-    """One table entry: the mean over seeds (None: not measured) and why it is missing."""
+    """One table entry: the mean over seeds (None: not measured), why it is missing, and
+    its 95% interval (low, high), when one is known (:func:`interval_of`)."""
 
     mean: float | None = None
     std: float = 0.0
     n: int = 0
     missing: str = "–"
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def se(self) -> float | None:
+        """Standard error implied by the interval (None: no interval)."""
+        return None if self.low is None or self.high is None else \
+            (self.high - self.low) / (2 * Z95)
+
+    def with_interval(self, digits: int = 1) -> str:
+        """``mean [low, high]``, or the mean alone when no interval is known."""
+        if self.mean is None:
+            return self.missing
+        if self.low is None:
+            return f"{self.mean:.{digits}f}"
+        return f"{self.mean:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
 
     def text(self, digits: int = 1) -> str:
         """The entry as printed: mean (± std over seeds) or why it is missing."""
@@ -62,8 +81,9 @@ class Results:
         if not records:
             failed = self.by_cell.get((task, variant))
             return Score(missing="error" if failed else "–")
-        values = [_test_metric(r, get_task(task).metric) for r in records]
-        return _score(values)
+        metric = get_task(task).metric
+        values = [_test_metric(r, metric) for r in records]
+        return _score(values, _items(records[0]) if metric == "accuracy" else None)
 
     def speed(self, task: str, variant: str) -> tuple[float | None, float | None]:
         """(steps/s, memory MiB), means over the finished seeds."""
@@ -81,11 +101,17 @@ class Results:
                 memory / base_memory if memory is not None and base_memory else None)
 
     def average(self, tasks: Sequence[str], variant: str) -> Score:
-        """Mean over ``tasks`` of the per-task means; None unless every task is measured."""
+        """Mean over ``tasks`` of the per-task means; None unless every task is measured.
+        Its interval treats the tasks as independent (standard errors added in
+        quadrature); none unless every task has one."""
         scores = [self.score(t, variant) for t in tasks]
         if any(s.mean is None for s in scores):
             return Score()
-        return Score(statistics.fmean(s.mean for s in scores), n=1)
+        mean = statistics.fmean(s.mean for s in scores)
+        if any(s.se is None for s in scores):
+            return Score(mean, n=1)
+        half = Z95 * math.sqrt(sum(s.se ** 2 for s in scores)) / len(scores)
+        return Score(mean, n=1, low=mean - half, high=mean + half)
 
 
 def _test_metric(record: dict[str, Any], metric: str) -> float:
@@ -94,9 +120,24 @@ def _test_metric(record: dict[str, Any], metric: str) -> float:
     return value * 100.0 if metric == "accuracy" else value
 
 
-def _score(values: list[float]) -> Score:
-    return Score(statistics.fmean(values), statistics.pstdev(values) if len(values) > 1
-                 else 0.0, len(values))
+def _items(record: dict[str, Any]) -> int | None:
+    """Items behind the record's test (else val) metric, where the record says."""
+    evaluated = record.get("evaluated") or {}
+    return evaluated.get("test") if record["results"].get("test") else evaluated.get("val")
+
+
+def _score(values: list[float], items: int | None) -> Score:
+    """Mean over seeds with its 95% interval: Student's t over two or more seeds; with one
+    seed the test set's binomial (Wilson) interval of an accuracy (in %) when the number
+    of items is known; else none."""
+    score = Score(statistics.fmean(values), statistics.pstdev(values) if len(values) > 1
+                  else 0.0, len(values))
+    if len(values) > 1:
+        _, score.low, score.high = mean_interval(values)
+    elif items:
+        low, high = wilson(values[0] / 100.0, items)
+        score.low, score.high = 100.0 * low, 100.0 * high
+    return score
 
 
 def _paper(value: float | None, digits: int = 2) -> str:

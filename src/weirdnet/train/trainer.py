@@ -347,6 +347,13 @@ class Trainer:
                         max_batches * self.config.train.batch_size, self._autocast,
                         progress=desc if self.progress_bar else None)
 
+    def items_evaluated(self, split: str, max_batches: int) -> int:
+        """How many items of ``split`` :meth:`evaluate` reads with ``max_batches`` (the
+        trials behind a test accuracy's binomial interval)."""
+        size = len(self.splits[split])
+        limit = max_batches * self.config.train.batch_size
+        return size if limit <= 0 else min(size, limit)
+
     # -- training --
 
     def _autocast(self):
@@ -510,13 +517,16 @@ class Trainer:
         self._load_best()
         limit = self.config.train.final_eval_batches
         results = {"val": self.evaluate("eval", limit, "final eval (val)")}
+        evaluated = {"val": self.items_evaluated("eval", limit)}
         if "test" in self.splits:
             results["test"] = self.evaluate("test", limit, "final eval (test)")
+            evaluated["test"] = self.items_evaluated("test", limit)
         summary = {"run": self.config.run.name, "run_dir": str(self.run_dir),
                    "task": self.task, "dataset": self.config.data.dataset,
                    "steps": self.state.step, "best_step": self.state.best_step,
                    "stopped_early": stopped_early, "parameters": self.parameters,
-                   "world_size": self.processes.world_size, "results": results}
+                   "world_size": self.processes.world_size, "results": results,
+                   "evaluated": evaluated}
         self.log.event("end", self.state.step, results=results, best_step=self.state.best_step)
         if self.processes.is_main:
             with STOP.shielded():
