@@ -52,3 +52,24 @@ def test_smoke_sweep_records_reports_and_skips(tmp_path):
     assert "## selective-copy (chance 7.1%)" in report and "| Weird-Net A |" in report
     again = run_cli(*args, cwd=tmp_path)
     assert again.returncode == 0 and "4 already done, 0 to run" in again.stdout
+
+
+@pytest.mark.slow
+def test_equal_compute_lm_smoke(tmp_path):
+    """weirdnet bench lm: calibration, timed runs with a common evaluation interval, the
+    report from records, and a rerun that trains nothing."""
+    args = ["bench", "lm", "--contexts", "64", "--mechanisms", "weird-a,softmax",
+            "--minutes", "0.01", "--quick", "--out", str(tmp_path / "results"),
+            "--work", str(tmp_path / "runs")]
+    out = run_cli(*args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+    cells = tmp_path / "results" / "lm-quick" / "cells"
+    calibration = json.loads((cells / "calibrate--weird-a--L64.json").read_text())
+    timed = json.loads((cells / "weird-a--L64--m0.01--s0.json").read_text())
+    assert calibration["steps_per_s"] > 0 and timed["steps"] == 20
+    assert timed["evaluations"] and timed["evaluations"][0]["step"] == 2
+    assert timed["config"]["train"]["batch_size"] == 1024 // 64
+    report = (tmp_path / "results" / "lm-quick" / "lm.md").read_text()
+    assert "| Weird-Net A | 20 |" in report and "val bits/byte at step 20" in report
+    again = run_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0 and "2 already done, 0 to run" in again.stdout

@@ -146,6 +146,14 @@ def _add_bench(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=_FORMATTER)
     compile_bench.add_arguments(parser)
     parser.set_defaults(handler=compile_bench.run)
+    from weirdnet.experiments import lm_compute
+
+    parser = benchmarks.add_parser(
+        "lm", help="byte-level LMs trained for the same minutes: quality per CPU-minute",
+        description=lm_compute.DESCRIPTION, epilog=lm_compute.EXAMPLES,
+        formatter_class=_FORMATTER)
+    lm_compute.add_arguments(parser)
+    parser.set_defaults(handler=lm_compute.run)
     from weirdnet.experiments import recall as recall_command
 
     parser = benchmarks.add_parser(

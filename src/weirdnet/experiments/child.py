@@ -59,6 +59,20 @@ def median_steps_per_s(log_file: Path, batch_size: int) -> float | None:
     return statistics.median(rates) if rates else None
 
 
+def evaluations(log_file: Path) -> list[dict[str, Any]]:
+    """The periodic evaluations of a run log: ``{"step", "metrics"}`` in order."""
+    out = []
+    with open(log_file, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == "eval":
+                out.append({"step": event["step"], "metrics": event["metrics"]})
+    return out
+
+
 def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     """Train the cell of ``spec`` and return its record (see the module doc)."""
     allocator = reuse_freed_memory()
@@ -86,6 +100,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "steps": summary["steps"], "best_step": summary["best_step"],
         "parameters": summary["parameters"],
         "steps_per_s": median_steps_per_s(run_dir / "log.jsonl", config.train.batch_size),
+        "evaluations": evaluations(run_dir / "log.jsonl"),
         "memory_mib": memory_mib, "memory_kind": memory_kind, "wall_s": wall_s,
         "resumed": resume, **git_commit(Path(__file__).parent),
         "machine": machine_info(trainer.processes.device, spec["command"], allocator),

@@ -207,10 +207,11 @@ def _run_cells(args: argparse.Namespace, argv: list[str], cells: list[Cell],
 
 def run_cells(name: str, cells: list, configs: dict[str, dict], states: dict[str, str],
               store: CellStore, session: output.Writing, command: list[str],
-              report_only: bool, write: Callable[[], Path]) -> int:
+              report_only: bool, write: Callable[[], Path] | None) -> int:
     """Run every cell not done (one child each, with a progress bar), then ``write()`` the
-    report and print it; the exit status (1 when a cell failed).  An interruption leaves
-    one line (``session.kept``) saying what was kept and how to continue."""
+    report and print it (``write`` None: no report); the exit status (1 when a cell
+    failed).  An interruption leaves one line (``session.kept``) saying what was kept
+    and how to continue."""
     from tqdm.auto import tqdm
 
     todo = [c for c in cells if states[c.key] != "done"] if not report_only else []
@@ -225,9 +226,11 @@ def run_cells(name: str, cells: list, configs: dict[str, dict], states: dict[str
             running[:] = [cell]
             failed += not run_child(cell, configs[cell.key], store, command)
             running.clear()
+    if write is None:
+        return 1 if failed else 0
     rebuild = command if report_only else [*command, "--report-only"]
-    session.kept = (f"records kept in {store.cells_dir}; report.md is whole (the old one or "
-                    f"the new one): rebuild it with: {shlex.join(rebuild)}")
+    session.kept = (f"records kept in {store.cells_dir}; the report is whole (the old one "
+                    f"or the new one): rebuild it with: {shlex.join(rebuild)}")
     path = write()
     print(path.read_text(encoding="utf-8"))
     print(f"report: {path}" + (f"; {failed} cell(s) failed (see the report's end)"

@@ -1,0 +1,136 @@
+"""The report of ``weirdnet bench lm``, from the stored records alone: per context, test
+bits per byte after the same minutes, speed, and validation bits per byte at the same
+step; ``lm.png``, validation bits per byte against training minutes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from weirdnet.bench.report import markdown_table
+
+from .cells import CellStore, config_hash
+from .intervals import mean_interval
+from .variants import VARIANTS
+
+
+def _done(store: CellStore, cells: Sequence) -> dict[str, dict[str, Any]]:
+    done = {}
+    for cell in cells:
+        record = store.read(cell)
+        if record and record.get("status") == "done" and \
+                record.get("config_hash") == config_hash(cell.config_dict(store.work_dir)):
+            done[cell.key] = record
+    return done
+
+
+def curve(record: dict[str, Any]) -> list[tuple[int, float, float]]:
+    """(step, training minutes, validation bits per byte) of every evaluation; minutes =
+    step / the run's median steps/s (evaluation time left out)."""
+    rate = record["steps_per_s"]
+    return [(e["step"], e["step"] / rate / 60.0, e["metrics"]["bpc"])
+            for e in record.get("evaluations", [])]
+
+
+def _mean_text(values: list[float], digits: int = 3) -> str:
+    mean, low, high = mean_interval(values)
+    return f"{mean:.{digits}f}" + (f" [{low:.{digits}f}, {high:.{digits}f}]"
+                                    if len(values) > 1 else "")
+
+
+def _at_step(record: dict[str, Any], step: int) -> float | None:
+    return next((bpc for s, _, bpc in curve(record) if s == step), None)
+
+
+def context_table(cells: Sequence, done: dict[str, dict]) -> list[str]:
+    """One row per mechanism of a context (mean over seeds)."""
+    by_variant: dict[str, list[dict]] = {}
+    for cell in cells:
+        if cell.key in done:
+            by_variant.setdefault(cell.variant.name, []).append(done[cell.key])
+    if not by_variant:
+        return ["(no finished runs)"]
+    common = min(max((s for s, _, _ in curve(r)), default=0)
+                 for records in by_variant.values() for r in records)
+    header = ["Model", "steps", "steps/s", "bytes/s", "train min",
+              f"test bits/byte after {cells[0].minutes:g} min",
+              f"val bits/byte at step {common}"]
+    rows = []
+    for name, records in by_variant.items():
+        rate = sum(r["steps_per_s"] for r in records) / len(records)
+        steps = records[0]["steps"]
+        at_step = [v for r in records if (v := _at_step(r, common)) is not None]
+        bytes_per_step = records[0]["config"]["train"]["batch_size"] * cells[0].context
+        rows.append([VARIANTS[name].label, f"{steps:,}", f"{rate:.2f}",
+                     f"{rate * bytes_per_step:,.0f}",
+                     f"{steps / rate / 60:.1f}",
+                     _mean_text([r["results"]["test"]["bpc"] for r in records]),
+                     _mean_text(at_step) if at_step else "–"])
+    return markdown_table(header, rows)
+
+
+def markdown(cells: Sequence, done: dict[str, dict]) -> str:
+    out = ["# Language modelling at equal compute (ours)", "",
+           "Byte-level models (D = 128, 4 layers, d_ff = 512) trained for the same minutes "
+           "on this machine on `wiki-xml`, the same bytes per step; `weirdnet bench lm`. "
+           "Test bits per byte at the end; validation bits per byte at the last step every "
+           "model reached. Intervals: 95% over seeds (none with one seed).", ""]
+    for record in list(done.values())[:1]:
+        machine = record.get("machine", {})
+        out += [f"- machine: {machine.get('cpu_model', '?')}, "
+                f"{machine.get('usable_cores', '?')} cores; torch {machine.get('torch', '?')}"
+                f"; commit {str(record.get('commit'))[:10]}", ""]
+    for context in dict.fromkeys(c.context for c in cells):
+        mine = [c for c in cells if c.context == context]
+        out += [f"## Context {context} bytes", "", *context_table(mine, done), ""]
+    hours = sum(r.get("wall_s", 0.0) for r in done.values()) / 3600
+    out += [f"{len(done)} of {len(cells)} runs done; wall time of those {hours:.2f} h "
+            "(training and evaluations).", ""]
+    return "\n".join(out)
+
+
+def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path | None:
+    """lm.png: validation bits per byte against training minutes, a panel per context."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    contexts = list(dict.fromkeys(c.context for c in cells))
+    fig, axes = plt.subplots(1, len(contexts), squeeze=False, figsize=(5 * len(contexts), 3.6))
+    names = list(dict.fromkeys(c.variant.name for c in cells))
+    for ax, context in zip(axes[0], contexts):
+        for k, name in enumerate(names):
+            for cell in cells:
+                if cell.context == context and cell.variant.name == name and cell.key in done:
+                    points = curve(done[cell.key])
+                    ax.plot([m for _, m, _ in points], [b for _, _, b in points],
+                            marker=".", color=f"C{k % 10}",
+                            label=VARIANTS[name].label if cell.seed == 0 else None)
+        ax.set_title(f"context {context} bytes", fontsize=10)
+        ax.set_xlabel("training minutes")
+        ax.set_ylabel("validation bits per byte")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(store: CellStore, cells: Sequence, plot: bool) -> Path:
+    """Write lm.md (and lm.png) into the results folder; returns lm.md."""
+    from weirdnet._atomic import write_atomic
+
+    done = _done(store, cells)
+    text = markdown(cells, done)
+    if plot and done:
+        tmp = store.results_dir / ".lm.tmp.png"
+        if draw(cells, done, tmp) is not None:
+            tmp.replace(store.results_dir / "lm.png")
+            text += "\n![bits per byte against training minutes](lm.png)\n"
+    store.results_dir.mkdir(parents=True, exist_ok=True)
+    return write_atomic(store.results_dir / "lm.md", text)
