@@ -104,6 +104,17 @@ class CellStore:
             return "interrupted"
         return "pending"
 
+    def finished(self, cells) -> dict[str, dict[str, Any]]:
+        """The records of ``cells`` (any with ``key`` and ``config_dict``) that are done
+        with the config the code builds now, by key."""
+        done = {}
+        for cell in cells:
+            record = self.read(cell)
+            if record and record.get("status") == "done" and record.get("config_hash") \
+                    == config_hash(cell.config_dict(self.work_dir)):
+                done[cell.key] = record
+        return done
+
     def write(self, cell: Cell, record: dict[str, Any]) -> Path:
         """Store ``record`` for ``cell`` atomically; returns its path."""
         from weirdnet._atomic import write_atomic

@@ -10,19 +10,9 @@ from typing import Any
 
 from weirdnet.bench.report import markdown_table
 
-from .cells import CellStore, config_hash
+from .cells import CellStore
 from .intervals import mean_interval
 from .variants import VARIANTS
-
-
-def _done(store: CellStore, cells: Sequence) -> dict[str, dict[str, Any]]:
-    done = {}
-    for cell in cells:
-        record = store.read(cell)
-        if record and record.get("status") == "done" and \
-                record.get("config_hash") == config_hash(cell.config_dict(store.work_dir)):
-            done[cell.key] = record
-    return done
 
 
 def curve(record: dict[str, Any]) -> list[tuple[int, float, float]]:
@@ -125,7 +115,7 @@ def write_report(store: CellStore, cells: Sequence, plot: bool) -> Path:
     """Write lm.md (and lm.png) into the results folder; returns lm.md."""
     from weirdnet._atomic import write_atomic
 
-    done = _done(store, cells)
+    done = store.finished(cells)
     text = markdown(cells, done)
     if plot and done:
         tmp = store.results_dir / ".lm.tmp.png"

@@ -10,7 +10,7 @@ from typing import Any
 
 from weirdnet.bench.report import markdown_table
 
-from .cells import CellStore, config_hash
+from .cells import CellStore
 from .intervals import mean_interval, wilson
 from .variants import VARIANTS
 
@@ -33,17 +33,6 @@ def chance(diagnostic: str, options: dict[str, int]) -> float:
     if diagnostic == "mqar":
         return 1.0 / (vocab - 1 - (vocab - 1) // 2)
     return 1.0 / (vocab - 2)
-
-
-def _finished(store: CellStore, cells: Sequence, work_dir: Path) -> dict[str, dict]:
-    """Records of the cells that are done with the config the code builds now."""
-    done = {}
-    for cell in cells:
-        record = store.read(cell)
-        if record and record.get("status") == "done" and \
-                record.get("config_hash") == config_hash(cell.config_dict(work_dir)):
-            done[cell.key] = record
-    return done
 
 
 def _accuracy(record: dict[str, Any]) -> float:
@@ -162,7 +151,7 @@ def write_report(store: CellStore, cells: Sequence, plot: bool) -> Path:
     """Write recall.md (and recall.png) into the results folder; returns recall.md."""
     from weirdnet._atomic import write_atomic
 
-    done = _finished(store, cells, store.work_dir)
+    done = store.finished(cells)
     failed = [c.key for c in cells if (store.read(c) or {}).get("status") == "failed"]
     store.results_dir.mkdir(parents=True, exist_ok=True)
     text = markdown(cells, done, failed)
