@@ -12,10 +12,8 @@ from weirdnet.bench.report import markdown_table
 
 from .cells import CellStore
 from .intervals import mean_interval, wilson
+from .recall import TEST_SEQUENCES, diagnostic_options
 from .variants import VARIANTS
-
-TEST_SEQUENCES = 1000
-"""Sequences in every diagnostic's test split (its default size)."""
 
 
 def asked_per_sequence(diagnostic: str, options: dict[str, int]) -> int:
@@ -48,7 +46,8 @@ def _entry(records: list[dict[str, Any]], asked: int) -> str:
     values = [_accuracy(r) for r in records]
     mean, low, high = mean_interval(values)
     if len(values) == 1:
-        low, high = wilson(mean, TEST_SEQUENCES * asked)
+        sequences = (records[0].get("evaluated") or {}).get("test", TEST_SEQUENCES)
+        low, high = wilson(mean, sequences * asked)
     return f"{100 * mean:.1f} [{100 * low:.0f}, {100 * high:.0f}]"
 
 
@@ -63,8 +62,6 @@ def _groups(cells: Sequence) -> dict[tuple, list]:
 
 def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
     """The report text."""
-    from .recall import diagnostic_options
-
     groups = _groups(cells)
     out = ["# Recall diagnostics (ours)", "",
            "Test accuracy (%) over the asked positions, with its 95% interval (over seeds, "
@@ -109,8 +106,6 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    from .recall import diagnostic_options
-
     diagnostics = list(dict.fromkeys(c.diagnostic for c in cells))
     lengths = sorted({c.length for c in cells})
     fig, axes = plt.subplots(len(diagnostics), len(lengths), squeeze=False,
