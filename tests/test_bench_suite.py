@@ -81,8 +81,16 @@ def test_store_states(tmp_path):
     cell = Cell(get_task("listops"), get_variant("local"), 0, get_budget("smoke"))
     config = cell.config_dict(store.work_dir)
     assert store.state(cell, config) == "pending"
-    (store.run_dir(cell) / "checkpoints" / "step-00000002").mkdir(parents=True)
+    checkpoint = store.run_dir(cell) / "checkpoints" / "step-00000002"
+    checkpoint.mkdir(parents=True)
+    assert store.state(cell, config) == "stale"  # checkpoints of an unknown config
+    written = TrainConfig.from_dict(config).to_dict()
+    (checkpoint / "train_config.json").write_text(json.dumps(written))
     assert store.state(cell, config) == "interrupted"
+    older = {**written, "train": {**written["train"], "steps": 1}}
+    (checkpoint / "train_config.json").write_text(json.dumps(older))
+    assert store.state(cell, config) == "stale"  # left by an older config: not resumed
+    (checkpoint / "train_config.json").write_text(json.dumps(written))
     record = {"task": "listops", "variant": "local", "seed": 0, "status": "done",
               "config_hash": config_hash(config)}
     store.write(cell, record)

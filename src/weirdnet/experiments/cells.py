@@ -66,6 +66,24 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def run_matches(run_dir: Path, config: dict[str, Any]) -> bool:
+    """Whether ``run_dir`` holds checkpoints trained with ``config`` (compared as the
+    trainer writes it, ``train_config.json`` of the newest checkpoint).  A run left by
+    an older config of the cell must start afresh, never be resumed into the new one."""
+    from weirdnet.train.checkpoint import TRAIN_CONFIG, list_checkpoints
+    from weirdnet.train.config import TrainConfig
+
+    saved = list_checkpoints(run_dir)
+    if not saved:
+        return False
+    try:
+        written = json.loads((saved[-1] / TRAIN_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    wanted = json.loads(json.dumps(TrainConfig.from_dict(config).to_dict(), default=str))
+    return written == wanted
+
+
 class CellStore:
     """Records under ``results_dir/cells`` and run directories under ``work_dir``."""
 
@@ -90,9 +108,9 @@ class CellStore:
             return None
 
     def state(self, cell: Cell, config: dict[str, Any]) -> str:
-        """"done", "stale" (recorded with another config than ``config``, the one
-        ``cell.config_dict`` builds now), "failed", "interrupted" (a checkpoint but no
-        record) or "pending"."""
+        """"done", "stale" (recorded, or checkpointed, with another config than
+        ``config``, the one ``cell.config_dict`` builds now), "failed", "interrupted"
+        (checkpoints of this config but no record) or "pending"."""
         record = self.read(cell)
         if record is not None:
             if record.get("config_hash") != config_hash(config):
@@ -100,9 +118,9 @@ class CellStore:
             return "done" if record.get("status") == "done" else "failed"
         from weirdnet.train.checkpoint import list_checkpoints
 
-        if list_checkpoints(self.run_dir(cell)):
+        if run_matches(self.run_dir(cell), config):
             return "interrupted"
-        return "pending"
+        return "stale" if list_checkpoints(self.run_dir(cell)) else "pending"
 
     def finished(self, cells) -> dict[str, dict[str, Any]]:
         """The records of ``cells`` (any with ``key`` and ``config_dict``) that are done

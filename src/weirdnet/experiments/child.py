@@ -14,8 +14,9 @@ Measured here, beside the trainer's metrics:
   :mod:`weirdnet.bench.alloc`); on CUDA ``max_memory_allocated`` above the allocation
   at that point.  Both cover the training steps and the evaluations of the run.
 
-A run directory with checkpoints is resumed (an interrupted cell); otherwise it is
-started afresh (a partial directory without checkpoints is overwritten).
+A run directory with checkpoints of the cell's very config is resumed (an interrupted
+cell); otherwise it is started afresh (a directory without checkpoints, or one left by an
+older config of the cell, is overwritten).
 """
 
 from __future__ import annotations
@@ -80,13 +81,14 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
 
     from weirdnet.bench.machine import machine_info
     from weirdnet.bench.memory import PeakMemory
-    from weirdnet.train.checkpoint import list_checkpoints
     from weirdnet.train.config import TrainConfig
     from weirdnet.train.trainer import Trainer
 
+    from .cells import run_matches
+
     config = TrainConfig.from_dict(spec["config"])
     run_dir = Path(config.run.out_dir) / config.run.name
-    resume = bool(list_checkpoints(run_dir))
+    resume = run_matches(run_dir, spec["config"])  # an older config's run starts afresh
     started = time.perf_counter()
     trainer = Trainer(config, resume=resume, overwrite=not resume, progress_bar=False)
     meter = PeakMemory(trainer.processes.device, since="data + model")
