@@ -61,17 +61,12 @@ def median_steps_per_s(log_file: Path, batch_size: int) -> float | None:
 
 
 def evaluations(log_file: Path) -> list[dict[str, Any]]:
-    """The periodic evaluations of a run log: ``{"step", "metrics"}`` in order."""
-    out = []
-    with open(log_file, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == "eval":
-                out.append({"step": event["step"], "metrics": event["metrics"]})
-    return out
+    """The periodic validation evaluations of a run log: ``{"step", "metrics"}`` by step
+    (a resumed run's redone evaluations counted once, as ``weirdnet plot`` reads them)."""
+    from weirdnet.train.plot import read_log
+
+    return [{"step": step, "metrics": metrics}
+            for step, metrics in read_log(log_file).evals.get("val", [])]
 
 
 def run_cell(spec: dict[str, Any]) -> dict[str, Any]:

@@ -10,9 +10,11 @@ from typing import Any
 
 from weirdnet.bench.report import markdown_table
 
+from . import writing
 from .cells import CellStore
 from .intervals import mean_interval
 from .variants import VARIANTS
+from .writing import panels
 
 
 def curve(record: dict[str, Any]) -> list[tuple[int, float, float]]:
@@ -80,17 +82,13 @@ def markdown(cells: Sequence, done: dict[str, dict]) -> str:
     return "\n".join(out)
 
 
-def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path | None:
-    """lm.png: validation bits per byte against training minutes, a panel per context."""
-    try:
-        import matplotlib
+def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
+    """lm.png: validation bits per byte against training minutes, a panel per context;
+    ImportError without matplotlib."""
+    from weirdnet._atomic import write_png
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
     contexts = list(dict.fromkeys(c.context for c in cells))
-    fig, axes = plt.subplots(1, len(contexts), squeeze=False, figsize=(5 * len(contexts), 3.6))
+    fig, axes = panels(1, len(contexts), 5 * len(contexts), 3.6)
     names = list(dict.fromkeys(c.variant.name for c in cells))
     for ax, context in zip(axes[0], contexts):
         for k, name in enumerate(names):
@@ -106,21 +104,12 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path | None:
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return write_png(fig, path)
 
 
 def write_report(store: CellStore, cells: Sequence, plot: bool) -> Path:
     """Write lm.md (and lm.png) into the results folder; returns lm.md."""
-    from weirdnet._atomic import write_atomic
-
     done = store.finished(cells)
-    text = markdown(cells, done)
-    if plot and done:
-        tmp = store.results_dir / ".lm.tmp.png"
-        if draw(cells, done, tmp) is not None:
-            tmp.replace(store.results_dir / "lm.png")
-            text += "\n![bits per byte against training minutes](lm.png)\n"
-    store.results_dir.mkdir(parents=True, exist_ok=True)
-    return write_atomic(store.results_dir / "lm.md", text)
+    figure = (lambda path: draw(cells, done, path)) if plot and done else None
+    return writing.write_report(store.results_dir, "lm", markdown(cells, done), figure,
+                                "bits per byte against training minutes")

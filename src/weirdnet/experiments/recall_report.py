@@ -10,10 +10,12 @@ from typing import Any
 
 from weirdnet.bench.report import markdown_table
 
+from . import writing
 from .cells import CellStore
 from .intervals import mean_interval, wilson
 from .recall import TEST_SEQUENCES, diagnostic_options
 from .variants import VARIANTS
+from .writing import panels
 
 
 def asked_per_sequence(diagnostic: str, options: dict[str, int]) -> int:
@@ -96,20 +98,15 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
     return "\n".join(out)
 
 
-def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path | None:
-    """recall.png: accuracy against width, a panel per (diagnostic, length); None when
-    matplotlib is missing."""
-    try:
-        import matplotlib
+def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
+    """recall.png: accuracy against width, a panel per (diagnostic, length); ImportError
+    without matplotlib."""
+    from weirdnet._atomic import write_png
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
     diagnostics = list(dict.fromkeys(c.diagnostic for c in cells))
     lengths = sorted({c.length for c in cells})
-    fig, axes = plt.subplots(len(diagnostics), len(lengths), squeeze=False,
-                             figsize=(4 * len(lengths), 3.2 * len(diagnostics)))
+    fig, axes = panels(len(diagnostics), len(lengths), 4 * len(lengths),
+                       3.2 * len(diagnostics))
     groups = _groups(cells)
     variants = list(dict.fromkeys(c.variant.name for c in cells))
     for i, diagnostic in enumerate(diagnostics):
@@ -137,22 +134,13 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path | None:
             ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return write_png(fig, path)
 
 
 def write_report(store: CellStore, cells: Sequence, plot: bool) -> Path:
     """Write recall.md (and recall.png) into the results folder; returns recall.md."""
-    from weirdnet._atomic import write_atomic
-
     done = store.finished(cells)
     failed = [c.key for c in cells if (store.read(c) or {}).get("status") == "failed"]
-    store.results_dir.mkdir(parents=True, exist_ok=True)
-    text = markdown(cells, done, failed)
-    if plot and done:
-        tmp = store.results_dir / ".recall.tmp.png"
-        if draw(cells, done, tmp) is not None:
-            tmp.replace(store.results_dir / "recall.png")
-            text += "\n![accuracy against width](recall.png)\n"
-    return write_atomic(store.results_dir / "recall.md", text)
+    figure = (lambda path: draw(cells, done, path)) if plot and done else None
+    return writing.write_report(store.results_dir, "recall", markdown(cells, done, failed),
+                                figure, "accuracy against width")
