@@ -57,6 +57,55 @@ def test_gradients_match_reference(backend, L, reverse):
             assert rel_err(got, want) <= tol, name
 
 
+def _gradients_against_reference(backend, a, v, log_w, mask, reverse, grad,
+                                 tolerances=((torch.float64, 1e-10), (torch.float32, 1e-4))):
+    """Every gradient of the scan in each (dtype, tolerance) against the reference's, taken
+    on the same inputs (rounded to the type first)."""
+    for dtype, tol in tolerances:
+        rounded = [x.to(dtype).to(torch.float64).requires_grad_() for x in (a, v, log_w)]
+        ref = weird_scan_reference(*rounded, reverse=reverse, mask=mask)
+        ref_grads = torch.autograd.grad(ref.nan_to_num(), rounded, grad)
+        xs = [x.detach().to(dtype).requires_grad_() for x in (a, v, log_w)]
+        out = weird_scan(*xs, reverse=reverse, mask=mask, backend=backend)
+        grads = torch.autograd.grad(out, xs, grad.to(dtype))
+        for name, got, want in zip(("a", "v", "log_w"), grads, ref_grads):
+            assert torch.isfinite(got).all(), name
+            assert rel_err(got, want) <= tol, (name, dtype)
+
+
+@pytest.mark.parametrize("scale", [30.0, 100.0])
+@pytest.mark.parametrize("L", [7, 1000])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_gradients_with_widely_spread_logits(backend, scale, L, reverse, seed):
+    """Logits spread over hundreds: the CPU kernel's backward leaves its fixed-scale form
+    for the running-max one (float32 at 30 x N(0, 1), float64 at 100 x N(0, 1) over 1000
+    positions), and stays exact.  A logit of size s carries s eps of rounding into its
+    exponential (in the reference too), hence float64's 1e-8 here.  At 100 x N(0, 1) the
+    weights are nearly one-hot and dA = p (V - O) G cancels below float32's precision in
+    any implementation (the PyTorch one too), so only float64 is compared there."""
+    B, D = 2, 5
+    a, v, log_w, mask = make_inputs(B, L, D, "cumexp", seed=L + seed, scale=scale)
+    keep = reach_mask(mask, B, L, reverse)
+    g = torch.Generator().manual_seed(seed)
+    grad = torch.randn(B, L, D, dtype=torch.float64, generator=g) * keep
+    tolerances = [(torch.float64, 1e-8)] + ([(torch.float32, 1e-4)] if scale < 50 else [])
+    _gradients_against_reference(backend, a, v, log_w, mask, reverse, grad, tolerances)
+
+
+@pytest.mark.parametrize("log_w_value", [-20.0, -250.0])
+def test_gradients_of_padding_far_from_real_tokens(backend, log_w_value):
+    """Padded positions whose nearest real token is so far away (steep decay) that its
+    weight underflows any fixed scale still get their exact (nonzero) gradients."""
+    B, L, D = 1, 64, 3
+    a, v, _, _ = make_inputs(B, L, D, seed=3)
+    log_w = torch.full((levels_needed(L), D), log_w_value, dtype=torch.float64)
+    mask = torch.zeros(B, L, dtype=torch.bool)
+    mask[:, :8] = True  # positions 8..63 see only tokens 0..7, 1 to 63 positions away
+    grad = torch.randn(B, L, D, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    _gradients_against_reference(backend, a, v, log_w, mask, False, grad)
+
+
 @pytest.mark.parametrize("reverse", [False, True, None])  # None: bidirectional
 @pytest.mark.parametrize("L", [1, 2, 5, 9])
 def test_gradcheck_float64(backend, reverse, L):

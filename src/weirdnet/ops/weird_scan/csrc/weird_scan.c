@@ -142,6 +142,8 @@ static void *wn_alloc(size_t bytes) {
 #define WN_LOG wn_logf
 #define WN_ABS fabsf
 #define WN_NEG -1e30f
+#define WN_LIN_SPREAD 40.0
+#define WN_LIN_LOG_MAX 85.0
 #include "weird_scan_impl.h"
 #undef WN_T
 #undef WN_NAME
@@ -149,6 +151,8 @@ static void *wn_alloc(size_t bytes) {
 #undef WN_LOG
 #undef WN_ABS
 #undef WN_NEG
+#undef WN_LIN_SPREAD
+#undef WN_LIN_LOG_MAX
 
 #define WN_T double
 #define WN_NAME(x) x##_f64
@@ -156,6 +160,8 @@ static void *wn_alloc(size_t bytes) {
 #define WN_LOG wn_log
 #define WN_ABS fabs
 #define WN_NEG -1e300
+#define WN_LIN_SPREAD 600.0
+#define WN_LIN_LOG_MAX 700.0
 #include "weird_scan_impl.h"
 
 /* Number of work units (batch row x block of LANES channels) for Python to split. */

@@ -265,6 +265,178 @@ static WN_T WN_NAME(adjoint_init_row)(WN_T *restrict m, WN_T *restrict h,
     return bad;
 }
 
+/* ---- The backward of one channel in the linear domain -------------------------------
+ * The running-max form pays an exp at every combine, and the backward needs three per
+ * level (recomputed forward, adjoint combine, d log_w weight).  When a channel's logits
+ * span a modest range, one fixed scale R = max A + sum_k max(c_k, 0) serves all of it:
+ *     F[p] = (sum_j e^{A_j - R} Wpath V_j, sum_j e^{A_j - R} Wpath)  every term <= 1
+ * and the adjoint S[p] = (G / U, G O / U) (U = F's second part), so that a level is
+ *     F'[p] = F[p] + W F[p - s],   S'[p] = S[p] + W S[p + s]
+ *     d log_w = W sum_p (F_h[p] S_1[p + s] - F_u[p] S_2[p + s])
+ * (the e^{+-R} of F and S cancel): no exp inside the levels, one per token at the start.
+ * It is used only when nothing can overflow or lose precision to underflow:
+ *   - every A, V, G and c_k finite (A = -inf, a zero weight, counts as padding), at
+ *     least one weighted token; with -inf logits in the row, every U > 0;
+ *   - spread = max A - min A + sum_k max(c_k, 0) <= WN_LIN_SPREAD, so every real
+ *     position's own term (its U) is at least e^{-spread};
+ *   - every position with G != 0 has U >= e^{-WN_LIN_SPREAD} (a padded position far
+ *     from any real token fails this);
+ *   - WN_LIN_SPREAD + sum max(c_k, 0) + 2 log L + log max|G| + 2 log max(|V|, 1) stays
+ *     below WN_LIN_LOG_MAX, a bound on every product formed (the type's overflow).
+ * Otherwise (rare: logits spread over more than e^40 in float32) the channel runs the
+ * running-max backward.  Both compute the same gradient up to rounding. */
+
+/* Whether position p carries weight: real (unmasked) and A != -inf.  A -inf logit is a
+ * zero weight, exactly like padding. */
+static inline int WN_NAME(weighted)(const uint8_t *valid, const WN_T *a, i64 p) {
+    return (valid ? valid[p] != 0 : 1) && a[p] != -(WN_T)INFINITY;
+}
+
+/* (max A, min A) over weighted positions, max |V| and max |G|; returns 0 unless all are
+ * finite and some position is weighted.  *zeros: whether a real position has A = -inf. */
+static int WN_NAME(row_ranges)(const WN_T *restrict a, const WN_T *restrict v,
+                               const WN_T *restrict g, const uint8_t *valid, i64 L,
+                               WN_T *amax, WN_T *amin, WN_T *vmax, WN_T *gmax, int *zeros) {
+    WN_T hi = -(WN_T)INFINITY, lo = (WN_T)INFINITY, vm = 0, gm = 0, seen = 0;
+    int nz = 0;
+    for (i64 p = 0; p < L; p++) {
+        int real = valid ? valid[p] != 0 : 1;
+        int live = WN_NAME(weighted)(valid, a, p);
+        WN_T ap = live ? a[p] : (WN_T)0, vp = WN_ABS(v[p]), gp = WN_ABS(g[p]);
+        hi = live && ap > hi ? ap : hi;
+        lo = live && ap < lo ? ap : lo;
+        vm = real && vp > vm ? vp : vm;
+        gm = gp > gm ? gp : gm;
+        nz |= real && !live;
+        seen += (real ? (ap - ap) + (vp - vp) : (WN_T)0) + (gp - gp);
+    }
+    *amax = hi; *amin = lo; *vmax = vm; *gmax = gm; *zeros = nz;
+    return seen == seen && hi >= lo;
+}
+
+/* The forward states before every level in the linear domain, (H, U) of level k at
+ * st + 2 k n; E = e^{A - R} (0 for padding) is U of level 0. */
+static void WN_NAME(lin_forward)(const WN_T *restrict a, const WN_T *restrict v,
+                                 const uint8_t *valid, const WN_T *restrict w, WN_T R,
+                                 i64 L, i64 nlev, i64 n, WN_T *st) {
+    WN_T *h0 = st, *u0 = st + n;
+    for (i64 p = 0; p < L; p++) {
+        int live = WN_NAME(weighted)(valid, a, p);
+        WN_T e = live ? WN_EXP(a[p] - R) : (WN_T)0;
+        u0[p] = e;
+        h0[p] = e * (live ? v[p] : (WN_T)0);
+    }
+    for (i64 k = 0; k < nlev; k++) {
+        const WN_T *restrict sh = st + 2 * k * n, *restrict su = sh + n;
+        WN_T *restrict dh = st + 2 * (k + 1) * n, *restrict du = dh + n;
+        i64 s = (i64)1 << k, head = s < L ? s : L;
+        WN_T wk = w[k];
+        memcpy(dh, sh, head * sizeof(WN_T));
+        memcpy(du, su, head * sizeof(WN_T));
+        for (i64 p = head; p < L; p++) {
+            dh[p] = sh[p] + wk * sh[p - s];
+            du[p] = su[p] + wk * su[p - s];
+        }
+    }
+}
+
+/* The adjoint at the outputs, (s1, s2) = (G / U, G O / U) from the final forward state
+ * (h, u); 0 at positions with U = 0.  Returns 1 when a position with G != 0 has U below
+ * `tiny` (its precision would be lost), or, with `zeros` (the row has -inf logits), when
+ * any U is 0: such a window may hold only -inf tokens, whose output is NaN. */
+static int WN_NAME(lin_adjoint_init)(const WN_T *restrict h, const WN_T *restrict u,
+                                     const WN_T *restrict g, WN_T *restrict s1,
+                                     WN_T *restrict s2, i64 L, WN_T tiny, int zeros) {
+    int lost = 0;
+    for (i64 p = 0; p < L; p++) {
+        WN_T up = u[p], gp = g[p];
+        int live = up > (WN_T)0;
+        lost |= (gp != (WN_T)0 || zeros) && !(up >= tiny);
+        WN_T r = gp / (live ? up : (WN_T)1);
+        WN_T o = h[p] / (live ? up : (WN_T)1);
+        s1[p] = live ? r : (WN_T)0;
+        s2[p] = live ? r * o : (WN_T)0;
+    }
+    return lost;
+}
+
+/* One adjoint level, out of place: dst[p] = src[p] + W src[p + s]; returns
+ * sum_p (F_h[p] S_1[p + s] - F_u[p] S_2[p + s]) in float64 (ACC partial sums in a fixed
+ * order, as level_bwd_row's). */
+#define WN_ACC 16
+static double WN_NAME(lin_level_bwd)(const WN_T *restrict fh, const WN_T *restrict fu,
+                                     const WN_T *restrict s1, const WN_T *restrict s2,
+                                     WN_T *restrict d1, WN_T *restrict d2, i64 L, i64 s,
+                                     WN_T wk) {
+    double part[WN_ACC];
+    for (int j = 0; j < WN_ACC; j++) part[j] = 0.0;
+    i64 body = L > s ? L - s : 0;
+    for (i64 p0 = 0; p0 < body; p0 += WN_ACC) {
+        int width = body - p0 < WN_ACC ? (int)(body - p0) : WN_ACC;
+        for (int j = 0; j < width; j++) {
+            const i64 x = p0 + j, y = x + s;
+            part[j] += (double)(fh[x] * s1[y] - fu[x] * s2[y]);
+            d1[x] = s1[x] + wk * s1[y];
+            d2[x] = s2[x] + wk * s2[y];
+        }
+    }
+    memcpy(d1 + body, s1 + body, (L - body) * sizeof(WN_T));
+    memcpy(d2 + body, s2 + body, (L - body) * sizeof(WN_T));
+    double total = 0.0;
+    for (int j = 0; j < WN_ACC; j++) total += part[j];
+    return total;
+}
+#undef WN_ACC
+
+/* The linear-domain backward of one channel (ar, vr take dA, dV; dl[k] = d log_w of
+ * level k), or 1, with nothing written, when the channel's range does not allow it.
+ * c: the channel's log-weights (nlev); st: room for 2 (nlev + 2) rows of n. */
+static int WN_NAME(row_bwd_linear)(WN_T *restrict ar, WN_T *restrict vr,
+                                   const WN_T *restrict gr, const uint8_t *valid,
+                                   const WN_T *c, i64 L, i64 nlev, i64 n, WN_T *st,
+                                   double *dl) {
+    WN_T amax, amin, vmax, gmax;
+    int zeros;
+    if (!WN_NAME(row_ranges)(ar, vr, gr, valid, L, &amax, &amin, &vmax, &gmax, &zeros))
+        return 1;
+    WN_T w[64];
+    double cpos = 0.0;
+    for (i64 k = 0; k < nlev; k++) {
+        if (!(c[k] < (WN_T)INFINITY) || c[k] != c[k]) return 1;
+        cpos += c[k] > (WN_T)0 ? (double)c[k] : 0.0;
+        w[k] = WN_EXP(c[k]);
+    }
+    double spread = (double)amax - (double)amin + cpos;
+    double bound = WN_LIN_SPREAD + cpos + 2.0 * log((double)L + 1.0)
+                   + log((double)gmax > 1e-300 ? (double)gmax : 1e-300)
+                   + 2.0 * log((double)vmax > 1.0 ? (double)vmax : 1.0);
+    if (!(spread <= WN_LIN_SPREAD) || !(bound <= WN_LIN_LOG_MAX)) return 1;
+    WN_T R = (WN_T)((double)amax + cpos);
+    WN_NAME(lin_forward)(ar, vr, valid, w, R, L, nlev, n, st);
+    /* The final forward state (level nlev) is read once, then serves as a buffer. */
+    WN_T *spare = st + 2 * nlev * n, *adj = st + 2 * (nlev + 1) * n;
+    if (WN_NAME(lin_adjoint_init)(spare, spare + n, gr, adj, adj + n, L,
+                                  (WN_T)exp(-WN_LIN_SPREAD), zeros))
+        return 1;
+    for (i64 k = nlev - 1; k >= 0; k--) {
+        const WN_T *fw = st + 2 * k * n;
+        double sum = WN_NAME(lin_level_bwd)(fw, fw + n, adj, adj + n, spare, spare + n, L,
+                                            (i64)1 << k, w[k]);
+        WN_T *t = adj; adj = spare; spare = t;
+        dl[k] = (double)w[k] * sum;
+    }
+    /* dV_j = E_j S_1[j],  dA_j = V_j dV_j - E_j S_2[j];  E is U of level 0. */
+    const WN_T *e = st + n, *s1 = adj, *s2 = adj + n;
+    for (i64 p = 0; p < L; p++) {
+        WN_T gv = e[p] * s1[p];
+        WN_T vp = vr[p];
+        int live = e[p] != (WN_T)0;
+        vr[p] = live ? gv : (WN_T)0;
+        ar[p] = live ? vp * gv - e[p] * s2[p] : (WN_T)0;
+    }
+    return 0;
+}
+
 /* Backward for units [u0, u1), one channel at a time: recompute the forward levels
  * (keeping the state before every level), then run the mirrored scan of the adjoint,
  * accumulating d log_w level by level.  da, dv: (B, L, D) contiguous.  dlogw:
@@ -292,6 +464,14 @@ int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
         const uint8_t *valid = WN_NAME(scan_order_mask)(mask, L, b, rev, vbuf);
         for (i64 l = 0; l < nl; l++) {
             WN_T *ar = arows + l * n, *vr = vrows + l * n;
+            WN_T c[64];
+            double dl[64];
+            for (i64 k = 0; k < nlev; k++) c[k] = logw[k * D + d0 + l];
+            if (WN_NAME(row_bwd_linear)(ar, vr, grows + l * n, valid, c, L, nlev, n, st,
+                                        dl) == 0) {
+                for (i64 k = 0; k < nlev; k++) dlogw[(b * nlev + k) * D + d0 + l] = dl[k];
+                continue;
+            }
             WN_NAME(init_channel)(ar, vr, valid, L, st, st + n, st + 2 * n);
             for (i64 k = 0; k < nlev; k++) {
                 WN_T *cur = st + 3 * k * n, *nxt = st + 3 * (k + 1) * n;
