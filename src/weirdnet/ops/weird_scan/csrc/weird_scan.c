@@ -18,7 +18,8 @@
  * forward copies a unit into a lane-interleaved local buffer (position-major, LANES
  * channels per row), runs all levels there and writes the result back.  The backward,
  * which keeps the state before every level, transposes a unit into channel rows and
- * scans one channel at a time, so those states stay in cache (weird_scan_impl.h).
+ * scans one channel at a time, so those states stay in cache (weird_scan_impl.h); where
+ * a channel's logits allow it, with one fixed scale instead of the running max.
  * Threads (from Python) take disjoint unit ranges.  Channels [0, split) are scanned
  * causally, channels [split, D) anti-causally (suffix scan); the reversal is done by the
  * index mapping used when loading and storing.
@@ -142,7 +143,7 @@ static void *wn_alloc(size_t bytes) {
 #define WN_LOG wn_logf
 #define WN_ABS fabsf
 #define WN_NEG -1e30f
-#define WN_LIN_SPREAD 40.0
+#define WN_LIN_SPREAD 60.0
 #define WN_LIN_LOG_MAX 85.0
 #include "weird_scan_impl.h"
 #undef WN_T

@@ -283,7 +283,7 @@ static WN_T WN_NAME(adjoint_init_row)(WN_T *restrict m, WN_T *restrict h,
  *     from any real token fails this);
  *   - WN_LIN_SPREAD + sum max(c_k, 0) + 2 log L + log max|G| + 2 log max(|V|, 1) stays
  *     below WN_LIN_LOG_MAX, a bound on every product formed (the type's overflow).
- * Otherwise (rare: logits spread over more than e^40 in float32) the channel runs the
+ * Otherwise (rare: logits spread over more than 60 in float32) the channel runs the
  * running-max backward.  Both compute the same gradient up to rounding. */
 
 /* Whether position p carries weight: real (unmasked) and A != -inf.  A -inf logit is a
