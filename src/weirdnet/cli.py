@@ -106,6 +106,24 @@ def _note_renamed(argv: list[str]) -> None:
               "spelling goes in the next release", file=sys.stderr)
 
 
+# Benchmarks with their own command module (DESCRIPTION, optional EXAMPLES,
+# add_arguments(parser), run(args, argv)): name, one-line help, module.
+_COMMAND_BENCHMARKS = (
+    ("decode", "tokens/s of cached decoding vs context: Weird-Net A and B vs softmax",
+     "weirdnet.bench.decode"),
+    ("speed", "training steps/s and peak memory of each model vs the Transformer",
+     "weirdnet.bench.speed"),
+    ("compile", "training steps/s eager vs torch.compile(fullgraph=True)",
+     "weirdnet.bench.compile"),
+    ("lm", "byte-level LMs trained for the same minutes: quality per CPU-minute",
+     "weirdnet.experiments.lm_compute"),
+    ("recall", "recall diagnostics (MQAR, selective copying, induction) vs width",
+     "weirdnet.experiments.recall"),
+    ("suite", "the papers' tables: every mechanism on every task, one budget",
+     "weirdnet.experiments.command"),
+)
+
+
 def _add_bench(subparsers: argparse._SubParsersAction) -> None:
     """``weirdnet bench <benchmark>``, one subcommand per suite of :data:`_BENCHMARKS`."""
     bench = subparsers.add_parser(
@@ -121,55 +139,18 @@ def _add_bench(subparsers: argparse._SubParsersAction) -> None:
                                        formatter_class=_FORMATTER)
         add_arguments(parser, get_opbench(name))
         parser.set_defaults(handler=_run_bench)
-    from weirdnet.bench import decode
+    import importlib
 
-    parser = benchmarks.add_parser(
-        "decode", help="tokens/s of cached decoding vs context: Weird-Net B vs softmax",
-        description=decode.DESCRIPTION, formatter_class=_FORMATTER)
-    decode.add_arguments(parser)
-    parser.set_defaults(handler=decode.run)
     from weirdnet._argparse import hidden_alias
 
+    for name, help_text, module_name in _COMMAND_BENCHMARKS:
+        module = importlib.import_module(module_name)
+        parser = benchmarks.add_parser(
+            name, help=help_text, description=module.DESCRIPTION,
+            epilog=getattr(module, "EXAMPLES", None), formatter_class=_FORMATTER)
+        module.add_arguments(parser)
+        parser.set_defaults(handler=module.run)
     hidden_alias(benchmarks, "generate", "decode")
-    from weirdnet.bench import speed
-
-    parser = benchmarks.add_parser(
-        "speed", help="training steps/s and peak memory of each model vs the Transformer",
-        description=speed.DESCRIPTION, epilog=speed.EXAMPLES, formatter_class=_FORMATTER)
-    speed.add_arguments(parser)
-    parser.set_defaults(handler=speed.run)
-    from weirdnet.bench import compile as compile_bench
-
-    parser = benchmarks.add_parser(
-        "compile", help="training steps/s eager vs torch.compile(fullgraph=True)",
-        description=compile_bench.DESCRIPTION, epilog=compile_bench.EXAMPLES,
-        formatter_class=_FORMATTER)
-    compile_bench.add_arguments(parser)
-    parser.set_defaults(handler=compile_bench.run)
-    from weirdnet.experiments import lm_compute
-
-    parser = benchmarks.add_parser(
-        "lm", help="byte-level LMs trained for the same minutes: quality per CPU-minute",
-        description=lm_compute.DESCRIPTION, epilog=lm_compute.EXAMPLES,
-        formatter_class=_FORMATTER)
-    lm_compute.add_arguments(parser)
-    parser.set_defaults(handler=lm_compute.run)
-    from weirdnet.experiments import recall as recall_command
-
-    parser = benchmarks.add_parser(
-        "recall", help="recall diagnostics (MQAR, selective copying, induction) vs width",
-        description=recall_command.DESCRIPTION, epilog=recall_command.EXAMPLES,
-        formatter_class=_FORMATTER)
-    recall_command.add_arguments(parser)
-    parser.set_defaults(handler=recall_command.run)
-    from weirdnet.experiments import command as suite_command
-
-    parser = benchmarks.add_parser(
-        "suite", help="the papers' tables: every mechanism on every task, one budget",
-        description=suite_command.DESCRIPTION, epilog=suite_command.EXAMPLES,
-        formatter_class=_FORMATTER)
-    suite_command.add_arguments(parser)
-    parser.set_defaults(handler=suite_command.run)
 
 
 def _run_bench(args: argparse.Namespace, argv: list[str]) -> int:
