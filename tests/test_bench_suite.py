@@ -109,6 +109,52 @@ def test_configs_dir_error_says_what_to_do(tmp_path, monkeypatch):
         configs_dir()
 
 
+def test_laptop_budget_seeds_per_variant_and_leaves_out_what_it_cannot_decide():
+    budget = get_budget("laptop")
+    cells = plan_cells(budget, ["main"])
+    seeds = {}
+    for cell in cells:
+        seeds.setdefault((cell.task.name, cell.variant.name), set()).add(cell.seed)
+    assert seeds[("listops", "softmax")] == {0, 1, 2} == seeds[("lm", "weird-b")]
+    assert seeds[("listops", "linformer")] == {0} == seeds[("image", "local")]
+    assert {c.task.name for c in cells} == {"listops", "image", "jv", "scp1", "lm"}
+    assert set(budget.excluded) == {"text", "retrieval", "pathfinder", "scp2"}
+    listops = next(c for c in cells if c.task.name == "listops").config_dict(Path("w"))
+    assert listops["data"]["options"]["max_length"] == 2000  # LRA's lengths
+    assert plan_cells(budget, ["main"], ["listops"], ["dba"], seeds=[7])[0].seed == 7
+
+
+def test_trivial_baselines():
+    import numpy as np
+
+    from weirdnet.data.text.lm import ByteLMDataset
+    from weirdnet.experiments.baselines import bar, describe, learned, trivial_baseline
+
+    class Labelled:
+        def __init__(self, labels):
+            self.items = [{"label": y} for y in labels]
+
+        def __len__(self):
+            return len(self.items)
+
+        def __getitem__(self, i):
+            return self.items[i]
+
+    base = trivial_baseline(Labelled([0, 1, 1, 2, 1, 0]), "classification")
+    assert base == {"kind": "majority", "value": 50.0}
+    assert trivial_baseline(Labelled([0, 1, 1, 2]), "retrieval", items=2)["value"] == 50.0
+    assert bar(base) == 60.0 and learned(base, 60.0) and not learned(base, 59.9)
+    assert describe(base) == "majority class 50.0%"
+    split = ByteLMDataset(np.frombuffer(b"ab" * 500 + b"c" * 1000, dtype=np.uint8),
+                          seq_len=10, random_crops=False)
+    whole = trivial_baseline(split, "lm")
+    assert whole["kind"] == "unigram" and 1.0 < whole["value"] < 1.6
+    assert trivial_baseline(split, "lm", items=5)["value"] == pytest.approx(1.0, abs=0.01)
+    assert learned(whole, whole["value"] - 1.0) and not learned(whole, whole["value"] - 0.9)
+    assert trivial_baseline(Labelled([]), "classification") is None
+    assert trivial_baseline(split, "seq2seq") is None
+
+
 # --- report and claims on constructed records ---------------------------------------
 
 def _record(task: str, variant: str, value: float, seed: int = 0, **extra) -> dict:
@@ -186,6 +232,30 @@ def test_report_labels_ours_and_papers_numbers():
     assert "ListOps (ours) | (paper)" in text
     assert "| Weird-Net A | 55.0 | 39.68 |" in text  # ours, then Weird-Net Table III
     assert "## DBA d_p and d_in (DBA Table 12)" in text and "fig6.png" in text
+
+
+def test_a_task_the_transformer_did_not_learn_decides_nothing():
+    lra = numbers.LRA_COLUMNS
+    majority = {"kind": "majority", "value": 50.0}
+    records = [_record(t, "dba", 80.0) for t in lra]
+    records += [{**_record(t, "softmax", 70.0), "baseline": majority} for t in lra]
+    assert Results(records).learned("text") is True
+    assert _verdict(Results(records), "DBA §4.2", "all five") == "holds"
+    records[len(lra)] = {**_record("listops", "softmax", 55.0), "baseline": majority}
+    results = Results(records)
+    assert results.learned("listops") is False
+    verdict, detail = next(c for c in CLAIMS if c.source == "DBA §4.2").check(results)
+    assert verdict == "undecided" and "did not learn" in detail
+    assert Results([_record("text", "softmax", 70.0)]).learned("text") is None
+    for record in records:
+        record.update(machine={"command": "x"}, config={
+            "train": {"steps": 1, "batch_size": 2}, "model": {"backbone": {}},
+            "data": {"dataset": "x"}})
+    text = render(get_budget("laptop"), records, ["main"], None)
+    assert "## What this budget decides" in text
+    assert "**no**: the Transformer did not clear the bar" in text
+    assert "| Image | majority class 50.0% | 70.0" in text
+    assert "Not run, not decided at this budget:" in text and "- Pathfinder:" in text
 
 
 # --- through the command line -----------------------------------------------------------

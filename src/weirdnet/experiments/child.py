@@ -12,7 +12,9 @@ Measured here, beside the trainer's metrics:
 - **memory**: on CPU the peak resident set size above the resident size once data and
   model are built (glibc told to keep freed memory, so the peak is a true high-water mark:
   :mod:`weirdnet.bench.alloc`); on CUDA ``max_memory_allocated`` above the allocation
-  at that point.  Both cover the training steps and the evaluations of the run.
+  at that point.  Both cover the training steps and the evaluations of the run;
+- **baseline**: what ignoring the input scores on the items the test evaluation read (the
+  majority class, or an LM's unigram entropy: :mod:`.baselines`).
 
 A run directory with checkpoints of the cell's very config is resumed (an interrupted
 cell); otherwise it is started afresh (a directory without checkpoints, or one left by an
@@ -79,6 +81,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     from weirdnet.train.config import TrainConfig
     from weirdnet.train.trainer import Trainer
 
+    from .baselines import trivial_baseline
     from .cells import run_matches
 
     config = TrainConfig.from_dict(spec["config"])
@@ -91,9 +94,12 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     summary = trainer.fit()
     wall_s = time.perf_counter() - started
     memory_mib, memory_kind = meter.peak_mib()
+    evaluated = summary.get("evaluated", {})
+    baseline = trivial_baseline(trainer.splits["test"], trainer.info.task,
+                                evaluated.get("test")) if "test" in trainer.splits else None
     return {
         **spec["cell"], "status": "done", "results": summary["results"],
-        "evaluated": summary.get("evaluated", {}),
+        "evaluated": evaluated, "baseline": baseline,
         "steps": summary["steps"], "best_step": summary["best_step"],
         "parameters": summary["parameters"],
         "steps_per_s": median_steps_per_s(run_dir / "log.jsonl", config.train.batch_size),

@@ -86,13 +86,23 @@ def _per_task(winner: str, others: tuple[str, ...], tasks, need: int | None = No
         for task in tasks:
             mine = results.score(task, winner)
             theirs = [results.score(task, o) for o in others]
+            label = get_task(task).label
             if mine.mean is None or any(v.mean is None for v in theirs):
-                return ("not measured", "")
+                outcomes.append(UNDECIDED)  # not run under this budget
+                parts.append(f"{label} not run")
+                continue
+            shown = f"{label} {mine.with_interval()} vs " + \
+                "/".join(v.with_interval() for v in theirs)
+            if results.learned(task) is False:  # not ranked: the baseline did not learn
+                outcomes.append(UNDECIDED)
+                parts.append(f"{shown} (not decided: the Transformer did not learn it)")
+                continue
             each = [compare(mine, v, get_task(task).higher_is_better) for v in theirs]
             outcomes.append(WORSE if WORSE in each else
                             BETTER if all(e == BETTER for e in each) else UNDECIDED)
-            parts.append(f"{get_task(task).label} {mine.with_interval()} vs "
-                         + "/".join(v.with_interval() for v in theirs))
+            parts.append(shown)
+        if all(p.endswith(" not run") for p in parts):
+            return ("not measured", "")
         target = len(tasks) if need is None else need
         summary = (f"better on {outcomes.count(BETTER)}, worse on {outcomes.count(WORSE)}, "
                    f"undecided on {outcomes.count(UNDECIDED)} of {len(tasks)}")

@@ -10,7 +10,7 @@ from .budgets import Budget
 from .claims import claim_lines
 from .numbers import LRA_COLUMNS, TABLE_X_TASKS
 from .report import Results, ablation_table, lm_table, lra_table, table_xi, uea_table
-from .tasks import TASKS
+from .tasks import TASKS, get_task
 from .variants import MECHANISMS
 
 
@@ -58,6 +58,36 @@ def _task_lines(budget: Budget, records: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _decided_lines(budget: Budget, results: Results) -> list[str]:
+    """Per task run: its trivial baseline, the Transformer's score, the bar, and whether
+    this budget decides anything on it; then the tasks the budget leaves out, and why."""
+    from .baselines import bar, describe
+
+    lines = ["A task decides comparisons only where the Transformer clearly learns it: test "
+             "accuracy at least 10 points above the majority class of the items read, or "
+             "bits per byte at least 1 below their unigram entropy. On the other tasks no "
+             "ordering is ranked (their claims count as undecided).", "",
+             "| task | what ignoring the input scores | Transformer (ours) [95%] | bar | "
+             "decided at this budget |", "|---|---|---|---|---|"]
+    for task in TASKS:
+        if task.name in budget.excluded:
+            continue
+        score = results.score(task.name, "softmax")
+        if score.mean is None:
+            continue
+        baseline, learned = results.baseline(task.name), results.learned(task.name)
+        digits = 3 if task.metric != "accuracy" else 1
+        verdict = {True: "yes", False: "**no**: the Transformer did not clear the bar",
+                   None: "unknown (records predate the baseline)"}[learned]
+        lines.append(f"| {task.label} | {describe(baseline) if baseline else '–'} | "
+                     f"{score.with_interval(digits)} | "
+                     f"{f'{bar(baseline):.{digits}f}' if baseline else '–'} | {verdict} |")
+    if budget.excluded:
+        lines += ["", "Not run, not decided at this budget:", ""]
+        lines += [f"- {get_task(name).label}: {why}." for name, why in budget.excluded.items()]
+    return lines
+
+
 def _failures(records: Sequence[dict[str, Any]]) -> list[str]:
     failed = [r for r in records if r.get("status") != "done"]
     if not failed:
@@ -83,7 +113,8 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
            "mean (± population std over seeds when more than one). `n/a`: the mechanism "
            "has no causal form; `–`: not run; `error`: see the end.", ""]
     if records:
-        out += ["## What each task ran", "", *_task_lines(budget, records), ""]
+        out += ["## What each task ran", "", *_task_lines(budget, records), "",
+                "## What this budget decides", "", *_decided_lines(budget, results), ""]
     if "main" in tables:
         out += ["## LRA (Table III layout)", "",
                 "Speed and memory: training steps/s and peak memory of the Text cells "

@@ -41,7 +41,8 @@ def plan_cells(budget: Budget, tables: Sequence[str], tasks: Sequence[str] | Non
                variants: Sequence[str] | None = None,
                seeds: Sequence[int] | None = None) -> list[Cell]:
     """Every cell of ``tables`` (deduplicated: a cell shared by two tables runs once),
-    restricted to ``tasks`` and ``variants`` when given; unsupported cells are left out."""
+    restricted to ``tasks`` and ``variants`` when given; unsupported cells and the tasks
+    the budget excludes are left out.  Seeds: ``seeds``, else the budget's per variant."""
     for name in tables:
         if name not in TABLES_BY_NAME:
             raise ValueError(f"unknown table {name!r}; known: {', '.join(TABLES_BY_NAME)}")
@@ -52,12 +53,12 @@ def plan_cells(budget: Budget, tables: Sequence[str], tasks: Sequence[str] | Non
     cells: dict[str, Cell] = {}
     for table in (TABLES_BY_NAME[n] for n in tables):
         for task in table.tasks:
-            if tasks and task not in tasks:
+            if (tasks and task not in tasks) or task in budget.excluded:
                 continue
             for variant in table.variants:
                 if variants and variant not in variants:
                     continue
-                for seed in seeds or budget.seeds:
+                for seed in seeds or budget.seeds_for(variant):
                     cell = Cell(get_task(task), get_variant(variant), seed, budget)
                     if cell.unsupported() is None:
                         cells.setdefault(cell.key, cell)

@@ -85,6 +85,23 @@ class Results:
         values = [_test_metric(r, metric) for r in records]
         return _score(values, _items(records[0]) if metric == "accuracy" else None)
 
+    def baseline(self, task: str) -> dict[str, Any] | None:
+        """The task's trivial baseline (:mod:`.baselines`) as its Transformer records
+        state it (None: no record says)."""
+        return next((r["baseline"] for r in self.done(task, "softmax") if r.get("baseline")),
+                    None)
+
+    def learned(self, task: str) -> bool | None:
+        """Whether the Transformer clearly learned ``task`` under this budget (its mean
+        score clears :func:`.baselines.bar`); None when that is unknown (no Transformer
+        record, or records older than the baseline)."""
+        from .baselines import learned
+
+        baseline, score = self.baseline(task), self.score(task, "softmax")
+        if baseline is None or score.mean is None:
+            return None
+        return learned(baseline, score.mean)
+
     def speed(self, task: str, variant: str) -> tuple[float | None, float | None]:
         """(steps/s, memory MiB), means over the finished seeds."""
         records = self.done(task, variant)
