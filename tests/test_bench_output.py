@@ -95,7 +95,8 @@ def test_full_reports_recognises_quick_and_full_runs(tmp_path):
 def test_the_committed_results_count_as_full():
     for name in ("scan", "mixers", "decode"):
         assert output.full_reports(COMMITTED, name), name
-    assert output.full_suite_dirs(COMMITTED, "smoke") == [COMMITTED / "suite-cpu"]
+    full = output.full_suite_dirs(COMMITTED, "smoke")
+    assert COMMITTED / "suite-cpu" in full and COMMITTED / "suite-smoke" not in full
 
 
 @pytest.mark.parametrize("name", ["scan", "mixers", "decode"])
