@@ -82,7 +82,7 @@ def _best_average(subject: str, among: tuple[str, ...], tasks=LRA_COLUMNS):
 def _per_task(winner: str, others: tuple[str, ...], tasks, need: int | None = None):
     """``winner`` better than each of ``others`` on ``need`` of ``tasks`` (default all)."""
     def check(results: Results) -> Verdict:
-        outcomes, parts = [], []
+        outcomes, parts, measured = [], [], 0
         for task in tasks:
             mine = results.score(task, winner)
             theirs = [results.score(task, o) for o in others]
@@ -91,6 +91,7 @@ def _per_task(winner: str, others: tuple[str, ...], tasks, need: int | None = No
                 outcomes.append(UNDECIDED)  # not run under this budget
                 parts.append(f"{label} not run")
                 continue
+            measured += 1
             shown = f"{label} {mine.with_interval()} vs " + \
                 "/".join(v.with_interval() for v in theirs)
             if results.learned(task) is False:  # not ranked: the baseline did not learn
@@ -101,7 +102,7 @@ def _per_task(winner: str, others: tuple[str, ...], tasks, need: int | None = No
             outcomes.append(WORSE if WORSE in each else
                             BETTER if all(e == BETTER for e in each) else UNDECIDED)
             parts.append(shown)
-        if all(p.endswith(" not run") for p in parts):
+        if not measured:
             return ("not measured", "")
         target = len(tasks) if need is None else need
         summary = (f"better on {outcomes.count(BETTER)}, worse on {outcomes.count(WORSE)}, "

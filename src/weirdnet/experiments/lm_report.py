@@ -14,7 +14,6 @@ from . import writing
 from .cells import CellStore
 from .intervals import mean_interval
 from .variants import VARIANTS
-from .writing import panels
 
 
 def curve(record: dict[str, Any]) -> list[tuple[int, float, float]]:
@@ -88,7 +87,7 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
     from weirdnet._atomic import write_png
 
     contexts = list(dict.fromkeys(c.context for c in cells))
-    fig, axes = panels(1, len(contexts), 5 * len(contexts), 3.6)
+    fig, axes = writing.panels(1, len(contexts), 5 * len(contexts), 3.6)
     names = list(dict.fromkeys(c.variant.name for c in cells))
     for ax, context in zip(axes[0], contexts):
         for k, name in enumerate(names):

@@ -15,7 +15,6 @@ from .cells import CellStore
 from .intervals import mean_interval, wilson
 from .recall import TEST_SEQUENCES, diagnostic_options
 from .variants import VARIANTS
-from .writing import panels
 
 
 def asked_per_sequence(diagnostic: str, options: dict[str, int]) -> int:
@@ -105,7 +104,7 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
 
     diagnostics = list(dict.fromkeys(c.diagnostic for c in cells))
     lengths = sorted({c.length for c in cells})
-    fig, axes = panels(len(diagnostics), len(lengths), 4 * len(lengths),
+    fig, axes = writing.panels(len(diagnostics), len(lengths), 4 * len(lengths),
                        3.2 * len(diagnostics))
     groups = _groups(cells)
     variants = list(dict.fromkeys(c.variant.name for c in cells))

@@ -128,6 +128,13 @@ static inline i64 row_stride(i64 L) {
     return ld % 512 == 0 ? ld + 32 : ld;
 }
 
+/* Sum of an adjoint level's n partial sums of d log_w, in their fixed order. */
+static inline double wn_sum_parts(const double *part, int n) {
+    double total = 0.0;
+    for (int j = 0; j < n; j++) total += part[j];
+    return total;
+}
+
 static void *wn_alloc(size_t bytes) {
     size_t rounded = (bytes + 63) / 64 * 64;
     return aligned_alloc(64, rounded ? rounded : 64);

@@ -235,9 +235,7 @@ static double WN_NAME(level_bwd_row)(const WN_T *restrict fm, const WN_T *restri
     memcpy(dm + body, sm + body, (L - body) * sizeof(WN_T));
     memcpy(d1 + body, s1 + body, (L - body) * sizeof(WN_T));
     memcpy(d2 + body, s2 + body, (L - body) * sizeof(WN_T));
-    double total = 0.0;
-    for (int j = 0; j < WN_ACC; j++) total += part[j];
-    return total;
+    return wn_sum_parts(part, WN_ACC);
 }
 #undef WN_ACC
 
@@ -382,9 +380,7 @@ static double WN_NAME(lin_level_bwd)(const WN_T *restrict fh, const WN_T *restri
     }
     memcpy(d1 + body, s1 + body, (L - body) * sizeof(WN_T));
     memcpy(d2 + body, s2 + body, (L - body) * sizeof(WN_T));
-    double total = 0.0;
-    for (int j = 0; j < WN_ACC; j++) total += part[j];
-    return total;
+    return wn_sum_parts(part, WN_ACC);
 }
 #undef WN_ACC
 
