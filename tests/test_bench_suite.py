@@ -207,6 +207,26 @@ def test_seeds_give_a_t_interval_and_bpc_needs_seeds():
     assert _verdict(one_seed, "Weird-Net Table VIII", "Transformer") == "undecided"
 
 
+def test_the_data_column_states_the_sizes_the_budget_sets():
+    from weirdnet.experiments.document import data_text
+
+    text = data_text(get_task("listops"), {"dataset": "listops", "options": {
+        "n_train": 20000, "min_length": 500, "max_length": 2000}})
+    assert text == "listops (generated with LRA's generator; 20,000 training items of " \
+                   "500-2000 tokens)"
+    assert data_text(get_task("jv"), {"dataset": "uea"}) == "uea (the UEA archive files)"
+
+
+def test_an_accuracy_interval_is_printed_within_0_100_but_kept_unclipped():
+    results = Results([_record("scp1", "softmax", v, seed) for seed, v in enumerate((99.0, 72.0))])
+    score = results.score("scp1", "softmax")
+    assert score.high > 100.0 and score.low < 0.0  # t with 1 degree of freedom: wide
+    assert score.with_interval() == "85.5 [0.0, 100.0]"
+    assert score.se == pytest.approx((score.high - score.low) / (2 * 1.959963984540054))
+    bpc = Results([_record("lm", "softmax", v, seed) for seed, v in enumerate((0.1, 2.0))])
+    assert bpc.score("lm", "softmax").with_interval(2).startswith("1.05 [0.00, ")
+
+
 def test_scores_average_seeds_and_mark_unsupported_and_failed_cells():
     records = [_record("text", "weird-a", 60.0, 0), _record("text", "weird-a", 70.0, 1),
                {"task": "text", "variant": "local", "seed": 0, "status": "failed"}]

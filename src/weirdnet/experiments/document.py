@@ -10,7 +10,7 @@ from .budgets import Budget
 from .claims import claim_lines
 from .numbers import LRA_COLUMNS, TABLE_X_TASKS
 from .report import Results, ablation_table, lm_table, lra_table, table_xi, uea_table
-from .tasks import TASKS, get_task
+from .tasks import TASKS, Task, get_task
 from .variants import MECHANISMS
 
 
@@ -35,6 +35,18 @@ def _provenance(records: Sequence[dict[str, Any]]) -> list[str]:
     ]
 
 
+def data_text(task: Task, data: dict[str, Any]) -> str:
+    """The dataset, its note, and the sizes the budget gives a generated set, e.g.
+    ``listops (generated with LRA's generator; 20,000 training items of 500-2000 tokens)``."""
+    options = data.get("options", {})
+    notes = [task.data_note] if task.data_note else []
+    if "n_train" in options:
+        lengths = (f" of {options['min_length']}-{options['max_length']} tokens"
+                   if "min_length" in options and "max_length" in options else "")
+        notes.append(f"{options['n_train']:,} training items{lengths}")
+    return data["dataset"] + (f" ({'; '.join(notes)})" if notes else "")
+
+
 def _task_lines(budget: Budget, records: Sequence[dict[str, Any]]) -> list[str]:
     """Per task: data, sequence length, steps, batch, model size and test items."""
     lines = ["| task | data | length | steps × batch | model | test metric on |",
@@ -47,7 +59,7 @@ def _task_lines(budget: Budget, records: Sequence[dict[str, Any]]) -> list[str]:
         train, backbone = config["train"], config["model"].get("backbone", {})
         final = train.get("final_eval_batches", 0)
         items = f"{final * train['batch_size']} items" if final else "the whole split"
-        data = config["data"]["dataset"] + (f" ({task.data_note})" if task.data_note else "")
+        data = data_text(task, config["data"])
         model = (f"D={backbone.get('dim')}, N={backbone.get('depth')}, "
                  f"d_ff={backbone.get('d_ff')}")
         options = config["data"].get("options", {})
@@ -117,8 +129,10 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
                 "## What this budget decides", "", *_decided_lines(budget, results), ""]
     if "main" in tables:
         out += ["## LRA (Table III layout)", "",
-                "Speed and memory: training steps/s and peak memory of the Text cells "
-                "relative to the Transformer's (ours).", "",
+                "Speed and memory: training steps/s and peak memory of the "
+                f"{get_task(results.speed_task()).label} cells relative to the "
+                "Transformer's (ours; the training runs' own steps/s, which may have "
+                "shared the machine with another run: indicative only).", "",
                 *lra_table(results, mechanisms, LRA_COLUMNS), ""]
         if figure:
             out += [f"![Fig. 6 layout]({figure})", ""]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from . import numbers
 from .report import Results
+from .tasks import get_task
 from .variants import VARIANTS
 
 
@@ -73,8 +74,9 @@ def draw_fig6(results: Results, variants: Sequence[str], out: Path, budget: str)
     figure = Figure(figsize=(12, 5), dpi=110)
     FigureCanvasAgg(figure)
     left, right = figure.subplots(1, 2)
+    speed_task = get_task(results.speed_task()).label
     _panel(left, our_points(results, variants), f"ours ({budget} budget): speed and "
-           "memory of the Text cells", "training steps/s relative to the Transformer")
+           f"memory of the {speed_task} cells", "training steps/s relative to the Transformer")
     _panel(right, paper_points(variants), "papers' numbers (speed and memory at 4K)",
            "training steps/s relative to the Transformer")
     figure.suptitle("Fig. 6 layout: accuracy vs speed; circle area = peak memory "

@@ -69,8 +69,10 @@ def markdown(cells: Sequence, done: dict[str, dict]) -> str:
            "model reached. Intervals: 95% over seeds (none with one seed).", ""]
     for record in list(done.values())[:1]:
         machine = record.get("machine", {})
+        threads = sorted({r.get("torch_threads") for r in done.values()} - {None})
         out += [f"- machine: {machine.get('cpu_model', '?')}, "
-                f"{machine.get('usable_cores', '?')} cores; torch {machine.get('torch', '?')}"
+                f"{machine.get('usable_cores', '?')} cores; torch threads per run: "
+                f"{', '.join(map(str, threads)) or '?'}; torch {machine.get('torch', '?')}"
                 f"; commit {str(record.get('commit'))[:10]}", ""]
     for context in dict.fromkeys(c.context for c in cells):
         mine = [c for c in cells if c.context == context]

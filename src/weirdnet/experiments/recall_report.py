@@ -49,6 +49,7 @@ def _entry(records: list[dict[str, Any]], asked: int) -> str:
     if len(values) == 1:
         sequences = (records[0].get("evaluated") or {}).get("test", TEST_SEQUENCES)
         low, high = wilson(mean, sequences * asked)
+    low, high = max(low, 0.0), min(high, 1.0)  # a t interval over seeds can pass 100%
     return f"{100 * mean:.1f} [{100 * low:.0f}, {100 * high:.0f}]"
 
 

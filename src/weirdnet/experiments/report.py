@@ -20,15 +20,19 @@ from .intervals import Z95, mean_interval, wilson
 from .tasks import get_task
 from .variants import VARIANTS
 
-SPEED_TASK = "text"
-"""The task whose cells give each mechanism's speed and memory (byte-level text
-classification, as in Weird-Net Table V and DBA Table 1)."""
+SPEED_TASKS = ("text", "listops", "image")
+"""The tasks whose cells give each mechanism's speed and memory, in order of preference:
+byte-level text classification first (as in Weird-Net Table V and DBA Table 1), else the
+first of the others a budget measured (the laptop budget leaves Text out)."""
 
 
 @dataclass
 class Score:
     """One table entry: the mean over seeds (None: not measured), why it is missing, and
-    its 95% interval (low, high), when one is known (:func:`interval_of`)."""
+    its 95% interval (low, high), when one is known (:func:`_score`).  ``bounds``
+    (0-100 for an accuracy in %, 0-inf for bits per byte) clip the interval where it is
+    printed; ``low``, ``high`` and :attr:`se` stay unclipped (a t interval over two seeds
+    can pass 100%)."""
 
     mean: float | None = None
     std: float = 0.0
@@ -36,6 +40,7 @@ class Score:
     missing: str = "–"
     low: float | None = None
     high: float | None = None
+    bounds: tuple[float, float] | None = None
 
     @property
     def se(self) -> float | None:
@@ -49,7 +54,10 @@ class Score:
             return self.missing
         if self.low is None:
             return f"{self.mean:.{digits}f}"
-        return f"{self.mean:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+        low, high = self.low, self.high
+        if self.bounds is not None:
+            low, high = max(low, self.bounds[0]), min(high, self.bounds[1])
+        return f"{self.mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
     def text(self, digits: int = 1) -> str:
         """The entry as printed: mean (± std over seeds) or why it is missing."""
@@ -83,7 +91,8 @@ class Results:
             return Score(missing="error" if failed else "–")
         metric = get_task(task).metric
         values = [_test_metric(r, metric) for r in records]
-        return _score(values, _items(records[0]) if metric == "accuracy" else None)
+        accuracy = metric == "accuracy"
+        return _score(values, _items(records[0]) if accuracy else None, accuracy)
 
     def baseline(self, task: str) -> dict[str, Any] | None:
         """The task's trivial baseline (:mod:`.baselines`) as its Transformer records
@@ -110,10 +119,16 @@ class Results:
         return (statistics.fmean(rates) if rates else None,
                 statistics.fmean(memory) if memory else None)
 
+    def speed_task(self) -> str:
+        """The first of :data:`SPEED_TASKS` where the Transformer's speed is measured (the
+        first of them when none is)."""
+        return next((t for t in SPEED_TASKS if self.speed(t, "softmax")[0]), SPEED_TASKS[0])
+
     def relative_speed(self, variant: str) -> tuple[float | None, float | None]:
-        """Steps/s and memory on :data:`SPEED_TASK` relative to the Transformer's."""
-        rate, memory = self.speed(SPEED_TASK, variant)
-        base_rate, base_memory = self.speed(SPEED_TASK, "softmax")
+        """Steps/s and memory on :meth:`speed_task` relative to the Transformer's."""
+        task = self.speed_task()
+        rate, memory = self.speed(task, variant)
+        base_rate, base_memory = self.speed(task, "softmax")
         return (rate / base_rate if rate and base_rate else None,
                 memory / base_memory if memory is not None and base_memory else None)
 
@@ -128,7 +143,7 @@ class Results:
         if any(s.se is None for s in scores):
             return Score(mean, n=1)
         half = Z95 * math.sqrt(sum(s.se ** 2 for s in scores)) / len(scores)
-        return Score(mean, n=1, low=mean - half, high=mean + half)
+        return Score(mean, n=1, low=mean - half, high=mean + half, bounds=scores[0].bounds)
 
 
 def _test_metric(record: dict[str, Any], metric: str) -> float:
@@ -143,15 +158,16 @@ def _items(record: dict[str, Any]) -> int | None:
     return evaluated.get("test") if record["results"].get("test") else evaluated.get("val")
 
 
-def _score(values: list[float], items: int | None) -> Score:
+def _score(values: list[float], items: int | None, accuracy: bool) -> Score:
     """Mean over seeds with its 95% interval: Student's t over two or more seeds; with one
     seed the test set's binomial (Wilson) interval of an accuracy (in %) when the number
-    of items is known; else none."""
+    of items is known; else none.  The interval is printed within 0-100 (accuracy) or
+    above 0 (bits per byte)."""
     score = Score(statistics.fmean(values), statistics.pstdev(values) if len(values) > 1
-                  else 0.0, len(values))
+                  else 0.0, len(values), bounds=(0.0, 100.0) if accuracy else (0.0, math.inf))
     if len(values) > 1:
         _, score.low, score.high = mean_interval(values)
-    elif items:
+    elif items and accuracy:
         low, high = wilson(values[0] / 100.0, items)
         score.low, score.high = 100.0 * low, 100.0 * high
     return score
@@ -171,7 +187,9 @@ def lra_table(results: Results, variants: Sequence[str], tasks: Sequence[str]) -
     header = ["Model"]
     for task in tasks:
         header += [f"{get_task(task).label} (ours)", "(paper)"]
-    header += ["Avg of 5 (ours)", "Avg of 5 (paper)", "speed × (ours)", "memory × (ours)"]
+    on = get_task(results.speed_task()).label
+    header += ["Avg of 5 (ours)", "Avg of 5 (paper)", f"speed × (ours, {on})",
+               f"memory × (ours, {on})"]
     rows = []
     for name in variants:
         paper = numbers.LRA.get(name, ("", "", {}))[2]

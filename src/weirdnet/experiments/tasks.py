@@ -20,7 +20,8 @@ class Task:
     - ``group``: "lra", "uea" or "lm" (which table the column is in).
     - ``paper_config`` / ``small_config``: paths under ``configs/``.
     - ``metric``: the test metric reported ("accuracy" in %, "bpc").
-    - ``data_note``: what the small config trains on (it differs from the paper's data).
+    - ``data_note``: what the small config trains on (it differs from the paper's data);
+      the report adds the sizes a budget sets (:func:`.document.data_text`).
     """
 
     name: str
@@ -39,7 +40,7 @@ class Task:
 
 TASKS = (
     Task("listops", "ListOps", "lra", "lra/listops.toml", "lra/listops-cpu.toml",
-         data_note="generated with LRA's generator; shorter expressions"),
+         data_note="generated with LRA's generator"),
     Task("text", "Text", "lra", "lra/text.toml", "lra/text-cpu.toml",
          data_note="Pang & Lee IMDb reviews (1,500), bytes"),
     Task("retrieval", "Retrieval", "lra", "lra/retrieval.toml", "lra/retrieval-cpu.toml",
