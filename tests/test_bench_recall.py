@@ -73,3 +73,14 @@ def test_equal_compute_lm_smoke(tmp_path):
     assert "| Weird-Net A | 20 |" in report and "val bits/byte at step 20" in report
     again = run_cli(*args, cwd=tmp_path)
     assert again.returncode == 0 and "2 already done, 0 to run" in again.stdout
+    # --recalibrate measures the rates again from scratch; the timed runs keep their
+    # records while their step counts stay the same (here the 20-step floor)
+    one = [a if a != "weird-a,softmax" else "weird-a" for a in args]
+    redo = run_cli(*one, "--recalibrate", cwd=tmp_path)
+    assert redo.returncode == 0, redo.stderr[-3000:]
+    assert "calibration: 1 cells, 0 already done, 1 to run" in redo.stdout
+    assert "lm: 1 cells, 1 already done, 0 to run" in redo.stdout
+    again = json.loads((cells / "calibrate--weird-a--L64.json").read_text())
+    assert again["resumed"] is False and again["wall_s"] != calibration["wall_s"]
+    refused = run_cli(*args, "--recalibrate", "--report-only", cwd=tmp_path)
+    assert refused.returncode == 2 and "--recalibrate" in refused.stderr

@@ -17,8 +17,9 @@ Measured here, beside the trainer's metrics:
   majority class, or an LM's unigram entropy: :mod:`.baselines`).
 
 A run directory with checkpoints of the cell's very config is resumed (an interrupted
-cell); otherwise it is started afresh (a directory without checkpoints, or one left by an
-older config of the cell, is overwritten).
+cell) unless the spec says ``fresh`` (a run the command asked to redo); otherwise it is
+started afresh (a directory without checkpoints, or one left by an older config of the
+cell, is overwritten).
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
 
     config = TrainConfig.from_dict(spec["config"])
     run_dir = Path(config.run.out_dir) / config.run.name
-    resume = run_matches(run_dir, spec["config"])  # an older config's run starts afresh
+    # an older config's run starts afresh; so does one the command asked to redo
+    resume = not spec.get("fresh") and run_matches(run_dir, spec["config"])
     started = time.perf_counter()
     trainer = Trainer(config, resume=resume, overwrite=not resume, progress_bar=False)
     meter = PeakMemory(trainer.processes.device, since="data + model")

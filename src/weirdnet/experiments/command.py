@@ -98,11 +98,13 @@ STOP_GRACE_S = 300.0
 """How long a stopped cell may take to save its checkpoint before it is killed."""
 
 
-def run_child(cell, config: dict, store: CellStore, command: list[str]) -> bool:
+def run_child(cell, config: dict, store: CellStore, command: list[str],
+              fresh: bool = False) -> bool:
     """Run ``cell`` (training ``config``; any cell with ``key`` and ``info``) in a fresh
     process; on failure store a failed record.  True if done.  A cell stopped by a signal
     stores nothing (it is unfinished, and resumable): this process stops too
-    (:class:`Interrupted`)."""
+    (:class:`Interrupted`).  ``fresh``: start over even where a run of this config
+    exists (its run directory is overwritten, as ``weirdnet train --overwrite`` does)."""
     from weirdnet.bench import children
 
     logs = store.work_dir / "logs"
@@ -110,7 +112,7 @@ def run_child(cell, config: dict, store: CellStore, command: list[str]) -> bool:
     spec_path = logs / f"{cell.key}.spec.json"
     cell_info = cell.info
     spec = {"config": config, "config_hash": config_hash(config), "cell": cell_info,
-            "record": str(store.record_path(cell)), "command": command}
+            "record": str(store.record_path(cell)), "command": command, "fresh": fresh}
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
     log_path = logs / f"{cell.key}.log"
     with open(log_path, "w", encoding="utf-8") as log:
@@ -213,9 +215,9 @@ def _run_cells(args: argparse.Namespace, argv: list[str], cells: list[Cell],
 def run_cells(name: str, cells: list, configs: dict[str, dict], states: dict[str, str],
               store: CellStore, session: output.Writing, command: list[str],
               report_only: bool, write: Callable[[], Path] | None) -> int:
-    """Run every cell not done (one child each, with a progress bar), then ``write()`` the
-    report and print it (``write`` None: no report); the exit status (1 when a cell
-    failed).  An interruption leaves one line (``session.kept``) saying what was kept
+    """Run every cell not done (one child each, with a progress bar; a cell in state
+    "rerun" starts over), then ``write()`` the report and print it (``write`` None: no
+    report); the exit status (1 when a cell failed).  An interruption leaves one line (``session.kept``) saying what was kept
     and how to continue."""
     from tqdm.auto import tqdm
 
@@ -229,7 +231,8 @@ def run_cells(name: str, cells: list, configs: dict[str, dict], states: dict[str
         for cell in bar:
             bar.set_postfix_str(f"{cell.key} ({states[cell.key]})")
             running[:] = [cell]
-            failed += not run_child(cell, configs[cell.key], store, command)
+            failed += not run_child(cell, configs[cell.key], store, command,
+                                    fresh=states[cell.key] == "rerun")
             running.clear()
     if write is None:
         return 1 if failed else 0

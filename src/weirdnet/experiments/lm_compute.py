@@ -7,7 +7,8 @@ of the ``*-small-cpu`` presets) and the same bytes per step (16,384: batch 16 at
 (30 steps) measures each model's steps/s; then each trains for ``minutes x 60 x steps/s``
 steps, so its cosine schedule ends when its time is up.  Every run evaluates validation
 bits per byte every E steps (E the same for every model of a context: an eighth of the
-slowest model's steps), then the test split at the end.
+slowest model's steps), then the test split at the end.  The measured rates are stored
+and reused by later runs: ``--recalibrate`` measures them again.
 
 The report (``lm.md``, ``lm.png``): test bits per byte after the same minutes, tokens/s,
 steps, and validation bits per byte at the same step (the last evaluation every model
@@ -43,6 +44,7 @@ examples:
   weirdnet bench lm --minutes 30 --out benchmarks/results
   weirdnet bench lm --contexts 1024 --mechanisms weird-a,softmax --minutes 2
   weirdnet bench lm --report-only
+  weirdnet bench lm --recalibrate                    # on a new machine: rates measured again
 """
 
 
@@ -139,6 +141,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=1, help="seeds per cell (default 1)")
     parser.add_argument("--work", default=None,
                         help="run directories (default: $WEIRDNET_BENCH_DIR/runs)")
+    parser.add_argument("--recalibrate", action="store_true",
+                        help="measure every model's steps/s again (e.g. on another "
+                             "machine, or after a change to the code); timed runs whose "
+                             "step count changes then run again")
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild the report from the stored records; train nothing")
     parser.add_argument("--no-plot", action="store_true", help="skip lm.png")
@@ -157,6 +163,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         if args.minutes <= 0 or args.seeds < 1:
             raise ValueError("--minutes must be > 0 and --seeds >= 1")
+        if args.recalibrate and args.report_only:
+            raise ValueError("--recalibrate trains; it cannot go with --report-only")
         calibrations = calibration_cells(_names(args.mechanisms), args.contexts,
                                          QUICK if args.quick else Scale())
     except (ValueError, KeyError) as error:
@@ -177,7 +185,8 @@ def _run(args, argv, calibrations: list[LMCell], store: CellStore,
 
     command = ["weirdnet", *argv]
     configs = {c.key: c.config_dict(store.work_dir) for c in calibrations}
-    states = {c.key: store.state(c, configs[c.key]) for c in calibrations}
+    states = {c.key: "rerun" if args.recalibrate else store.state(c, configs[c.key])
+              for c in calibrations}
     if not args.report_only and any(s != "done" for s in states.values()):
         status = run_cells("calibration", calibrations, configs, states, store, session,
                            command, False, None)
