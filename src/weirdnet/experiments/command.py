@@ -217,8 +217,8 @@ def run_cells(name: str, cells: list, configs: dict[str, dict], states: dict[str
               report_only: bool, write: Callable[[], Path] | None) -> int:
     """Run every cell not done (one child each, with a progress bar; a cell in state
     "rerun" starts over), then ``write()`` the report and print it (``write`` None: no
-    report); the exit status (1 when a cell failed).  An interruption leaves one line (``session.kept``) saying what was kept
-    and how to continue."""
+    report); the exit status (1 when a cell failed).  An interruption leaves one line
+    (``session.kept``) saying what was kept and how to continue."""
     from tqdm.auto import tqdm
 
     todo = [c for c in cells if states[c.key] != "done"] if not report_only else []
