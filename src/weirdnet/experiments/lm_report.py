@@ -84,8 +84,9 @@ def markdown(cells: Sequence, done: dict[str, dict]) -> str:
 
 
 def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
-    """lm.png: validation bits per byte against training minutes, a panel per context;
-    ImportError without matplotlib."""
+    """lm.png: validation bits per byte against training minutes, a panel per context,
+    and each run's test bits per byte at its end (a star); ImportError without
+    matplotlib."""
     from weirdnet._atomic import write_png
 
     contexts = list(dict.fromkeys(c.context for c in cells))
@@ -95,11 +96,15 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
         for k, name in enumerate(names):
             for cell in cells:
                 if cell.context == context and cell.variant.name == name and cell.key in done:
-                    points = curve(done[cell.key])
+                    record = done[cell.key]
+                    points = curve(record)
                     ax.plot([m for _, m, _ in points], [b for _, _, b in points],
                             marker=".", color=f"C{k % 10}",
                             label=VARIANTS[name].label if cell.seed == 0 else None)
-        ax.set_title(f"context {context} bytes", fontsize=10)
+                    ax.plot([record["steps"] / record["steps_per_s"] / 60.0],
+                            [record["results"]["test"]["bpc"]], marker="*", markersize=9,
+                            color=f"C{k % 10}", linestyle="none")
+        ax.set_title(f"context {context} bytes (star: test split at the end)", fontsize=10)
         ax.set_xlabel("training minutes")
         ax.set_ylabel("validation bits per byte")
         ax.grid(alpha=0.3)
