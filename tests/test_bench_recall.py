@@ -28,6 +28,40 @@ def test_plan_and_configs(tmp_path):
         plan(["mqr"], [64], [16], ["softmax"], 1, 10)
 
 
+def test_a_learning_rate_sweep_keeps_default_keys_and_chooses_by_validation(tmp_path):
+    from weirdnet.experiments.recall_report import chosen, markdown
+
+    cells = plan(["mqar"], [64], [16], ["softmax"], 2, 10, lrs=[3e-3, 1e-2])
+    assert [c.key for c in cells] == [
+        "mqar--L64--d16--softmax--s0", "mqar--L64--d16--softmax--s1",
+        "mqar--L64--d16--softmax--lr0.01--s0", "mqar--L64--d16--softmax--lr0.01--s1"]
+    assert TrainConfig.from_dict(cells[2].config_dict(tmp_path)).optim.lr == 1e-2
+    with pytest.raises(ValueError, match="learning rates"):
+        plan(["mqar"], [64], [16], ["softmax"], 1, 10, lrs=[0.0])
+
+    def record(val: float, test: float) -> dict:
+        return {"status": "done", "results": {"val": {"accuracy": val},
+                                              "test": {"accuracy": test}},
+                "evaluated": {"test": 1000}}
+
+    # the higher rate wins on validation, although its test accuracy is lower
+    done = {cells[0].key: record(0.5, 0.9), cells[1].key: record(0.6, 0.9),
+            cells[2].key: record(0.9, 0.7), cells[3].key: record(0.8, 0.7)}
+    records, rate, swept = chosen(cells, done)
+    assert rate == 1e-2 and swept and [r["results"]["val"]["accuracy"] for r in records] \
+        == [0.9, 0.8]
+    assert "70.0 [70, 70] (lr 0.01)" in markdown(cells, done, [])
+    # one rate finished: no choice, no bracket; a tie goes to the default rate
+    only = {k: v for k, v in done.items() if "lr0.01" not in k}
+    assert chosen(cells, only)[1:] == (3e-3, False)
+    tie = {**done, cells[2].key: record(0.55, 0.7), cells[3].key: record(0.55, 0.7)}
+    assert chosen(cells, tie)[1] == 3e-3
+    assert chosen(cells, {}) == ([], None, False)
+    # a mechanism measured in one column only: the others print as not run
+    other = plan(["mqar"], [64], [32], ["weird-a"], 1, 10)
+    assert "| Weird-Net A | – | – |" in markdown(cells + other, done, [])
+
+
 def test_intervals():
     low, high = wilson(0.5, 1000)
     assert low == pytest.approx(0.469, abs=1e-3) and high == pytest.approx(0.531, abs=1e-3)
@@ -52,6 +86,12 @@ def test_smoke_sweep_records_reports_and_skips(tmp_path):
     assert "## selective-copy (chance 7.1%)" in report and "| Weird-Net A |" in report
     again = run_cli(*args, cwd=tmp_path)
     assert again.returncode == 0 and "4 already done, 0 to run" in again.stdout
+    # a narrower command's report still shows every cell measured
+    narrow = [a if a != "mqar,selective-copy" else "mqar" for a in args]
+    rebuilt = run_cli(*narrow, "--report-only", "--no-plot", cwd=tmp_path)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    report = (tmp_path / "results" / "recall" / "recall.md").read_text()
+    assert "## selective-copy (chance 7.1%)" in report and "4 of 4 cells done" in report
 
 
 @pytest.mark.slow

@@ -4,7 +4,10 @@ heads) swept over model width and sequence length for every mechanism with a cau
 Every (diagnostic, length, width, mechanism, seed) is one training run of a 2-layer
 causal model (``d_ff = 2 D``, one head per 16 channels, no dropout; AdamW, lr 3e-3,
 6,000 steps of 32 sequences by default) on the diagnostic's generated training split,
-then its test split (1,000 sequences): accuracy over the asked positions.  Cells run in
+then its test split (1,000 sequences): accuracy over the asked positions.  ``--lrs``
+sweeps the learning rate as Zoology does; the report then shows, per mechanism and
+cell, the learning rate with the best validation accuracy (the test split never
+chooses).  Cells run in
 fresh processes and are stored as records (metrics, config
 hash, commit, machine), exactly as the suite's (:mod:`.command`): a rerun skips finished
 cells and resumes interrupted ones.  The report (``recall.md``) has a table per
@@ -33,6 +36,9 @@ DIAGNOSTICS = ("mqar", "selective-copy", "induction")
 LENGTHS = (64, 128)
 WIDTHS = (16, 32, 64)
 CAUSAL_MECHANISMS = tuple(v.name for v in MECHANISMS if not v.bidirectional_only)
+DEFAULT_LR = 3e-3
+"""The learning rate of a cell unless ``--lrs`` says otherwise (a cell at another rate
+has ``--lr<rate>`` in its key)."""
 DEFAULT_STEPS = 6000
 """Steps per cell.  MQAR is learnt in a sudden transition: a 2-layer softmax model at
 D = 64, L = 64 sat at the plateau of knowing which values occur (about 30%) until step
@@ -50,6 +56,8 @@ examples:
   weirdnet bench recall                                  # the default sweep (hours on CPU)
   weirdnet bench recall --out benchmarks/results         # into the committed results
   weirdnet bench recall --diagnostics mqar --lengths 64 --widths 16 32
+  weirdnet bench recall --diagnostics mqar --lengths 128 --mechanisms softmax \
+      --lrs 1e-3 3e-3 1e-2                               # a learning-rate sweep
   weirdnet bench recall --report-only                    # rebuild the report from records
   weirdnet bench recall --list                           # the cells and their state
 """
@@ -84,16 +92,18 @@ class RecallCell:
     variant: Variant
     seed: int
     steps: int
+    lr: float = DEFAULT_LR
 
     @property
     def key(self) -> str:
+        rate = "" if self.lr == DEFAULT_LR else f"--lr{self.lr:g}"
         return (f"{self.diagnostic}--L{self.length}--d{self.width}--{self.variant.name}"
-                f"--s{self.seed}")
+                f"{rate}--s{self.seed}")
 
     @property
     def info(self) -> dict[str, Any]:
         return {"diagnostic": self.diagnostic, "length": self.length, "width": self.width,
-                "variant": self.variant.name, "seed": self.seed}
+                "variant": self.variant.name, "seed": self.seed, "lr": self.lr}
 
     def config_dict(self, work_dir: Path) -> dict[str, Any]:
         """The cell's training config (a dict ``TrainConfig.from_dict`` takes)."""
@@ -108,7 +118,7 @@ class RecallCell:
                                  "num_samples": TRAIN_SEQUENCES},
                      "eval_options": {"num_samples": TEST_SEQUENCES}},
             "model": {"backbone": backbone},
-            "optim": {"lr": 3e-3, "weight_decay": 0.1},
+            "optim": {"lr": self.lr, "weight_decay": 0.1},
             "schedule": {"name": "cosine", "warmup_steps": 100},
             "train": {"steps": self.steps, "batch_size": BATCH_SIZE,
                       "eval_every": max(1, self.steps // 3), "eval_batches": 8,
@@ -117,9 +127,12 @@ class RecallCell:
         }
 
 
-def plan(diagnostics, lengths, widths, mechanisms, seeds: int, steps: int
-         ) -> list[RecallCell]:
-    """Every cell of the sweep; ValueError for an unknown or non-causal name."""
+def plan(diagnostics, lengths, widths, mechanisms, seeds: int, steps: int,
+         lrs=(DEFAULT_LR,)) -> list[RecallCell]:
+    """Every cell of the sweep; ValueError for an unknown or non-causal name, or a
+    learning rate that is not positive."""
+    if not lrs or any(not lr > 0 for lr in lrs):
+        raise ValueError(f"learning rates must be > 0, got {list(lrs)}")
     for name in diagnostics:
         diagnostic_options(name, 64)
     variants = [get_variant(name) for name in mechanisms]
@@ -127,8 +140,31 @@ def plan(diagnostics, lengths, widths, mechanisms, seeds: int, steps: int
         if variant.bidirectional_only:
             raise ValueError(f"{variant.label} has no causal form; the recall diagnostics "
                              f"need one (causal mechanisms: {', '.join(CAUSAL_MECHANISMS)})")
-    return [RecallCell(d, n, w, v, s, steps) for d in diagnostics for n in lengths
-            for w in widths for v in variants for s in range(seeds)]
+    return [RecallCell(d, n, w, v, s, steps, lr) for d in diagnostics for n in lengths
+            for w in widths for v in variants for lr in dict.fromkeys(lrs)
+            for s in range(seeds)]
+
+
+def stored_cells(store: CellStore, planned: list[RecallCell]) -> list[RecallCell]:
+    """``planned``, then the cell of every other finished record in ``store`` (another
+    diagnostic, width or learning rate than this command asked for), so that a report
+    always shows everything measured."""
+    keys = {cell.key for cell in planned}
+    extra = []
+    for record in store.all_records():
+        if record.get("status") != "done" or "diagnostic" not in record:
+            continue
+        try:
+            cell = RecallCell(record["diagnostic"], record["length"], record["width"],
+                              get_variant(record["variant"]), record["seed"],
+                              record["config"]["train"]["steps"],
+                              record["config"]["optim"]["lr"])
+        except (KeyError, TypeError, ValueError):
+            continue  # a record this code cannot place: left out of the report
+        if cell.key not in keys:
+            keys.add(cell.key)
+            extra.append(cell)
+    return planned + extra
 
 
 def _names(text: str) -> list[str]:
@@ -143,6 +179,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
     parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
     parser.add_argument("--seeds", type=int, default=1, help="seeds per cell (default 1)")
+    parser.add_argument("--lrs", type=float, nargs="+", default=[DEFAULT_LR],
+                        help="learning rates to sweep (default %(default)s); the report "
+                             "shows the one with the best validation accuracy")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS,
                         help="training steps per cell, batch 32 (default %(default)s)")
     parser.add_argument("--work", default=None,
@@ -166,7 +205,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         if args.seeds < 1 or args.steps < 1:
             raise ValueError("--seeds and --steps must be >= 1")
         cells = plan(_names(args.diagnostics), args.lengths, args.widths,
-                     _names(args.mechanisms), args.seeds, args.steps)
+                     _names(args.mechanisms), args.seeds, args.steps, args.lrs)
         configs = {cell.key: cell.config_dict(store.work_dir) for cell in cells}
     except (ValueError, KeyError) as error:
         print(f"weirdnet bench recall: {error}", file=sys.stderr)
@@ -181,10 +220,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             states = {cell.key: store.state(cell, configs[cell.key]) for cell in cells}
             return run_cells("recall", cells, configs, states, store, session,
                              ["weirdnet", *argv], args.report_only,
-                             lambda: write_report(store, cells, not args.no_plot))
+                             lambda: write_report(store, stored_cells(store, cells),
+                                                  not args.no_plot))
     except output.BenchError as error:
         return output.fail(error)
 
 
-__all__ = ["CAUSAL_MECHANISMS", "DIAGNOSTICS", "RecallCell",
+__all__ = ["CAUSAL_MECHANISMS", "DEFAULT_LR", "DIAGNOSTICS", "RecallCell",
            "diagnostic_options", "plan", "run"]

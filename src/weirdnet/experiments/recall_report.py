@@ -13,7 +13,7 @@ from weirdnet.bench.report import markdown_table
 from . import writing
 from .cells import CellStore
 from .intervals import mean_interval, wilson
-from .recall import TEST_SEQUENCES, diagnostic_options
+from .recall import DEFAULT_LR, DIAGNOSTICS, TEST_SEQUENCES, diagnostic_options
 from .variants import VARIANTS
 
 
@@ -53,13 +53,43 @@ def _entry(records: list[dict[str, Any]], asked: int) -> str:
     return f"{100 * mean:.1f} [{100 * low:.0f}, {100 * high:.0f}]"
 
 
+def _in_order(names) -> list[str]:
+    """Diagnostics or mechanisms in the sweep's own order (DIAGNOSTICS, then VARIANTS),
+    whatever order the cells came in."""
+    order = {name: i for i, name in enumerate((*DIAGNOSTICS, *VARIANTS))}
+    return sorted(set(names), key=lambda name: order.get(name, len(order)))
+
+
 def _groups(cells: Sequence) -> dict[tuple, list]:
-    """Cells grouped by (diagnostic, length, width, variant) over seeds."""
+    """Cells grouped by (diagnostic, length, width, variant) over seeds and learning
+    rates."""
     groups: dict[tuple, list] = {}
     for cell in cells:
         groups.setdefault((cell.diagnostic, cell.length, cell.width, cell.variant.name),
                           []).append(cell)
     return groups
+
+
+def chosen(group: Sequence, done: dict[str, dict]
+           ) -> tuple[list[dict[str, Any]], float | None, bool]:
+    """The finished records of one group at its chosen learning rate: the rate whose
+    seeds' mean validation accuracy is best (ties: the default rate, then the smaller).
+    Returns (records, rate, whether several rates were finished); ([], None, False)
+    when none is."""
+    by_rate: dict[float, list[dict[str, Any]]] = {}
+    for cell in group:
+        if cell.key in done:
+            by_rate.setdefault(cell.lr, []).append(done[cell.key])
+    if not by_rate:
+        return [], None, False
+
+    def validation(rate: float) -> tuple[float, bool, float]:
+        records = by_rate[rate]
+        mean = sum(r["results"]["val"]["accuracy"] for r in records) / len(records)
+        return mean, rate == DEFAULT_LR, -rate
+
+    rate = max(by_rate, key=validation)
+    return by_rate[rate], rate, len(by_rate) > 1
 
 
 def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
@@ -68,15 +98,17 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
     out = ["# Recall diagnostics (ours)", "",
            "Test accuracy (%) over the asked positions, with its 95% interval (over seeds, "
            "else the test set's binomial interval). 2-layer causal models, d_ff = 2 D, "
-           "trained on generated data; `weirdnet bench recall`.", ""]
+           "trained on generated data; `weirdnet bench recall`. Where several learning "
+           "rates were run, an entry is the one with the best validation accuracy, its "
+           "rate in brackets (the test split never chooses).", ""]
     for record in list(done.values())[:1]:
         machine = record.get("machine", {})
         out += [f"- machine: {machine.get('cpu_model', '?')}; torch "
                 f"{machine.get('torch', '?')}; commit {str(record.get('commit'))[:10]}", ""]
-    for diagnostic in dict.fromkeys(c.diagnostic for c in cells):
+    for diagnostic in _in_order(c.diagnostic for c in cells):
         mine = [c for c in cells if c.diagnostic == diagnostic]
-        columns = list(dict.fromkeys((c.length, c.width) for c in mine))
-        variants = list(dict.fromkeys(c.variant.name for c in mine))
+        columns = sorted({(c.length, c.width) for c in mine})
+        variants = _in_order(c.variant.name for c in mine)
         options = diagnostic_options(diagnostic, columns[0][0])
         out += [f"## {diagnostic} (chance {100 * chance(diagnostic, options):.1f}%)", ""]
         header = ["Model", *(f"L={n} D={w}" for n, w in columns)]
@@ -84,10 +116,10 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
         for name in variants:
             row = [VARIANTS[name].label]
             for length, width in columns:
-                records = [done[c.key] for c in groups[(diagnostic, length, width, name)]
-                           if c.key in done]
+                records, rate, swept = chosen(groups.get((diagnostic, length, width, name), []),
+                                              done)
                 asked = asked_per_sequence(diagnostic, diagnostic_options(diagnostic, length))
-                row.append(_entry(records, asked))
+                row.append(_entry(records, asked) + (f" (lr {rate:g})" if swept else ""))
             rows.append(row)
         out += markdown_table(header, rows) + [""]
     total_s = sum(r.get("wall_s", 0.0) for r in done.values())
@@ -103,12 +135,12 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
     without matplotlib."""
     from weirdnet._atomic import write_png
 
-    diagnostics = list(dict.fromkeys(c.diagnostic for c in cells))
+    diagnostics = _in_order(c.diagnostic for c in cells)
     lengths = sorted({c.length for c in cells})
     fig, axes = writing.panels(len(diagnostics), len(lengths), 4 * len(lengths),
                        3.2 * len(diagnostics))
     groups = _groups(cells)
-    variants = list(dict.fromkeys(c.variant.name for c in cells))
+    variants = _in_order(c.variant.name for c in cells)
     for i, diagnostic in enumerate(diagnostics):
         for j, length in enumerate(lengths):
             ax = axes[i][j]
@@ -116,8 +148,8 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
             for k, name in enumerate(variants):
                 xs, ys = [], []
                 for width in widths:
-                    records = [done[c.key] for c in groups.get(
-                        (diagnostic, length, width, name), []) if c.key in done]
+                    records = chosen(groups.get((diagnostic, length, width, name), []),
+                                     done)[0]
                     if records:
                         xs.append(width)
                         ys.append(100 * mean_interval([_accuracy(r) for r in records])[0])
