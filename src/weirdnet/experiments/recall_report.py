@@ -159,6 +159,8 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
             ax.axhline(100 * chance(diagnostic, diagnostic_options(diagnostic, length)),
                        color="grey", linestyle=":", linewidth=1)
             ax.set_xscale("log", base=2)
+            ax.set_xticks(widths, [str(w) for w in widths])
+            ax.set_xlim(min(widths) / 1.3, max(widths) * 1.3)
             ax.set_ylim(0, 100)
             ax.set_title(f"{diagnostic}, L = {length}", fontsize=10)
             ax.set_xlabel("model width D")
