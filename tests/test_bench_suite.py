@@ -164,7 +164,7 @@ def _record(task: str, variant: str, value: float, seed: int = 0, **extra) -> di
             "results": {"val": {metric: stored}, "test": {metric: stored}},
             "evaluated": {"val": extra.get("items", 2000), "test": extra.get("items", 2000)},
             "steps_per_s": extra.get("speed", 1.0), "memory_mib": extra.get("memory", 100.0),
-            "parameters": 1000, "wall_s": 1.0}
+            "parameters": 1000, "wall_s": 1.0, "machine": {}}
 
 
 def _verdict(results: Results, source: str, words: str) -> str:
@@ -215,6 +215,22 @@ def test_the_data_column_states_the_sizes_the_budget_sets():
     assert text == "listops (generated with LRA's generator; 20,000 training items of " \
                    "500-2000 tokens)"
     assert data_text(get_task("jv"), {"dataset": "uea"}) == "uea (the UEA archive files)"
+
+
+def test_the_report_says_how_much_is_left_and_how_long_it_would_take(tmp_path):
+    budget = get_budget("laptop")
+    planned = plan_cells(budget, ["main"])
+    jv = [c for c in planned if c.task.name == "jv"]
+    records = [{**_record("jv", c.variant.name, 90.0, c.seed), "wall_s": 3600.0,
+                "config": c.config_dict(tmp_path)} for c in jv[:-2]]
+    text = render(budget, records, ["main"], None)
+    assert f"{len(jv) - 2} of these tables' {len(planned)} cells done; the 2 left on " \
+           "tasks already timed would take about 2.0 h more" in text
+    assert "on tasks not timed yet (Image, ListOps, SelfRegulationSCP1, wiki-xml LM)" in text
+    every = [{**_record(c.task.name, c.variant.name, 50.0, c.seed),
+              "config": c.config_dict(tmp_path)} for c in planned]
+    assert f"all {len(planned)} cells of these tables are done" in \
+        render(budget, every, ["main"], None)
 
 
 def test_an_accuracy_interval_is_printed_within_0_100_but_kept_unclipped():

@@ -35,6 +35,36 @@ def _provenance(records: Sequence[dict[str, Any]]) -> list[str]:
     ]
 
 
+def _progress(budget: Budget, records: Sequence[dict[str, Any]],
+              tables: Sequence[str]) -> list[str]:
+    """How much of the budget's ``tables`` is done, and how long the rest would
+    take at the finished cells' mean wall time per task (the same machine and threads
+    assumed); the tasks with no finished cell yet are named, not guessed."""
+    from .plan import plan_cells
+
+    planned = plan_cells(budget, tables)
+    done = {(r["task"], r["variant"], r["seed"]) for r in records
+            if r.get("status") == "done"}
+    left = [c for c in planned if (c.task.name, c.variant.name, c.seed) not in done]
+    if not left:
+        return [f"- all {len(planned)} cells of these tables are done"]
+    per_task: dict[str, list[float]] = {}
+    for record in records:
+        if record.get("status") == "done" and record.get("wall_s"):
+            per_task.setdefault(record["task"], []).append(record["wall_s"])
+    timed = [c for c in left if c.task.name in per_task]
+    hours = sum(sum(per_task[c.task.name]) / len(per_task[c.task.name])
+                for c in timed) / 3600
+    untimed = sorted({c.task.label for c in left if c.task.name not in per_task})
+    text = (f"- {len(planned) - len(left)} of these tables' {len(planned)} cells done; the "
+            f"{len(timed)} left on tasks already timed would take about {hours:.1f} h more "
+            "(their task's mean wall time per cell)")
+    if untimed:
+        text += (f"; {len(left) - len(timed)} more on tasks not timed yet "
+                 f"({', '.join(untimed)})")
+    return [text]
+
+
 def data_text(task: Task, data: dict[str, Any]) -> str:
     """The dataset, its note, and the sizes the budget gives a generated set, e.g.
     ``listops (generated with LRA's generator; 20,000 training items of 500-2000 tokens)``."""
@@ -118,7 +148,8 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
     results = Results(records)
     mechanisms = [m.name for m in MECHANISMS]
     out = [f"# Suite results: `{budget.name}` budget", "",
-           f"Budget: {budget.description}.", "", *_provenance(records), "",
+           f"Budget: {budget.description}.", "", *_provenance(records),
+           *(_progress(budget, records, tables) if records else []), "",
            "Numbers marked **(ours)** were measured by this suite under this budget; "
            "numbers marked **(paper)** are the papers' own, copied from the tables named, "
            "under the papers' far larger budgets and official data. Test accuracy in %, "
