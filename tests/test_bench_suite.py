@@ -122,6 +122,10 @@ def test_laptop_budget_seeds_per_variant_and_leaves_out_what_it_cannot_decide():
     listops = next(c for c in cells if c.task.name == "listops").config_dict(Path("w"))
     assert listops["data"]["options"]["max_length"] == 2000  # LRA's lengths
     assert plan_cells(budget, ["main"], ["listops"], ["dba"], seeds=[7])[0].seed == 7
+    # a budget that decides claims never picks a checkpoint on the test split
+    for cell in cells:
+        data = cell.config_dict(Path("w"))["data"]
+        assert data.get("eval_split", "val") == "val" != data.get("test_split", "test")
 
 
 def test_trivial_baselines():

@@ -115,14 +115,18 @@ _GPU = {
 # ListOps at LRA's lengths (500-2,000 tokens).  3 seeds for the papers' mechanisms and the
 # Transformer, 1 for the other baselines.  Pilot runs and wall time: README.
 _LAPTOP_MODEL = _model(64, 2, 128, 4)
+_UEA_HELD_OUT = {"data": {"options": {"val_fraction": 0.2}, "eval_split": "val"}}
+"""The UEA configs follow the papers' scripts (the best checkpoint is picked on the TEST
+file); a budget that decides claims picks it on 20% of TRAIN instead, so the test score
+is not the best of several looks at the test set."""
 _LAPTOP = {
     "*": _merge(_LAPTOP_MODEL, {"schedule": {"warmup_steps": 100}, "run": {"device": "cpu"}}),
     "listops": _merge(_train(800, 16, 0, evals=4, eval_batches=8), {"data": {"options": {
         "n_train": 20000, "n_val": 500, "n_test": 1000, "min_length": 500,
         "max_length": 2000, "max_len": 2000}}}),
     "image": _train(800, 16, 0, evals=4, eval_batches=8),
-    "jv": _train(400, 16, 0, evals=4, eval_batches=0),
-    "scp1": _train(200, 16, 0, evals=4, eval_batches=0),
+    "jv": _merge(_train(400, 16, 0, evals=4, eval_batches=0), _UEA_HELD_OUT),
+    "scp1": _merge(_train(200, 16, 0, evals=4, eval_batches=0), _UEA_HELD_OUT),
     "lm": _merge(_train(1500, 16, 64, evals=4, eval_batches=16),
                  {"data": {"options": {"seq_len": 1024}}}),
 }

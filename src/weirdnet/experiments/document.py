@@ -74,6 +74,11 @@ def data_text(task: Task, data: dict[str, Any]) -> str:
         lengths = (f" of {options['min_length']}-{options['max_length']} tokens"
                    if "min_length" in options and "max_length" in options else "")
         notes.append(f"{options['n_train']:,} training items{lengths}")
+    if data.get("eval_split") == "test":
+        notes.append("best checkpoint picked on the test split, as the papers' scripts do")
+    elif options.get("val_fraction"):
+        notes.append(f"best checkpoint picked on {options['val_fraction']:.0%} of the "
+                     "training file")
     return data["dataset"] + (f" ({'; '.join(notes)})" if notes else "")
 
 
