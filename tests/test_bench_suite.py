@@ -103,6 +103,22 @@ def test_store_states(tmp_path):
     assert store.state(cell, config) == "interrupted"  # an unreadable record counts as none
 
 
+def test_reports_leave_out_stale_records_but_keep_other_seeds(tmp_path):
+    from weirdnet.experiments.command import current_records
+
+    budget = get_budget("smoke")
+    store = CellStore(tmp_path / "results", tmp_path / "work")
+    fresh, old = (Cell(get_task("jv"), get_variant(v), 0, budget) for v in ("dba", "local"))
+    extra = Cell(get_task("jv"), get_variant("dba"), 7, budget)  # a seed the plan lacks
+    for cell, digest in ((fresh, config_hash(fresh.config_dict(store.work_dir))),
+                         (old, "0" * 16), (extra, "1" * 16)):
+        store.write(cell, {"task": "jv", "variant": cell.variant.name, "seed": cell.seed,
+                           "status": "done", "config_hash": digest})
+    kept, stale = current_records(budget, store)
+    assert stale == 1 and sorted((r["variant"], r["seed"]) for r in kept) == [
+        ("dba", 0), ("dba", 7)]
+
+
 def test_configs_dir_error_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setenv("WEIRDNET_CONFIGS", str(tmp_path))
     with pytest.raises(ValueError, match="no weirdnet configs in .*WEIRDNET_CONFIGS"):

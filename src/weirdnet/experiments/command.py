@@ -25,7 +25,7 @@ from pathlib import Path
 from weirdnet._signals import Interrupted
 from weirdnet.bench import output
 
-from .budgets import BUDGETS, get_budget
+from .budgets import BUDGETS, Budget, get_budget
 from .cells import Cell, CellStore, config_hash
 from .plan import TABLES_BY_NAME, plan_cells
 from .tasks import TASKS_BY_NAME
@@ -149,7 +149,7 @@ def write_report(budget_name: str, store: CellStore, tables: list[str],
     from .report import Results
 
     budget = get_budget(budget_name)
-    records = store.all_records()
+    records, stale = current_records(budget, store)
     with output.write_whole():
         figure = None
         if plot and "main" in tables:
@@ -164,8 +164,24 @@ def write_report(budget_name: str, store: CellStore, tables: list[str],
                 print("fig6.png skipped: matplotlib is not installed (pip install "
                       "matplotlib)", file=sys.stderr)
         path = store.results_dir / "report.md"
-        write_atomic(path, render(budget, records, tables, figure))
+        write_atomic(path, render(budget, records, tables, figure, stale))
     return path
+
+
+def current_records(budget: Budget, store: CellStore) -> tuple[list[dict], int]:
+    """The stored records of ``budget`` minus the stale ones (a cell of the budget whose
+    config the code now builds differently: its numbers answer another question), and
+    how many were left out.  Records of cells outside the budget's plan (other seeds)
+    are kept."""
+    cells = {(c.task.name, c.variant.name, c.seed): c
+             for c in plan_cells(budget, list(TABLES_BY_NAME))}
+    records, kept = store.all_records(), []
+    for record in records:
+        cell = cells.get((record.get("task"), record.get("variant"), record.get("seed")))
+        if cell is None or record.get("config_hash") == \
+                config_hash(cell.config_dict(store.work_dir)):
+            kept.append(record)
+    return kept, len(records) - len(kept)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:

@@ -148,13 +148,17 @@ def _failures(records: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[str],
-           figure: str | None) -> str:
-    """The report for ``records`` of ``budget``, with the sections of ``tables``."""
+           figure: str | None, stale: int = 0) -> str:
+    """The report for ``records`` of ``budget``, with the sections of ``tables``;
+    ``stale``: how many stored records were left out as stale (said in the header)."""
     results = Results(records)
     mechanisms = [m.name for m in MECHANISMS]
     out = [f"# Suite results: `{budget.name}` budget", "",
            f"Budget: {budget.description}.", "", *_provenance(records),
-           *(_progress(budget, records, tables) if records else []), "",
+           *(_progress(budget, records, tables) if records else []),
+           *([f"- {stale} stored record(s) left out: their cells' config has changed "
+              "since they ran (they are rerun by the next run of the budget)"]
+             if stale else []), "",
            "Numbers marked **(ours)** were measured by this suite under this budget; "
            "numbers marked **(paper)** are the papers' own, copied from the tables named, "
            "under the papers' far larger budgets and official data. Test accuracy in %, "
