@@ -15,6 +15,7 @@ from weirdnet.experiments.budgets import BUDGETS, get_budget
 from weirdnet.experiments.cells import Cell, CellStore, config_hash
 from weirdnet.experiments.claims import CLAIMS, claim_lines
 from weirdnet.experiments.document import render
+from weirdnet.experiments.intervals import wilson
 from weirdnet.experiments.plan import TABLES_BY_NAME, plan_cells
 from weirdnet.experiments.report import Results
 from weirdnet.experiments.tasks import TASKS, configs_dir, get_task
@@ -261,6 +262,17 @@ def test_an_accuracy_interval_is_printed_within_0_100_but_kept_unclipped():
     assert score.se == pytest.approx((score.high - score.low) / (2 * 1.959963984540054))
     bpc = Results([_record("lm", "softmax", v, seed) for seed, v in enumerate((0.1, 2.0))])
     assert bpc.score("lm", "softmax").with_interval(2).startswith("1.05 [0.00, ")
+
+
+def test_seeds_that_agree_exactly_keep_the_test_sets_interval():
+    same = Results([_record("jv", "ps", 98.6, seed, items=370) for seed in range(3)])
+    score = same.score("jv", "ps")
+    assert score.high - score.low == pytest.approx(
+        100 * (lambda w: w[1] - w[0])(wilson(0.986, 370)))
+    other = Results([_record("jv", "softmax", v, seed, items=370)
+                     for seed, v in enumerate((96.2, 96.8, 97.3))])
+    from weirdnet.experiments.claims import compare
+    assert compare(score, other.score("jv", "softmax")) == "undecided"
 
 
 def test_scores_average_seeds_and_mark_unsupported_and_failed_cells():

@@ -159,17 +159,20 @@ def _items(record: dict[str, Any]) -> int | None:
 
 
 def _score(values: list[float], items: int | None, accuracy: bool) -> Score:
-    """Mean over seeds with its 95% interval: Student's t over two or more seeds; with one
-    seed the test set's binomial (Wilson) interval of an accuracy (in %) when the number
-    of items is known; else none.  The interval is printed within 0-100 (accuracy) or
-    above 0 (bits per byte)."""
+    """Mean over seeds with its 95% interval: Student's t over two or more seeds, and for
+    an accuracy (in %) with a known number of test items never narrower than that test
+    set's binomial (Wilson) interval at the mean (every seed reads the same test items,
+    so their sampling error does not shrink with seeds; seeds that agree exactly would
+    otherwise give a zero-width interval); with one seed the Wilson interval alone; else
+    none.  The interval is printed within 0-100 (accuracy) or above 0 (bits per byte)."""
     score = Score(statistics.fmean(values), statistics.pstdev(values) if len(values) > 1
                   else 0.0, len(values), bounds=(0.0, 100.0) if accuracy else (0.0, math.inf))
     if len(values) > 1:
         _, score.low, score.high = mean_interval(values)
-    elif items and accuracy:
-        low, high = wilson(values[0] / 100.0, items)
-        score.low, score.high = 100.0 * low, 100.0 * high
+    if items and accuracy:
+        low, high = wilson(min(max(score.mean / 100.0, 0.0), 1.0), items)
+        score.low = 100.0 * low if score.low is None else min(score.low, 100.0 * low)
+        score.high = 100.0 * high if score.high is None else max(score.high, 100.0 * high)
     return score
 
 
