@@ -38,3 +38,17 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
     t = _T95[dof - 1] if dof <= len(_T95) else Z95
     half = t * statistics.stdev(values) / math.sqrt(len(values))
     return mean, mean - half, mean + half
+
+
+def accuracy_interval(values: Sequence[float], trials: int | None) -> tuple[float, float,
+                                                                          float]:
+    """(mean, low, high) of accuracies in [0, 1] over seeds: the t interval over the
+    seeds, never narrower than the Wilson interval of ``trials`` test items at the mean
+    (every seed reads the same test items, so their sampling error does not shrink with
+    seeds, and seeds that agree exactly would otherwise give a zero-width interval).
+    One value with ``trials``: the Wilson interval; no ``trials``: the t interval alone."""
+    mean, low, high = mean_interval(values)
+    if trials:
+        wilson_low, wilson_high = wilson(min(max(mean, 0.0), 1.0), trials)
+        low, high = min(low, wilson_low), max(high, wilson_high)
+    return mean, low, high

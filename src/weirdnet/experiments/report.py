@@ -16,7 +16,7 @@ from typing import Any
 from weirdnet.bench.report import markdown_table
 
 from . import numbers
-from .intervals import Z95, mean_interval, wilson
+from .intervals import Z95, accuracy_interval, mean_interval
 from .tasks import get_task
 from .variants import VARIANTS
 
@@ -167,12 +167,11 @@ def _score(values: list[float], items: int | None, accuracy: bool) -> Score:
     none.  The interval is printed within 0-100 (accuracy) or above 0 (bits per byte)."""
     score = Score(statistics.fmean(values), statistics.pstdev(values) if len(values) > 1
                   else 0.0, len(values), bounds=(0.0, 100.0) if accuracy else (0.0, math.inf))
-    if len(values) > 1:
+    if accuracy and (items or len(values) > 1):
+        _, low, high = accuracy_interval([v / 100.0 for v in values], items)
+        score.low, score.high = 100.0 * low, 100.0 * high
+    elif len(values) > 1:
         _, score.low, score.high = mean_interval(values)
-    if items and accuracy:
-        low, high = wilson(min(max(score.mean / 100.0, 0.0), 1.0), items)
-        score.low = 100.0 * low if score.low is None else min(score.low, 100.0 * low)
-        score.high = 100.0 * high if score.high is None else max(score.high, 100.0 * high)
     return score
 
 
