@@ -12,7 +12,7 @@ from weirdnet.bench.report import markdown_table
 
 from . import writing
 from .cells import CellStore
-from .intervals import mean_interval, wilson
+from .intervals import accuracy_interval, mean_interval
 from .recall import DEFAULT_LR, DIAGNOSTICS, TEST_SEQUENCES, diagnostic_options
 from .variants import VARIANTS
 
@@ -39,16 +39,13 @@ def _accuracy(record: dict[str, Any]) -> float:
 
 
 def _entry(records: list[dict[str, Any]], asked: int) -> str:
-    """Test accuracy in % with its 95% interval: over seeds (t) when there are several,
-    else the test set's binomial (Wilson) interval, whose trials are the asked targets
-    (MQAR's targets within a sequence are not independent: the interval is optimistic)."""
+    """Test accuracy in % with its 95% interval: over seeds (t), never narrower than the
+    test set's binomial (Wilson) interval, whose trials are the asked targets (MQAR's
+    targets within a sequence are not independent: that interval is optimistic)."""
     if not records:
         return "–"
-    values = [_accuracy(r) for r in records]
-    mean, low, high = mean_interval(values)
-    if len(values) == 1:
-        sequences = (records[0].get("evaluated") or {}).get("test", TEST_SEQUENCES)
-        low, high = wilson(mean, sequences * asked)
+    sequences = (records[0].get("evaluated") or {}).get("test", TEST_SEQUENCES)
+    mean, low, high = accuracy_interval([_accuracy(r) for r in records], sequences * asked)
     low, high = max(low, 0.0), min(high, 1.0)  # a t interval over seeds can pass 100%
     return f"{100 * mean:.1f} [{100 * low:.0f}, {100 * high:.0f}]"
 
