@@ -123,5 +123,20 @@ def test_equal_compute_lm_smoke(tmp_path):
     assert "lm: 1 cells, 1 already done, 0 to run" in redo.stdout
     again = json.loads((cells / "calibrate--weird-a--L64.json").read_text())
     assert again["resumed"] is False and again["wall_s"] != calibration["wall_s"]
+    # a command naming fewer models still reports every stored run
+    report = (tmp_path / "results" / "lm-quick" / "lm.md").read_text()
+    assert "| Weird-Net A |" in report and "| Transformer |" in report
     refused = run_cli(*args, "--recalibrate", "--report-only", cwd=tmp_path)
     assert refused.returncode == 2 and "--recalibrate" in refused.stderr
+
+
+def test_equal_compute_lm_evaluation_interval_does_not_depend_on_the_models_named():
+    """E (the common evaluation interval) comes from every model calibrated at that
+    context, so naming fewer models keeps the stored runs' configs."""
+    from weirdnet.experiments.lm_compute import calibration_cells, timed_cells
+
+    every = calibration_cells(["weird-a", "softmax"], [1024])
+    rates = {every[0].key: 0.8, every[1].key: 0.2}  # 480 and 120 steps in 10 minutes
+    alone = timed_cells(every[:1], rates, 10.0, 2, peers=every)
+    assert [(c.steps, c.eval_every, c.seed) for c in alone] == [(480, 15, 0), (480, 15, 1)]
+    assert timed_cells(every[:1], rates, 10.0, 1)[0].eval_every == 60

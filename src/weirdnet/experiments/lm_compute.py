@@ -7,12 +7,15 @@ of the ``*-small-cpu`` presets) and the same bytes per step (16,384: batch 16 at
 (30 steps) measures each model's steps/s; then each trains for ``minutes x 60 x steps/s``
 steps, so its cosine schedule ends when its time is up.  Every run evaluates validation
 bits per byte every E steps (E the same for every model of a context: an eighth of the
-slowest model's steps), then the test split at the end.  The measured rates are stored
+slowest model's steps among every model calibrated in the folder), then the test split
+at the end.  The measured rates are stored
 and reused by later runs: ``--recalibrate`` measures them again.
 
 The report (``lm.md``, ``lm.png``): test bits per byte after the same minutes, tokens/s,
 steps, and validation bits per byte at the same step (the last evaluation every model
-reached); the curves are validation bits per byte against training minutes.  Records and
+reached); the curves are validation bits per byte against training minutes.  It shows
+every stored run of the same minutes, whichever models, contexts and seeds the command
+named.  Records and
 resuming as in the suite (:mod:`.command`).  Structure A here is causal (every layer
 Weird-attention); DBA and Linformer have no causal form.
 """
@@ -115,17 +118,57 @@ def calibration_cells(mechanisms, contexts, scale: Scale = Scale()) -> list[LMCe
 
 
 def timed_cells(calibrations: list[LMCell], rates: dict[str, float], minutes: float,
-                seeds: int) -> list[LMCell]:
-    """The timed runs: steps = minutes x 60 x the calibrated steps/s; every model of a
-    context evaluated every E steps, E = an eighth of the fewest steps there."""
-    steps = {c.key: max(20, round(minutes * 60 * rates[c.key])) for c in calibrations}
+                seeds: int, peers: list[LMCell] | None = None) -> list[LMCell]:
+    """The timed runs of ``calibrations``: steps = minutes x 60 x the calibrated steps/s;
+    every model of a context evaluated every E steps, E = an eighth of the fewest steps
+    among ``peers`` of that context (default: ``calibrations``; the command passes every
+    model calibrated in its folder, so that naming fewer models keeps E, and with it the
+    runs already stored)."""
+    steps = {c.key: max(20, round(minutes * 60 * rates[c.key]))
+             for c in (*calibrations, *(peers or ()))}
     out = []
     for context in dict.fromkeys(c.context for c in calibrations):
         mine = [c for c in calibrations if c.context == context]
-        every = max(1, min(steps[c.key] for c in mine) // 8)
+        group = [c for c in (peers or mine) if c.context == context] or mine
+        every = max(1, min(steps[c.key] for c in group) // 8)
         out += [LMCell(c.variant, context, seed, steps[c.key], every, minutes, c.scale)
                 for c in mine for seed in range(seeds)]
     return out
+
+
+def stored_calibrations(store: CellStore, named: list[LMCell]) -> list[LMCell]:
+    """``named``, then every other calibration finished in ``store`` with the config the
+    code builds now (models or contexts this command did not name)."""
+    keys, extra = {c.key for c in named}, []
+    scale = named[0].scale if named else Scale()
+    for record in store.all_records():
+        if record.get("minutes") is not None or record.get("status") != "done":
+            continue
+        try:
+            cell = LMCell(get_variant(record["variant"]), int(record["context"]), 0,
+                          scale.calibration_steps, scale=scale)
+        except (KeyError, TypeError, ValueError):
+            continue  # a record this code cannot place
+        if cell.key not in keys and store.finished([cell]):
+            keys.add(cell.key)
+            extra.append(cell)
+    return named + extra
+
+
+def stored_runs(store: CellStore, planned: list[LMCell], calibrated: list[LMCell],
+                rates: dict[str, float]) -> list[LMCell]:
+    """``planned`` and every other timed run of the same minutes stored in ``store``
+    (models, contexts or seeds this command did not ask for) that the stored
+    calibrations still give, by context, model and seed: what the report shows."""
+    minutes = planned[0].minutes if planned else DEFAULT_MINUTES
+    seeds = [r.get("seed", 0) for r in store.all_records()
+             if r.get("minutes") == minutes and r.get("status") == "done"]
+    keys = {c.key for c in planned}
+    stored = [c for c in timed_cells(calibrated, rates, minutes, 1 + max(seeds, default=0))
+              if c.key not in keys and store.finished([c])]
+    order = {name: i for i, name in enumerate(MECHANISMS)}
+    return sorted(planned + stored, key=lambda c: (c.context, order.get(c.variant.name, 99),
+                                                   c.seed))
 
 
 def _names(text: str) -> list[str]:
@@ -192,14 +235,16 @@ def _run(args, argv, calibrations: list[LMCell], store: CellStore,
                            command, False, None)
         if status:
             return status
-    records = {c.key: store.read(c) for c in calibrations}
-    missing = [k for k, r in records.items() if not r or not r.get("steps_per_s")]
+    calibrated = stored_calibrations(store, calibrations)
+    records = {c.key: store.read(c) for c in calibrated}
+    missing = [c.key for c in calibrations if not (records[c.key] or {}).get("steps_per_s")]
     if missing:
         print(f"weirdnet bench lm: no calibration for {', '.join(missing)}", file=sys.stderr)
         return 1
-    rates = {k: r["steps_per_s"] for k, r in records.items()}
-    cells = timed_cells(calibrations, rates, args.minutes, args.seeds)
+    rates = {k: r["steps_per_s"] for k, r in records.items() if r}
+    cells = timed_cells(calibrations, rates, args.minutes, args.seeds, calibrated)
     configs = {c.key: c.config_dict(store.work_dir) for c in cells}
     states = {c.key: store.state(c, configs[c.key]) for c in cells}
+    shown = stored_runs(store, cells, calibrated, rates)
     return run_cells("lm", cells, configs, states, store, session, command,
-                     args.report_only, lambda: write_report(store, cells, not args.no_plot))
+                     args.report_only, lambda: write_report(store, shown, not args.no_plot))
