@@ -15,9 +15,8 @@ The report (``lm.md``, ``lm.png``): test bits per byte after the same minutes, t
 steps, and validation bits per byte at the same step (the last evaluation every model
 reached); the curves are validation bits per byte against training minutes.  It shows
 every stored run of the same minutes, whichever models, contexts and seeds the command
-named.  Records and
-resuming as in the suite (:mod:`.command`).  Structure A here is causal (every layer
-Weird-attention); DBA and Linformer have no causal form.
+named.  Records and resuming as in the suite (:mod:`.command`).  Structure A here is
+causal (every layer Weird-attention); DBA and Linformer have no causal form.
 """
 
 from __future__ import annotations
