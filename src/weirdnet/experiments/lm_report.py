@@ -12,8 +12,12 @@ from weirdnet.bench.report import markdown_table
 
 from . import writing
 from .cells import CellStore
+from .claims import BETTER, WORSE, compare
 from .intervals import mean_interval
+from .report import Score
 from .variants import VARIANTS
+
+REFERENCE = "softmax"  # every model is compared with the Transformer
 
 
 def curve(record: dict[str, Any]) -> list[tuple[int, float, float]]:
@@ -61,6 +65,48 @@ def context_table(cells: Sequence, done: dict[str, dict]) -> list[str]:
     return markdown_table(header, rows)
 
 
+def _test_bpc(cells: Sequence, done: dict[str, dict]) -> dict[str, list[float]]:
+    """Test bits per byte of each mechanism's finished runs (one per seed), by name."""
+    out: dict[str, list[float]] = {}
+    for cell in cells:
+        if cell.key in done:
+            out.setdefault(cell.variant.name, []).append(
+                done[cell.key]["results"]["test"]["bpc"])
+    return out
+
+
+def _score(values: list[float]) -> Score:
+    """Mean over seeds with its 95% t interval (none with one seed)."""
+    mean, low, high = mean_interval(values)
+    spread = len(values) > 1
+    return Score(mean, n=len(values), low=low if spread else None,
+                 high=high if spread else None)
+
+
+def comparisons(cells: Sequence, done: dict[str, dict]) -> list[str]:
+    """Each model against the Transformer, and Weird-Net B against A, on test bits per
+    byte after the same minutes: "lower" or "higher" only when the 95% interval of the
+    difference excludes 0 (t over seeds); one seed has no interval, so "undecided"."""
+    scores = {name: _score(v) for name, v in _test_bpc(cells, done).items()}
+    pairs = [(name, REFERENCE) for name in scores if name != REFERENCE]
+    if {"weird-a", "weird-b"} <= scores.keys():
+        pairs.append(("weird-b", "weird-a"))
+    rows = []
+    for name, other in pairs:
+        if other not in scores:
+            continue
+        a, b = scores[name], scores[other]
+        outcome = compare(a, b, higher_is_better=False)
+        verdict = {BETTER: "**lower**", WORSE: "**higher**"}.get(
+            outcome, "undecided" + (" (one seed)" if min(a.n, b.n) < 2 else ""))
+        rows.append([f"{VARIANTS[name].label} vs {VARIANTS[other].label}",
+                     f"{a.with_interval(3)} vs {b.with_interval(3)}",
+                     f"{a.mean - b.mean:+.3f}", verdict])
+    if not rows:
+        return []
+    return markdown_table(["comparison", "test bits/byte", "difference", "verdict"], rows)
+
+
 def markdown(cells: Sequence, done: dict[str, dict]) -> str:
     out = ["# Language modelling at equal compute (ours)", "",
            "Byte-level models (D = 128, 4 layers, d_ff = 512) trained for the same minutes "
@@ -77,6 +123,9 @@ def markdown(cells: Sequence, done: dict[str, dict]) -> str:
     for context in dict.fromkeys(c.context for c in cells):
         mine = [c for c in cells if c.context == context]
         out += [f"## Context {context} bytes", "", *context_table(mine, done), ""]
+        if table := comparisons(mine, done):
+            out += ["Decided only when the 95% interval of the difference excludes 0 "
+                    "(t over seeds, standard errors added in quadrature):", "", *table, ""]
     hours = sum(r.get("wall_s", 0.0) for r in done.values()) / 3600
     out += [f"{len(done)} of {len(cells)} runs done; wall time of those {hours:.2f} h "
             "(training and evaluations).", ""]

@@ -1,0 +1,75 @@
+"""weirdnet bench lm: equal-compute language modelling (smoke size), its evaluation
+interval and its report's comparisons."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.train import run_cli
+
+
+@pytest.mark.slow
+def test_equal_compute_lm_smoke(tmp_path):
+    """weirdnet bench lm: calibration, timed runs with a common evaluation interval, the
+    report from records, and a rerun that trains nothing."""
+    args = ["bench", "lm", "--contexts", "64", "--mechanisms", "weird-a,softmax",
+            "--minutes", "0.01", "--quick", "--out", str(tmp_path / "results"),
+            "--work", str(tmp_path / "runs")]
+    out = run_cli(*args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+    cells = tmp_path / "results" / "lm-quick" / "cells"
+    calibration = json.loads((cells / "calibrate--weird-a--L64.json").read_text())
+    timed = json.loads((cells / "weird-a--L64--m0.01--s0.json").read_text())
+    assert calibration["steps_per_s"] > 0 and timed["steps"] == 20
+    assert timed["evaluations"] and timed["evaluations"][0]["step"] == 2
+    assert timed["config"]["train"]["batch_size"] == 1024 // 64
+    report = (tmp_path / "results" / "lm-quick" / "lm.md").read_text()
+    assert "| Weird-Net A | 20 |" in report and "val bits/byte at step 20" in report
+    again = run_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0 and "2 already done, 0 to run" in again.stdout
+    # --recalibrate measures the rates again from scratch; the timed runs keep their
+    # records while their step counts stay the same (here the 20-step floor)
+    one = [a if a != "weird-a,softmax" else "weird-a" for a in args]
+    redo = run_cli(*one, "--recalibrate", cwd=tmp_path)
+    assert redo.returncode == 0, redo.stderr[-3000:]
+    assert "calibration: 1 cells, 0 already done, 1 to run" in redo.stdout
+    assert "lm: 1 cells, 1 already done, 0 to run" in redo.stdout
+    again = json.loads((cells / "calibrate--weird-a--L64.json").read_text())
+    assert again["resumed"] is False and again["wall_s"] != calibration["wall_s"]
+    # a command naming fewer models still reports every stored run
+    report = (tmp_path / "results" / "lm-quick" / "lm.md").read_text()
+    assert "| Weird-Net A |" in report and "| Transformer |" in report
+    refused = run_cli(*args, "--recalibrate", "--report-only", cwd=tmp_path)
+    assert refused.returncode == 2 and "--recalibrate" in refused.stderr
+
+
+def test_equal_compute_lm_evaluation_interval_does_not_depend_on_the_models_named():
+    """E (the common evaluation interval) comes from every model calibrated at that
+    context, so naming fewer models keeps the stored runs' configs."""
+    from weirdnet.experiments.lm_compute import calibration_cells, timed_cells
+
+    every = calibration_cells(["weird-a", "softmax"], [1024])
+    rates = {every[0].key: 0.8, every[1].key: 0.2}  # 480 and 120 steps in 10 minutes
+    alone = timed_cells(every[:1], rates, 10.0, 2, peers=every)
+    assert [(c.steps, c.eval_every, c.seed) for c in alone] == [(480, 15, 0), (480, 15, 1)]
+    assert timed_cells(every[:1], rates, 10.0, 1)[0].eval_every == 60
+
+
+def test_equal_compute_lm_report_decides_only_outside_the_intervals():
+    """The lm report's comparisons: decided with seeds whose spread is small against
+    the gap, undecided with one seed."""
+    from weirdnet.experiments.lm_compute import LMCell
+    from weirdnet.experiments.lm_report import comparisons
+    from weirdnet.experiments.variants import get_variant
+
+    cells = [LMCell(get_variant(name), 1024, seed, 100, 10, 10.0)
+             for name in ("weird-a", "softmax", "linear") for seed in range(3)]
+    bpc = {"weird-a": [2.50, 2.52, 2.55], "softmax": [3.80, 3.85, 3.90], "linear": [3.0]}
+    done = {c.key: {"results": {"test": {"bpc": bpc[c.variant.name][c.seed]}}}
+            for c in cells if c.seed < len(bpc[c.variant.name])}
+    table = "\n".join(comparisons(cells, done))
+    assert "| Weird-Net A vs Transformer | 2.523 [" in table and "| **lower** |" in table
+    assert "| Linear Trans. vs Transformer | 3.000 vs 3.850 [" in table
+    assert "undecided (one seed)" in table
