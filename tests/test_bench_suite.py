@@ -248,6 +248,14 @@ def test_the_report_says_how_much_is_left_and_how_long_it_would_take(tmp_path):
     assert f"{len(jv) - 2} of these tables' {len(planned)} cells done; the 2 left on " \
            "tasks already timed would take about 2.0 h more" in text
     assert "on tasks not timed yet (Image, ListOps, SelfRegulationSCP1, wiki-xml LM)" in text
+    # a mechanism's own time on the task comes first: two slow Transformer seeds done
+    left = {("softmax", 2), ("weird-a", 2)}
+    records = [{**_record("jv", c.variant.name, 90.0, c.seed), "config":
+                c.config_dict(tmp_path),
+                "wall_s": 7200.0 if c.variant.name == "softmax" else 3600.0}
+               for c in jv if (c.variant.name, c.seed) not in left]
+    assert "the 2 left on tasks already timed would take about 3.0 h more" in \
+        render(budget, records, ["main"], None)
     every = [{**_record(c.task.name, c.variant.name, 50.0, c.seed),
               "config": c.config_dict(tmp_path)} for c in planned]
     assert f"all {len(planned)} cells of these tables are done" in \

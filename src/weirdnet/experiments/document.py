@@ -38,8 +38,9 @@ def _provenance(records: Sequence[dict[str, Any]]) -> list[str]:
 def _progress(budget: Budget, records: Sequence[dict[str, Any]],
               tables: Sequence[str]) -> list[str]:
     """How much of the budget's ``tables`` is done, and how long the rest would
-    take at the finished cells' mean wall time per task (the same machine and threads
-    assumed); the tasks with no finished cell yet are named, not guessed."""
+    take at the finished cells' mean wall time of the same mechanism on the task, else
+    of the task (the same machine and threads assumed); the tasks with no finished cell
+    yet are named, not guessed."""
     from .plan import plan_cells
 
     planned = plan_cells(budget, tables)
@@ -49,16 +50,24 @@ def _progress(budget: Budget, records: Sequence[dict[str, Any]],
     if not left:
         return [f"- all {len(planned)} cells of these tables are done"]
     per_task: dict[str, list[float]] = {}
+    per_cell: dict[tuple[str, str], list[float]] = {}
     for record in records:
         if record.get("status") == "done" and record.get("wall_s"):
             per_task.setdefault(record["task"], []).append(record["wall_s"])
+            per_cell.setdefault((record["task"], record["variant"]), []).append(
+                record["wall_s"])
+
+    def estimate(cell) -> float:  # the mechanism's own mean there, else the task's
+        times = per_cell.get((cell.task.name, cell.variant.name)) or per_task[cell.task.name]
+        return sum(times) / len(times)
+
     timed = [c for c in left if c.task.name in per_task]
-    hours = sum(sum(per_task[c.task.name]) / len(per_task[c.task.name])
-                for c in timed) / 3600
+    hours = sum(estimate(c) for c in timed) / 3600
     untimed = sorted({c.task.label for c in left if c.task.name not in per_task})
     text = (f"- {len(planned) - len(left)} of these tables' {len(planned)} cells done; the "
             f"{len(timed)} left on tasks already timed would take about {hours:.1f} h more "
-            "(their task's mean wall time per cell)")
+            "(the mean wall time per cell of the same mechanism on the task, else of the "
+            "task)")
     if untimed:
         text += (f"; {len(left) - len(timed)} more on tasks not timed yet "
                  f"({', '.join(untimed)})")
