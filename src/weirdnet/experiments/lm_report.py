@@ -116,10 +116,11 @@ def markdown(cells: Sequence, done: dict[str, dict]) -> str:
     for record in list(done.values())[:1]:
         machine = record.get("machine", {})
         threads = sorted({r.get("torch_threads") for r in done.values()} - {None})
+        commits = sorted({str(r.get("commit"))[:10] for r in done.values()})
         out += [f"- machine: {machine.get('cpu_model', '?')}, "
                 f"{machine.get('usable_cores', '?')} cores; torch threads per run: "
                 f"{', '.join(map(str, threads)) or '?'}; torch {machine.get('torch', '?')}"
-                f"; commit {str(record.get('commit'))[:10]}", ""]
+                f"; commits {', '.join(commits)}", ""]
     for context in dict.fromkeys(c.context for c in cells):
         mine = [c for c in cells if c.context == context]
         out += [f"## Context {context} bytes", "", *context_table(mine, done), ""]
