@@ -23,6 +23,7 @@ def _provenance(records: Sequence[dict[str, Any]]) -> list[str]:
                       for r in done})
     minutes = sum(r.get("wall_s", 0.0) for r in done) / 60.0
     seeds = sorted({r["seed"] for r in done})
+    commands = sorted({str(r.get("machine", {}).get("command")) for r in done})
     return [
         f"- cells finished: {len(done)}; failed: {len(records) - len(done)}; "
         f"wall time {minutes:.1f} min (sum over cells: data, training, evaluation)",
@@ -31,7 +32,8 @@ def _provenance(records: Sequence[dict[str, Any]]) -> list[str]:
         f"{machine.get('torch')}; Python {machine.get('python')}; weirdnet "
         f"{machine.get('weirdnet')}",
         f"- commits: {', '.join(commits)}; seeds: {', '.join(map(str, seeds))}",
-        f"- command: `{machine.get('command')}`",
+        "- " + ("command" if len(commands) == 1 else "commands") + ": "
+        + ", ".join(f"`{command}`" for command in commands),
     ]
 
 
