@@ -14,7 +14,7 @@ from . import writing
 from .cells import CellStore
 from .claims import BETTER, WORSE, compare
 from .intervals import mean_interval
-from .report import Score
+from .report import score_of
 from .variants import VARIANTS
 
 REFERENCE = "softmax"  # every model is compared with the Transformer
@@ -75,19 +75,12 @@ def _test_bpc(cells: Sequence, done: dict[str, dict]) -> dict[str, list[float]]:
     return out
 
 
-def _score(values: list[float]) -> Score:
-    """Mean over seeds with its 95% t interval (none with one seed)."""
-    mean, low, high = mean_interval(values)
-    spread = len(values) > 1
-    return Score(mean, n=len(values), low=low if spread else None,
-                 high=high if spread else None)
-
-
 def comparisons(cells: Sequence, done: dict[str, dict]) -> list[str]:
     """Each model against the Transformer, and Weird-Net B against A, on test bits per
     byte after the same minutes: "lower" or "higher" only when the 95% interval of the
     difference excludes 0 (t over seeds); one seed has no interval, so "undecided"."""
-    scores = {name: _score(v) for name, v in _test_bpc(cells, done).items()}
+    scores = {name: score_of(v, None, accuracy=False)  # t over seeds, none for one
+              for name, v in _test_bpc(cells, done).items()}
     pairs = [(name, REFERENCE) for name in scores if name != REFERENCE]
     if {"weird-a", "weird-b"} <= scores.keys():
         pairs.append(("weird-b", "weird-a"))

@@ -29,7 +29,7 @@ first of the others a budget measured (the laptop budget leaves Text out)."""
 @dataclass
 class Score:
     """One table entry: the mean over seeds (None: not measured), why it is missing, and
-    its 95% interval (low, high), when one is known (:func:`_score`).  ``bounds``
+    its 95% interval (low, high), when one is known (:func:`score_of`).  ``bounds``
     (0-100 for an accuracy in %, 0-inf for bits per byte) clip the interval where it is
     printed; ``low``, ``high`` and :attr:`se` stay unclipped (a t interval over two seeds
     can pass 100%)."""
@@ -92,7 +92,7 @@ class Results:
         metric = get_task(task).metric
         values = [_test_metric(r, metric) for r in records]
         accuracy = metric == "accuracy"
-        return _score(values, _items(records[0]) if accuracy else None, accuracy)
+        return score_of(values, _items(records[0]) if accuracy else None, accuracy)
 
     def baseline(self, task: str) -> dict[str, Any] | None:
         """The task's trivial baseline (:mod:`.baselines`) as its Transformer records
@@ -158,7 +158,7 @@ def _items(record: dict[str, Any]) -> int | None:
     return evaluated.get("test") if record["results"].get("test") else evaluated.get("val")
 
 
-def _score(values: list[float], items: int | None, accuracy: bool) -> Score:
+def score_of(values: list[float], items: int | None, accuracy: bool) -> Score:
     """Mean over seeds with its 95% interval: Student's t over two or more seeds, and for
     an accuracy (in %) with a known number of test items never narrower than that test
     set's binomial (Wilson) interval at the mean (every seed reads the same test items,
