@@ -218,3 +218,22 @@ def test_sigterm_while_a_suite_cell_trains_then_a_rerun_completes_it(tmp_path):
     assert "0 already done, 1 to run" in rerun.stdout
     record = store.read(cell)
     assert record["status"] == "done" and record["resumed"] is bool(checkpoints)
+
+
+def test_sigterm_while_two_suite_cells_train_stops_both_resumably(tmp_path):
+    store = _store(tmp_path)
+    bench = Bench(tmp_path, *_suite(tmp_path, "weird-a,softmax"), "--jobs", "2")
+    children = bench.wait_for(
+        lambda: (found := bench.children("weirdnet.bench.child cell")) and len(found) == 2
+        and found, "both cells' processes")
+    status, _ = bench.stop(signal.SIGTERM)
+    if status == 0:
+        pytest.skip("the cells finished before the signal arrived")
+    line = _assert_clean_end(bench, signal.SIGTERM, status, children)
+    for variant in ("weird-a", "softmax"):
+        cell, config = _cell(store, variant)
+        assert store.read(cell) is None or store.read(cell)["status"] == "done"
+        if store.read(cell) is None:  # unfinished, not failed, and named in the line
+            assert f"cell {cell.key} is unfinished" in line
+            assert store.state(cell, config) in ("pending", "interrupted")
+    _no_temporaries(store.results_dir)

@@ -368,6 +368,29 @@ def test_smoke_suite_runs_records_skips_and_resumes(tmp_path):
     assert json.loads((cells / "listops--softmax--s0.json").read_text())["resumed"] is True
 
 
+def test_jobs_run_cells_side_by_side_and_the_report_says_so(tmp_path):
+    out = _suite(tmp_path, "--mechanisms", "weird-a,softmax,local", "--jobs", "2")
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+    assert "0 already done, 3 to run, 2 at once" in out.stdout
+    cells = tmp_path / "results" / "suite-smoke" / "cells"
+    records = [json.loads(p.read_text()) for p in sorted(cells.glob("*.json"))]
+    assert [r["status"] for r in records] == ["done"] * 3
+    assert all(r["cells_at_once"] == 2 and r["torch_threads"] >= 1 for r in records)
+    report = (tmp_path / "results" / "suite-smoke" / "report.md").read_text()
+    assert "3 of them ran beside other cells (`--jobs`)" in report
+
+
+def test_cells_side_by_side_share_the_cores_unless_the_user_set_threads(monkeypatch):
+    from weirdnet.experiments.command import cell_env
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert cell_env(1) is None
+    assert cell_env(2)["OMP_NUM_THREADS"] == "4" and cell_env(16)["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert cell_env(2) is None
+
+
 def test_a_cell_that_fails_is_recorded_and_the_rest_still_run(tmp_path, monkeypatch):
     configs = tmp_path / "configs"
     shutil.copytree(configs_dir(), configs)

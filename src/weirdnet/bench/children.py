@@ -60,7 +60,7 @@ class _Child:
     def __init__(self, command: Sequence[str], *, env: dict[str, str] | None,
                  log: IO | None, timeout_s: float | None, grace_s: float, what: str):
         self.command, self.grace_s, self.what = list(command), grace_s, what
-        self.timeout_s = timeout_s
+        self.timeout_s, self._signalled = timeout_s, False
         self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
         env = dict(os.environ if env is None else env)
         env[PARENT_ENV] = str(os.getpid())
@@ -82,11 +82,16 @@ class _Child:
         out, err = (_read(f) for f in (self._out, self._err))
         return subprocess.CompletedProcess(self.command, self.proc.returncode, out, err)
 
+    def terminate(self) -> None:
+        """Send the child its one SIGTERM (if it still runs); :meth:`end` then waits."""
+        if not self._signalled and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        self._signalled = True
+
     def end(self) -> None:
         """Stop the child (see the module doc) and wait for it."""
         _LIVE.discard(self)
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        self.terminate()
         signals, since, said = 1, time.monotonic(), False
         while True:
             try:
@@ -220,33 +225,53 @@ def run_job(job: str, spec: dict, *, timeout_s: float | None = None,
 def run_all(commands: Sequence[Sequence[str]], jobs: int,
             done: Callable[[int, subprocess.CompletedProcess | ChildTimeout], None], *,
             timeout_s: float | None = None, env: dict[str, str] | None = None,
-            grace_s: float = 10.0) -> None:
+            grace_s: float = 10.0, logs: Sequence[str | os.PathLike] | None = None,
+            what: Callable[[int], str] | None = None,
+            started: Callable[[int], None] | None = None) -> None:
     """Run ``commands``, at most ``jobs`` at once, in order; ``done(i, result)`` is called
     as command ``i`` ends (``result``: its completed process, or :class:`ChildTimeout`).
-    When ``done`` or a stop signal raises, the running children are stopped first."""
+    When ``done`` or a stop signal raises, the running children are stopped first.
+    ``logs``: a file per command for its stdout and stderr (written afresh; else both are
+    kept for ``result``); ``what(i)``: command ``i`` in a message while waiting for it to
+    stop; ``started(i)``: called as command ``i`` starts."""
     pending = list(enumerate(commands))
     running: dict[int, _Child] = {}
+    log_files: dict[int, IO] = {}
     try:
         while pending or running:
             while pending and len(running) < max(jobs, 1):
                 i, command = pending.pop(0)
-                running[i] = _start(command, env=env, log=None, timeout_s=timeout_s,
-                                    grace_s=grace_s, what="a measurement")
+                if logs is not None:
+                    log_files[i] = open(logs[i], "w", encoding="utf-8")  # noqa: SIM115
+                running[i] = _start(command, env=env, log=log_files.get(i),
+                                    timeout_s=timeout_s, grace_s=grace_s,
+                                    what=what(i) if what else "a measurement")
+                if started is not None:
+                    started(i)
             ended = [i for i, c in running.items() if c.poll() is not None or c.timed_out()]
             for i in ended:
                 child = running.pop(i)
                 if child.poll() is None:
                     _stop(child)
-                    done(i, ChildTimeout(child.command, child.timeout_s or 0.0))
+                    result: subprocess.CompletedProcess | ChildTimeout = \
+                        ChildTimeout(child.command, child.timeout_s or 0.0)
                 else:
                     _LIVE.discard(child)
-                    done(i, child.result())
+                    result = child.result()
+                if i in log_files:
+                    log_files.pop(i).close()
+                done(i, result)
             if not ended:
                 time.sleep(0.02)
     except BaseException:
+        for child in running.values():  # all stop at once, then each is waited for
+            child.terminate()
         for child in running.values():
             _stop(child)
         raise
+    finally:
+        for log in log_files.values():
+            log.close()
 
 
 def watch_parent(interval_s: float = 1.0) -> None:

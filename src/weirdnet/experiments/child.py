@@ -110,6 +110,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "resumed": resume, **git_commit(Path(__file__).parent),
         "machine": machine_info(trainer.processes.device, spec["command"], allocator),
         "torch_threads": torch.get_num_threads(),
+        "cells_at_once": spec.get("cells_at_once", 1),
         "config_hash": spec["config_hash"], "config": spec["config"],
     }
 

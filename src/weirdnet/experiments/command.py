@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import signal
 import sys
@@ -88,6 +89,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild the report from the stored cells, run nothing")
     parser.add_argument("--no-plot", action="store_true", help="skip fig6.png")
+    add_jobs_argument(parser)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def add_jobs_argument(parser: argparse.ArgumentParser) -> None:
+    """``--jobs N``: cells run at once (:func:`run_cells`)."""
+    parser.add_argument("--jobs", type=_positive, default=1, metavar="N",
+                        help="cells to run at once (default 1), each with an equal share "
+                             "of the cores unless OMP_NUM_THREADS is set; on a small "
+                             "machine 2 single-thread cells finish sooner than 2 cells one "
+                             "after the other, but the cells' steps/s and wall times are "
+                             "those of a shared machine (the report says so)")
 
 
 SIGNAL_EXITS = {-signal.SIGINT: signal.SIGINT, 128 + signal.SIGINT: signal.SIGINT,
@@ -98,26 +117,28 @@ STOP_GRACE_S = 300.0
 """How long a stopped cell may take to save its checkpoint before it is killed."""
 
 
-def run_child(cell, config: dict, store: CellStore, command: list[str],
-              fresh: bool = False) -> bool:
-    """Run ``cell`` (training ``config``; any cell with ``key`` and ``info``) in a fresh
-    process; on failure store a failed record.  True if done.  A cell stopped by a signal
-    stores nothing (it is unfinished, and resumable): this process stops too
-    (:class:`Interrupted`).  ``fresh``: start over even where a run of this config
-    exists (its run directory is overwritten, as ``weirdnet train --overwrite`` does)."""
-    from weirdnet.bench import children
-
+def cell_spec(cell, config: dict, store: CellStore, command: list[str],
+              fresh: bool = False, jobs: int = 1) -> tuple[dict, Path, Path]:
+    """Write the spec of ``cell`` (training ``config``; any cell with ``key`` and
+    ``info``) for its child (:mod:`.child`); the spec, its file and the child's log.
+    ``fresh``: start over even where a run of this config exists (its run directory is
+    overwritten, as ``weirdnet train --overwrite`` does); ``jobs``: how many cells run at
+    once (kept in the record: their speeds are those of a shared machine)."""
     logs = store.work_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    spec = {"config": config, "config_hash": config_hash(config), "cell": cell.info,
+            "record": str(store.record_path(cell)), "command": command, "fresh": fresh,
+            "cells_at_once": jobs}
     spec_path = logs / f"{cell.key}.spec.json"
-    cell_info = cell.info
-    spec = {"config": config, "config_hash": config_hash(config), "cell": cell_info,
-            "record": str(store.record_path(cell)), "command": command, "fresh": fresh}
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
-    log_path = logs / f"{cell.key}.log"
-    with open(log_path, "w", encoding="utf-8") as log:
-        code = children.run(children.job_command("cell", spec_path), log=log,
-                            grace_s=STOP_GRACE_S, what=f"cell {cell.key}").returncode
+    return spec, spec_path, logs / f"{cell.key}.log"
+
+
+def cell_outcome(cell, spec: dict, code: int, log_path: Path, store: CellStore) -> bool:
+    """True if the cell's child (exit status ``code``) stored a record of ``spec``'s
+    config; otherwise store a failed record (the log's tail) and return False.  A cell
+    stopped by a signal stores nothing (it is unfinished, and resumable): this process
+    stops too (:class:`Interrupted`)."""
     record = store.read(cell)
     if record is not None and record.get("status") == "done" and \
             record.get("config_hash") == spec["config_hash"]:
@@ -125,7 +146,7 @@ def run_child(cell, config: dict, store: CellStore, command: list[str],
     if code in SIGNAL_EXITS:  # stopped from outside: unfinished, not failed
         raise Interrupted(SIGNAL_EXITS[code])
     tail = log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
-    store.write(cell, {**cell_info, "status": "failed", "error": tail,
+    store.write(cell, {**cell.info, "status": "failed", "error": tail,
                        "config_hash": spec["config_hash"], "log": str(log_path)})
     return False
 
@@ -225,31 +246,53 @@ def _run_cells(args: argparse.Namespace, argv: list[str], cells: list[Cell],
     budget = get_budget(args.budget)
     return run_cells(f"suite {budget.name}", cells, configs, states, store, session,
                      ["weirdnet", *argv], args.report_only,
-                     lambda: write_report(budget.name, store, args.tables, not args.no_plot))
+                     lambda: write_report(budget.name, store, args.tables, not args.no_plot),
+                     args.jobs)
 
 
 def run_cells(name: str, cells: list, configs: dict[str, dict], states: dict[str, str],
               store: CellStore, session: output.Writing, command: list[str],
-              report_only: bool, write: Callable[[], Path] | None) -> int:
-    """Run every cell not done (one child each, with a progress bar; a cell in state
-    "rerun" starts over), then ``write()`` the report and print it (``write`` None: no
-    report); the exit status (1 when a cell failed).  An interruption leaves one line
+              report_only: bool, write: Callable[[], Path] | None, jobs: int = 1) -> int:
+    """Run every cell not done (one child each, ``jobs`` at once, with a progress bar; a
+    cell in state "rerun" starts over), then ``write()`` the report and print it
+    (``write`` None: no report); the exit status (1 when a cell failed).  An
+    interruption stops every running cell (each saves a checkpoint) and leaves one line
     (``session.kept``) saying what was kept and how to continue."""
     from tqdm.auto import tqdm
 
+    from weirdnet.bench import children
+
     todo = [c for c in cells if states[c.key] != "done"] if not report_only else []
     print(f"{name}: {len(cells)} cells, {len(cells) - len(todo)} already "
-          f"done, {len(todo)} to run", flush=True)
-    running: list = []
-    session.kept = lambda: _kept(cells, configs, store, running, command)
+          f"done, {len(todo)} to run" + (f", {jobs} at once" if jobs > 1 and todo else ""),
+          flush=True)
+    specs = [cell_spec(c, configs[c.key], store, command, states[c.key] == "rerun", jobs)
+             for c in todo]
+    running: dict[int, object] = {}
+    session.kept = lambda: _kept(cells, configs, store, list(running.values()), command)
     failed = 0
-    with tqdm(todo, unit="cell", dynamic_ncols=True, disable=not todo) as bar:
-        for cell in bar:
-            bar.set_postfix_str(f"{cell.key} ({states[cell.key]})")
-            running[:] = [cell]
-            failed += not run_child(cell, configs[cell.key], store, command,
-                                    fresh=states[cell.key] == "rerun")
-            running.clear()
+    with tqdm(total=len(todo), unit="cell", dynamic_ncols=True, disable=not todo) as bar:
+        def show() -> None:
+            bar.set_postfix_str(", ".join(f"{c.key} ({states[c.key]})"
+                                          for c in running.values()))
+
+        def started(i: int) -> None:
+            running[i] = todo[i]
+            show()
+
+        def ended(i: int, result) -> None:
+            nonlocal failed
+            code = getattr(result, "returncode", None)
+            spec, _, log = specs[i]
+            failed += not cell_outcome(todo[i], spec, code, log, store)
+            del running[i]
+            bar.update()
+            show()
+
+        commands = [children.job_command("cell", spec_path) for _, spec_path, _ in specs]
+        children.run_all(commands, jobs, ended, env=cell_env(jobs), grace_s=STOP_GRACE_S,
+                         logs=[log for _, _, log in specs], what=lambda i: f"cell {todo[i].key}",
+                         started=started)
     if write is None:
         return 1 if failed else 0
     rebuild = command if report_only else [*command, "--report-only"]
@@ -262,15 +305,23 @@ def run_cells(name: str, cells: list, configs: dict[str, dict], states: dict[str
     return 1 if failed else 0
 
 
+def cell_env(jobs: int) -> dict[str, str] | None:
+    """The cells' environment: with ``jobs`` > 1 and no ``OMP_NUM_THREADS`` set, each
+    cell gets an equal share of the CPU cores (threads fighting over cores slow every
+    cell many times); None (this process's environment) otherwise."""
+    if jobs <= 1 or "OMP_NUM_THREADS" in os.environ:
+        return None
+    return {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // jobs))}
+
+
 def _kept(cells: list, configs: dict[str, dict], store: CellStore, running: list,
           command: list[str]) -> str:
     """What an interrupted suite kept, and the command that continues it (one line)."""
+    from weirdnet.train.checkpoint import list_checkpoints
+
     done = sum(store.state(c, configs[c.key]) == "done" for c in cells)
     parts = []
-    if running:
-        from weirdnet.train.checkpoint import list_checkpoints
-
-        cell = running[0]
+    for cell in running:
         saved = list_checkpoints(store.run_dir(cell))
         parts.append(f"cell {cell.key} is unfinished, " + (
             f"its checkpoint {saved[-1].name} kept in {store.run_dir(cell)}" if saved

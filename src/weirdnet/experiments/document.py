@@ -24,9 +24,12 @@ def _provenance(records: Sequence[dict[str, Any]]) -> list[str]:
     minutes = sum(r.get("wall_s", 0.0) for r in done) / 60.0
     seeds = sorted({r["seed"] for r in done})
     commands = sorted({str(r.get("machine", {}).get("command")) for r in done})
+    shared = sum(r.get("cells_at_once", 1) > 1 for r in done)
     return [
         f"- cells finished: {len(done)}; failed: {len(records) - len(done)}; "
-        f"wall time {minutes:.1f} min (sum over cells: data, training, evaluation)",
+        f"wall time {minutes:.1f} min (sum over cells: data, training, evaluation)"
+        + (f"; {shared} of them ran beside other cells (`--jobs`), so their steps/s and "
+           "wall times are those of a shared machine" if shared else ""),
         f"- machine: {machine.get('cpu_model')} ({machine.get('usable_cores')} usable "
         f"cores){', ' + machine['gpu'] if machine.get('gpu') else ''}; torch "
         f"{machine.get('torch')}; Python {machine.get('python')}; weirdnet "

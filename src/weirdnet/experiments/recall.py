@@ -190,6 +190,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild the report from the stored records; train nothing")
     parser.add_argument("--no-plot", action="store_true", help="skip recall.png")
+    from .command import add_jobs_argument
+
+    add_jobs_argument(parser)
     output.add_out_arguments(parser, "recall/recall.{md,png} and recall/cells/*.json")
 
 
@@ -221,7 +224,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             return run_cells("recall", cells, configs, states, store, session,
                              ["weirdnet", *argv], args.report_only,
                              lambda: write_report(store, stored_cells(store, cells),
-                                                  not args.no_plot))
+                                                  not args.no_plot), args.jobs)
     except output.BenchError as error:
         return output.fail(error)
 
