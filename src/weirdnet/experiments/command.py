@@ -103,10 +103,10 @@ def add_jobs_argument(parser: argparse.ArgumentParser) -> None:
     """``--jobs N``: cells run at once (:func:`run_cells`)."""
     parser.add_argument("--jobs", type=_positive, default=1, metavar="N",
                         help="cells to run at once (default 1), each with an equal share "
-                             "of the cores unless OMP_NUM_THREADS is set; on a small "
-                             "machine 2 single-thread cells finish sooner than 2 cells one "
-                             "after the other, but the cells' steps/s and wall times are "
-                             "those of a shared machine (the report says so)")
+                             "of the cores unless OMP_NUM_THREADS is set; small models "
+                             "gain little from more threads, so a sweep can finish sooner, "
+                             "but the cells' steps/s and wall times are then those of a "
+                             "shared machine (the report says so)")
 
 
 SIGNAL_EXITS = {-signal.SIGINT: signal.SIGINT, 128 + signal.SIGINT: signal.SIGINT,
