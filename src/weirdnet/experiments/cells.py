@@ -128,10 +128,14 @@ class CellStore:
         done = {}
         for cell in cells:
             record = self.read(cell)
-            if record and record.get("status") == "done" and record.get("config_hash") \
-                    == config_hash(cell.config_dict(self.work_dir)):
+            if record and record.get("status") == "done" and self.current(cell, record):
                 done[cell.key] = record
         return done
+
+    def current(self, cell, record: dict[str, Any]) -> bool:
+        """Whether ``record`` was made with the config ``cell`` builds now (else its
+        numbers answer another question: the record is stale)."""
+        return record.get("config_hash") == config_hash(cell.config_dict(self.work_dir))
 
     def write(self, cell: Cell, record: dict[str, Any]) -> Path:
         """Store ``record`` for ``cell`` atomically; returns its path."""

@@ -199,8 +199,7 @@ def current_records(budget: Budget, store: CellStore) -> tuple[list[dict], int]:
     records, kept = store.all_records(), []
     for record in records:
         cell = cells.get((record.get("task"), record.get("variant"), record.get("seed")))
-        if cell is None or record.get("config_hash") == \
-                config_hash(cell.config_dict(store.work_dir)):
+        if cell is None or store.current(cell, record):
             kept.append(record)
     return kept, len(records) - len(kept)
 
