@@ -87,6 +87,9 @@ def test_smoke_sweep_records_reports_and_skips(tmp_path):
     assert "## selective-copy (chance 7.1%)" in report and "| Weird-Net A |" in report
     again = run_cli(*args, cwd=tmp_path)
     assert again.returncode == 0 and "4 already done, 0 to run" in again.stdout
+    listed = run_cli(*args, "--list", cwd=tmp_path)
+    assert listed.returncode == 0 and f"records: {cells};" in listed.stdout
+    assert "done         mqar--L32--d16--weird-a--s0" in listed.stdout and "4 done" in listed.stdout
     # a narrower command's report still shows every cell measured
     narrow = [a if a != "mqar,selective-copy" else "mqar" for a in args]
     rebuilt = run_cli(*narrow, "--report-only", "--no-plot", cwd=tmp_path)

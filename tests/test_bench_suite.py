@@ -362,6 +362,7 @@ def test_smoke_suite_runs_records_skips_and_resumes(tmp_path):
     (cells / "listops--softmax--s0.json").unlink()
     listed = _suite(tmp_path, "--mechanisms", "weird-a,softmax", "--list")
     assert "interrupted  listops--softmax--s0" in listed.stdout
+    assert f"records: {cells};" in listed.stdout and "1 done, 1 interrupted" in listed.stdout
     resumed = _suite(tmp_path, "--mechanisms", "weird-a,softmax")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "1 already done, 1 to run" in resumed.stdout

@@ -151,7 +151,11 @@ def cell_outcome(cell, spec: dict, code: int, log_path: Path, store: CellStore) 
     return False
 
 
-def _print_plan(cells: list[Cell], states: dict[str, str]) -> None:
+def print_plan(cells: list, states: dict[str, str], store: CellStore) -> None:
+    """Each cell's state and key, a count per state, and where the records and run
+    directories were looked for (a cell recorded under another ``--out`` shows as
+    "interrupted" or "pending" here)."""
+    print(f"records: {store.cells_dir}; run directories: {store.work_dir}")
     for cell in cells:
         print(f"{states[cell.key]:<12} {cell.key}")
     counts: dict[str, int] = {}
@@ -220,7 +224,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"weirdnet bench suite: {error}", file=sys.stderr)
         return 2
     if args.list:
-        _print_plan(cells, states)
+        print_plan(cells, states, store)
         return 0
 
     def refuse() -> None:

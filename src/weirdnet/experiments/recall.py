@@ -198,7 +198,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan, run the cells that are not done, write the report; the exit status."""
-    from .command import run_cells
+    from .command import print_plan, run_cells
     from .recall_report import write_report
 
     out = output.out_dir(args.out)
@@ -214,8 +214,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"weirdnet bench recall: {error}", file=sys.stderr)
         return 2
     if args.list:
-        for cell in cells:
-            print(f"{store.state(cell, configs[cell.key]):12s} {cell.key}")
+        print_plan(cells, {c.key: store.state(c, configs[c.key]) for c in cells}, store)
         return 0
     try:
         folders = [store.results_dir] + ([] if args.report_only else [store.work_dir])
