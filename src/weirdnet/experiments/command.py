@@ -7,8 +7,8 @@ stale cell was recorded with a config that the current code no longer builds).
 
 While it runs, the suite holds the locks of its results folder and its run directories'
 folder (one writer each, :mod:`weirdnet.bench.output`).  SIGINT or SIGTERM stops it
-cleanly: the running cell's process gets one SIGTERM and is waited for (the trainer saves
-a checkpoint), the cell stays unfinished (no record: a rerun resumes it), and one line
+cleanly: each running cell's process (one, or ``--jobs`` of them) gets one SIGTERM and is
+waited for (the trainer saves a checkpoint), the cell stays unfinished (no record: a rerun resumes it), and one line
 says what was kept and the command that continues.
 """
 
@@ -50,7 +50,8 @@ Results: OUT/suite-<budget>/{cells/*.json, report.md, fig6.png}; run directories
 $WEIRDNET_BENCH_DIR, else ~/.cache/weirdnet/bench; WORK is --work DIR, else runs/ in that
 default folder.  The committed results are written only with --out benchmarks/results,
 and never by the smoke budget (unless --force).  A rerun skips finished cells and resumes
-interrupted ones; Ctrl-C or SIGTERM leaves the running cell resumable.
+interrupted ones; Ctrl-C or SIGTERM leaves the running cells resumable.  --jobs N runs N
+cells at once (each with cores/N threads unless OMP_NUM_THREADS is set).
 """
 
 EXAMPLES = """\
@@ -59,6 +60,7 @@ examples:
   weirdnet bench suite --budget cpu --out benchmarks/results   # the committed results
   weirdnet bench suite --budget cpu --tables main --tasks listops,text
   weirdnet bench suite --budget cpu --list                # the cells and their state
+  weirdnet bench suite --budget laptop --jobs 2           # two cells at once
   weirdnet bench suite --budget cpu --report-only         # rebuild report.md and fig6.png
 """
 
