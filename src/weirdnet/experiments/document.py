@@ -210,7 +210,10 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
             "A comparison counts only when the 95% interval of the difference excludes 0 "
             "(over seeds, or the test set's binomial interval for one seed): \"holds\" and "
             "\"does not hold\" are decided at this budget, \"undecided\" is not (a larger "
-            "budget, more seeds or more test items would decide it).", "",
+            "budget, more seeds or more test items would decide it). A claim about the LRA "
+            "average, where this budget ran only some of its tasks, is judged on the "
+            "average over the tasks run (\"... on the tasks run\"): evidence about those "
+            "tasks, not the paper's claim.", "",
             *claim_lines(results)]
     out += _failures(records)
     return "\n".join(out) + "\n"
