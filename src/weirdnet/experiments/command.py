@@ -8,8 +8,8 @@ stale cell was recorded with a config that the current code no longer builds).
 While it runs, the suite holds the locks of its results folder and its run directories'
 folder (one writer each, :mod:`weirdnet.bench.output`).  SIGINT or SIGTERM stops it
 cleanly: each running cell's process (one, or ``--jobs`` of them) gets one SIGTERM and is
-waited for (the trainer saves a checkpoint), the cell stays unfinished (no record: a rerun resumes it), and one line
-says what was kept and the command that continues.
+waited for (the trainer saves a checkpoint), the cell stays unfinished (no record: a rerun
+resumes it), and one line says what was kept and the command that continues.
 """
 
 from __future__ import annotations
