@@ -471,3 +471,21 @@ def test_the_best_average_claim_compares_every_mechanism_on_the_same_tasks():
              for r in records]
     assert _verdict(Results(lower), "DBA Table 2", "better LRA average") == \
         "does not hold on the tasks run"
+
+
+def test_fig6_averages_every_mechanism_over_the_same_lra_tasks(tmp_path):
+    from weirdnet.experiments.figure import accuracy_label, draw_fig6, our_points
+
+    speeds = {"weird-a": 5.0, "dba": 3.0, "softmax": 1.0}
+    records = [_record(t, n, 50.0 + 10 * speeds[n], speed=speeds[n], memory=100.0)
+               for t in ("listops", "image") for n in speeds]
+    records.append(_record("text", "weird-a", 99.0))  # one mechanism only: left out
+    points, tasks = our_points(Results(records), list(speeds))
+    assert tasks == ("listops", "image")
+    assert sorted((p[0], p[1], p[2]) for p in points) == [
+        ("DBA", 3.0, 80.0), ("Transformer", 1.0, 60.0), ("Weird-Net A", 5.0, 100.0)]
+    assert accuracy_label(tasks) == "accuracy (%), average of ListOps, Image"
+    assert accuracy_label(numbers.LRA_COLUMNS) == "LRA average accuracy (%), 5 tasks"
+    pytest.importorskip("matplotlib")
+    path = draw_fig6(Results(records), list(speeds), tmp_path / "fig6.png", "laptop")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

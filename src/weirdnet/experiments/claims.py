@@ -71,22 +71,15 @@ def _verdict(outcomes: list[str], need: int, detail: str) -> Verdict:
     return "undecided", detail
 
 
-def tasks_run(results: Results, tasks: tuple[str, ...], names: tuple[str, ...]) -> list[str]:
-    """The tasks of ``tasks`` on which every one of ``names`` is measured and the
-    Transformer is not known to have failed to learn (such a task ranks nothing)."""
-    return [t for t in tasks if results.learned(t) is not False
-            and all(results.score(t, n).mean is not None for n in names)]
-
-
 def _scope(results: Results, tasks: tuple[str, ...], names: tuple[str, ...]):
     """(the tasks to average over, the verdict's suffix, the detail's prefix): all of
-    ``tasks`` when every name is measured on each, else the tasks run (:func:`tasks_run`)
-    with a suffix saying so; None when no task is left."""
-    if all(results.average(tasks, n).mean is not None for n in names):
-        return tasks, "", ""
-    run = tuple(tasks_run(results, tasks, names))
+    ``tasks``, else the tasks run (:meth:`~.report.Results.common_tasks`) with a suffix
+    and prefix saying so; None when no task is left."""
+    run = results.common_tasks(tasks, names)
     if not run:
         return None
+    if run == tuple(tasks):
+        return run, "", ""
     labels = ", ".join(get_task(t).label for t in run)
     return run, " on the tasks run", f"{labels} only ({len(run)} of {len(tasks)} tasks): "
 

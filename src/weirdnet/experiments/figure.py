@@ -17,16 +17,29 @@ from .tasks import get_task
 from .variants import VARIANTS
 
 
-def our_points(results: Results, variants: Sequence[str]) -> list[tuple[str, float, float,
-                                                                         float]]:
-    """(label, speed ×, LRA average, memory ×) for each variant measured on all of it."""
+def our_points(results: Results, variants: Sequence[str]
+               ) -> tuple[list[tuple[str, float, float, float]], tuple[str, ...]]:
+    """(label, speed ×, LRA average, memory ×) for each variant with a measured speed,
+    each averaged over the same LRA tasks (:meth:`~.report.Results.common_tasks`: all
+    five, else those the budget ran); and those tasks."""
+    timed = [n for n in variants if None not in results.relative_speed(n)
+             and any(results.score(t, n).mean is not None for t in numbers.LRA_COLUMNS)]
+    tasks = results.common_tasks(numbers.LRA_COLUMNS, timed)
+    if not tasks:
+        return [], tasks
     points = []
-    for name in variants:
-        average = results.average(numbers.LRA_COLUMNS, name).mean
+    for name in timed:
         speed, memory = results.relative_speed(name)
-        if None not in (average, speed, memory):
-            points.append((VARIANTS[name].label, speed, average, memory))
-    return points
+        points.append((VARIANTS[name].label, speed, results.average(tasks, name).mean,
+                       memory))
+    return points, tasks
+
+
+def accuracy_label(tasks: Sequence[str]) -> str:
+    """The y axis: the LRA average of all five tasks, or of the ones named."""
+    if tuple(tasks) == numbers.LRA_COLUMNS or not tasks:
+        return "LRA average accuracy (%), 5 tasks"
+    return "accuracy (%), average of " + ", ".join(get_task(t).label for t in tasks)
 
 
 def paper_points(variants: Sequence[str]) -> list[tuple[str, float, float, float]]:
@@ -47,15 +60,16 @@ def paper_points(variants: Sequence[str]) -> list[tuple[str, float, float, float
     return points
 
 
-def _panel(axes, points, title: str, xlabel: str) -> None:
-    for index, (label, speed, average, memory) in enumerate(points):
-        color = f"C{index % 10}"
+def _panel(axes, points, title: str, xlabel: str, ylabel: str,
+           colors: dict[str, str]) -> None:
+    for label, speed, average, memory in points:
+        color = colors[label]
         axes.scatter([speed], [average], s=1500.0 * memory, alpha=0.35, color=color,
                      edgecolors=color)
         axes.annotate(label, (speed, average), ha="center", va="center", fontsize=8)
     axes.set_title(title, fontsize=10)
     axes.set_xlabel(xlabel)
-    axes.set_ylabel("LRA average accuracy (%), 5 tasks")
+    axes.set_ylabel(ylabel)
     axes.grid(alpha=0.3)
     if points:
         xs = [p[1] for p in points]
@@ -75,10 +89,13 @@ def draw_fig6(results: Results, variants: Sequence[str], out: Path, budget: str)
     FigureCanvasAgg(figure)
     left, right = figure.subplots(1, 2)
     speed_task = get_task(results.speed_task()).label
-    _panel(left, our_points(results, variants), f"ours ({budget} budget): speed and "
-           f"memory of the {speed_task} cells", "training steps/s relative to the Transformer")
+    points, tasks = our_points(results, variants)
+    speed_label = "training steps/s relative to the Transformer"
+    colors = {VARIANTS[n].label: f"C{i % 10}" for i, n in enumerate(variants)}  # both panels
+    _panel(left, points, f"ours ({budget} budget): speed and memory of the {speed_task} "
+           "cells", speed_label, accuracy_label(tasks), colors)
     _panel(right, paper_points(variants), "papers' numbers (speed and memory at 4K)",
-           "training steps/s relative to the Transformer")
+           speed_label, accuracy_label(numbers.LRA_COLUMNS), colors)
     figure.suptitle("Fig. 6 layout: accuracy vs speed; circle area = peak memory "
                     "relative to the Transformer")
     figure.tight_layout()

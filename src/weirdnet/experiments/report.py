@@ -132,6 +132,16 @@ class Results:
         return (rate / base_rate if rate and base_rate else None,
                 memory / base_memory if memory is not None and base_memory else None)
 
+    def common_tasks(self, tasks: Sequence[str], names: Sequence[str]) -> tuple[str, ...]:
+        """The tasks to average ``names`` over so that each is averaged over the same ones:
+        all of ``tasks`` when every name is measured on each; else those on which every
+        name is measured and the Transformer is not known to have failed to learn (such a
+        task ranks nothing).  Empty when no task is left."""
+        if all(self.average(tasks, n).mean is not None for n in names):
+            return tuple(tasks)
+        return tuple(t for t in tasks if self.learned(t) is not False
+                     and all(self.score(t, n).mean is not None for n in names))
+
     def average(self, tasks: Sequence[str], variant: str) -> Score:
         """Mean over ``tasks`` of the per-task means; None unless every task is measured.
         Its interval treats the tasks as independent (standard errors added in
