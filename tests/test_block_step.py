@@ -122,7 +122,8 @@ def test_backbone_step_equals_the_cached_forward(pattern):
         slow, fast = bb.init_cache(3, 260), bb.init_cache(3, 260)
         bb(x[:, :5], cache=slow), bb(x[:, :5], cache=fast)
         for t in range(5, 260):
-            expected = bb(x[:, t:t + 1], cache=slow)[:, 0]
+            with torch.enable_grad():  # a one-token no-grad forward would take step's path
+                expected = bb(x[:, t:t + 1], cache=slow)[:, 0].detach()
             got = bb.step(x[:, t], fast)
             assert rel_err(got, expected) < 1e-12
     assert fast.fused is not None
@@ -165,12 +166,14 @@ def test_reorder_between_steps():
         fast, slow = bb.init_cache(3, 12), bb.init_cache(3, 12)
         for t in range(6):
             bb.step(x[:, t], fast)
-            bb(x[:, t:t + 1], cache=slow)
+            with torch.enable_grad():  # the PyTorch path (no-grad would fuse it too)
+                bb(x[:, t:t + 1], cache=slow)
         index = torch.tensor([2, 0, 0])
         fast.reorder(index), slow.reorder(index)
         for t in range(6, 12):
-            assert rel_err(bb.step(x[index, t], fast), bb(x[index, t:t + 1], cache=slow)[:, 0]) \
-                < 1e-12
+            with torch.enable_grad():
+                expected = bb(x[index, t:t + 1], cache=slow)[:, 0].detach()
+            assert rel_err(bb.step(x[index, t], fast), expected) < 1e-12
 
 
 def test_large_batches_take_the_pytorch_path(monkeypatch):

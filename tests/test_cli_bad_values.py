@@ -3,6 +3,7 @@ stderr starting with ``weirdnet <command>:`` and exit status 2."""
 
 import json
 import shutil
+import sys
 
 import pytest
 import torch
@@ -62,3 +63,136 @@ def test_info_on_corrupted_weights_is_one_line(run, tmp_path, capsys):
     assert main(["info", str(model_dir)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("weirdnet info: ")
+
+
+# ---- every config value is checked before the run directory is made (issue 35, item 6)
+
+BEFORE_THE_RUN = [
+    ("train.clip=nan", "train.clip must be a finite number >= 0"),
+    ("train.clip=inf", "train.clip must be a finite number >= 0"),
+    ("optim.lr=inf", "optim.lr must be a finite number > 0"),
+    ("optim.lr=nan", "optim.lr must be a finite number > 0"),
+    ("optim.weight_decay=nan", "optim.weight_decay must be a finite number >= 0"),
+    ("optim.eps=0", "optim.eps must be a finite number > 0"),
+    ("train.best_metric=acc", "train.best_metric='acc' is not a metric of the lm task"),
+    ("train.best_metric=-accuracy", "is not a metric of the lm task"),
+    ("model.backbone.max_len=16", "model.backbone.max_len=16 is too short for the 'train'"),
+    ("data.eval_options={ seq_len = 64 }", "too short for the 'val' split, whose items have 65"),
+]
+if not torch.cuda.is_available():
+    BEFORE_THE_RUN.append(("train.precision=fp16", "needs a CUDA device"))
+
+
+def _train_args(config_path, out_dir, *extra):
+    return ["train", str(config_path), "--set", f"run.out_dir={json.dumps(str(out_dir))}",
+            "--set", "run.name=fresh", "--no-progress", *extra]
+
+
+def _one_line(capsys, command="train"):
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"weirdnet {command}: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize("assignment,words", BEFORE_THE_RUN,
+                         ids=[a for a, _ in BEFORE_THE_RUN])
+def test_bad_value_fails_before_the_run_directory_exists(run, tmp_path, assignment, words,
+                                                         capsys):
+    config_path, _ = run
+    assert main(_train_args(config_path, tmp_path / "runs", "--set", assignment)) == 2
+    assert words in _one_line(capsys)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_tensorboard_without_the_package_fails_before_the_run(run, tmp_path, monkeypatch,
+                                                              capsys):
+    config_path, _ = run
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails
+    assert main(_train_args(config_path, tmp_path / "runs", "--set",
+                            "run.tensorboard=true")) == 2
+    assert "pip install tensorboard" in _one_line(capsys)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_bad_value_leaves_an_existing_run_untouched(run, tmp_path, capsys):
+    _, run_dir = run
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    before = {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in copy.rglob("*")
+              if p.is_file()}
+    for assignments in (["train.best_metric=accuracy"], ["model.backbone.max_len=8"],
+                        ["train.steps=4", "train.clip=nan"]):
+        extra = [arg for a in assignments for arg in ("--set", a)]
+        assert main(["train", str(copy), "--no-progress", *extra]) == 2
+        _one_line(capsys)
+    assert {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in copy.rglob("*")
+            if p.is_file()} == before
+
+
+# ---- generate fits its output into the model's max_len (issue 35, item 11) ------------
+
+def _generated(capsys, *args):
+    assert main(["generate", *args]) == 0
+    captured = capsys.readouterr()
+    return captured.out, [line for line in captured.err.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("asked", [None, 400])
+def test_generate_clamps_to_the_room_left_with_one_note(run, asked, capsys):
+    _, run_dir = run  # max_len 32
+    extra = [] if asked is None else ["--max-new-tokens", str(asked)]
+    out, err = _generated(capsys, str(run_dir), "--prompt", "def ", "--temperature", "0",
+                          "--encoding", "latin-1", *extra)
+    assert len(err) == 1 and err[0].startswith("weirdnet generate: "), err
+    assert f"{asked or 200} new tokens" in err[0] and "generating 28" in err[0], err[0]
+    assert len(out.rstrip("\n").encode("latin-1")) == 32  # prompt 4 + 28 new tokens
+    assert out.startswith("def ")
+
+
+def test_generate_that_fits_says_nothing(run, capsys):
+    _, run_dir = run
+    out, err = _generated(capsys, str(run_dir), "--prompt", "def ", "--max-new-tokens", "28",
+                          "--temperature", "0", "--encoding", "latin-1")
+    assert err == [] and len(out.rstrip("\n").encode("latin-1")) == 32
+
+
+def test_generate_with_a_prompt_that_fills_max_len(run, capsys):
+    _, run_dir = run
+    assert main(["generate", str(run_dir), "--prompt", "x" * 32]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "max_len 32" in err and "--prompt" in err, err
+
+
+def _help_examples():
+    """(prompt, max_new_tokens) of every `weirdnet generate runs/quickstart` example of
+    the help text (max_new_tokens: the default when not given)."""
+    import shlex
+
+    from weirdnet.train.commands import GENERATE_DESCRIPTION
+
+    text = GENERATE_DESCRIPTION.replace("\\\n", " ")
+    for line in text.splitlines():
+        if not line.strip().startswith("weirdnet generate runs/quickstart"):
+            continue
+        words = shlex.split(line.strip())
+        if words[:3] == ["weirdnet", "generate", "runs/quickstart"]:
+            options = dict(zip(words[3::2], words[4::2], strict=False))
+            yield words[3:], options["--prompt"], int(options.get("--max-new-tokens", 200))
+
+
+def test_generate_help_examples_fit_the_quickstart_model(run, capsys):
+    """The README's quickstart model has max_len 256 (seq_len 256): every example of the
+    help fits it without clamping, and runs (clamped) on a small model."""
+    import tomllib
+    from pathlib import Path
+
+    quickstart = Path(__file__).parents[1] / "configs" / "quickstart.toml"
+    max_len = tomllib.loads(quickstart.read_text())["data"]["options"]["seq_len"]
+    examples = list(_help_examples())
+    assert len(examples) >= 2
+    for args, prompt, new_tokens in examples:
+        assert len(prompt.encode()) + new_tokens <= max_len, args
+        _, run_dir = run
+        assert main(["generate", str(run_dir), *args]) == 0, args
+        capsys.readouterr()

@@ -243,6 +243,52 @@ def test_folders_that_are_not_this_model_are_refused(saved, tmp_path):
         hf.load_tokenizer(tmp_path / "bad")
 
 
+def _flip_a_weight_byte(folder):
+    """Flip one bit in the last weight byte of ``folder``/model.safetensors."""
+    path = folder / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def test_the_export_stores_the_weights_sha256(saved):
+    from weirdnet.models.safetensors_io import load_file
+
+    _, metadata = load_file(saved[2] / "model.safetensors")
+    assert len(metadata["weirdnet.sha256"]) == 64
+    assert metadata["format"] == "pt"
+
+
+def test_a_flipped_byte_in_an_export_is_a_clear_error(saved, tmp_path):
+    """Issue 35 item 4: both loaders read a damaged export silently (a weight off by 83.8)."""
+    damaged = tmp_path / "damaged"
+    shutil.copytree(saved[2], damaged)
+    _flip_a_weight_byte(damaged)
+    weights = str(damaged / "model.safetensors")
+    with pytest.raises(wm.CheckpointError, match="model.safetensors: checksum mismatch") as err:
+        wm.load(damaged)
+    assert weights in str(err.value) and "\n" not in str(err.value)
+    for load in (AutoModelForCausalLM.from_pretrained, hf.WeirdNetForCausalLM.from_pretrained):
+        with pytest.raises(ValueError, match="model.safetensors: checksum mismatch") as err:
+            load(damaged)
+        assert weights in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_export_without_a_digest_still_loads(saved, tmp_path):
+    """Folders written before the digest (or by other tools) load unchecked, as before."""
+    from safetensors.torch import load_file as st_load
+    from safetensors.torch import save_file as st_save
+
+    lm, _, out = saved
+    plain = tmp_path / "plain"
+    shutil.copytree(out, plain)
+    st_save(st_load(plain / "model.safetensors"), plain / "model.safetensors",
+            metadata={"format": "pt"})
+    want = lm.state_dict()
+    for model in (wm.load(plain), AutoModelForCausalLM.from_pretrained(plain)):
+        assert all(torch.equal(model.state_dict()[k], want[k]) for k in want)
+
+
 # ---- tokenizer -------------------------------------------------------------------------
 
 def test_the_tokenizer_maps_bytes_to_ids(saved):
@@ -363,3 +409,32 @@ def test_harness_items_hold_the_true_line_once():
         assert not item["context"].endswith("\n")
         true = item["choices"][item["label"]].strip()
         assert [c.strip() for c in item["choices"]].count(true) == 1
+
+
+def test_harness_items_sized_to_a_model_fit_without_truncation():
+    """With max_len, every context plus every choice fits in max_len bytes (lm_eval cuts
+    nothing), contexts are whole trailing lines of the unsized item's, and without it the
+    items are the unsized ones (the default did not change)."""
+    from weirdnet.hf.harness import CONTEXT_LINES, held_out_lines, nextline_items
+
+    lines = held_out_lines()
+    unsized = nextline_items(lines, 200, seed=0)
+    assert all(item["context"].count("\n") == CONTEXT_LINES - 1 for item in unsized)
+    too_long = sum(len(item["context"].encode()) + max(len(c.encode()) for c in
+                                                       item["choices"]) > 256
+                   for item in unsized)
+    assert too_long > 0  # the problem the sizing solves: 6 lines often exceed 256 bytes
+    sized = nextline_items(lines, 200, seed=0, max_len=256)
+    for item in sized:
+        longest = max(len(choice.encode()) for choice in item["choices"])
+        assert len(item["context"].encode()) + longest <= 256
+        assert item["context"] and not item["context"].endswith("\n")
+    assert sum(item["context"].count("\n") + 1 for item in sized) > len(sized)  # > 1 line
+
+
+def test_harness_tasks_refuse_a_max_len_with_no_room(tmp_path):
+    from weirdnet.hf.harness import write_tasks
+
+    with pytest.raises(ValueError, match="max_len=50"):
+        write_tasks(tmp_path, items=4, passages_count=1, max_len=50)
+    assert not any(tmp_path.iterdir())

@@ -43,8 +43,78 @@ def test_broken_compiler_falls_back_with_one_warning(tmp_path):
     """)
     env = dict(os.environ, CC="false", PATH="/nonexistent", WEIRDNET_CACHE_DIR=str(tmp_path))
     env.pop("WEIRDNET_SCAN_BACKEND", None)
+    env.pop("WEIRDNET_REQUIRE_CPU_KERNEL", None)  # here the fallback is the point
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "fallback ok" in done.stdout
     assert not list(tmp_path.rglob("*.so"))
+
+
+# ---- a kernel that should exist but cannot be built: one line per kernel, never silent --
+
+_DECODE = textwrap.dedent("""
+    import torch
+    from weirdnet.models import WeirdNetLM
+    torch.manual_seed(0)
+    lm = WeirdNetLM({"backbone": {"dim": 16, "depth": 2, "heads": 2, "max_len": 32,
+                                  "pattern": "weird", "causal": True}}).eval()
+    with torch.no_grad():
+        for _ in range(2):
+            lm.generate(torch.randint(0, 256, (1, 5)), max_new_tokens=4)
+    print("decoded")
+""")
+
+
+def _run(script: str, tmp_path, **env_overrides) -> subprocess.CompletedProcess:
+    """``script`` in a fresh interpreter with an empty kernel cache and warnings shown as
+    a user sees them (no -W options, no REQUIRE unless given)."""
+    env = dict(os.environ, WEIRDNET_CACHE_DIR=str(tmp_path / "cache"), **env_overrides)
+    for name in ("WEIRDNET_SCAN_BACKEND", "PYTHONWARNINGS"):
+        env.pop(name, None)
+    if "WEIRDNET_REQUIRE_CPU_KERNEL" not in env_overrides:
+        env.pop("WEIRDNET_REQUIRE_CPU_KERNEL", None)
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def _kernel_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+def test_missing_block_step_sources_warn_once_in_one_line(tmp_path):
+    """The wheel of issue 35 lacked ops/block_step/csrc: decoding fell back silently."""
+    script = ("from pathlib import Path\nfrom weirdnet.ops.block_step import cpu\n"
+              f"cpu.SOURCE = Path({str(tmp_path / 'gone' / 'block_step.c')!r})\n" + _DECODE)
+    done = _run(script, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "decoded" in done.stdout
+    lines = _kernel_lines(done.stderr)
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("weirdnet: the C kernel block_step is unavailable"), lines[0]
+    assert "missing" in lines[0] and "reinstall" in lines[0], lines[0]
+    assert "warnings.warn" not in done.stderr and "UserWarning" not in done.stderr
+
+
+def test_no_compiler_warns_once_per_kernel(tmp_path):
+    """Decoding needs the scan kernel first (the fused step runs on the C scan's cache);
+    asking for the block step as well gives its own line, once."""
+    script = _DECODE + "from weirdnet.ops import block_step\n" + \
+        "assert block_step.unavailable_reason() and block_step.unavailable_reason()\n"
+    done = _run(script, tmp_path, CC="false", PATH="/nonexistent")
+    assert done.returncode == 0, done.stderr
+    lines = _kernel_lines(done.stderr)
+    assert len(lines) == 2, done.stderr
+    for kernel, line in zip(("weird_scan", "block_step"), lines):
+        assert line.startswith(f"weirdnet: the C kernel {kernel} is unavailable"), line
+        assert "no C compiler" in line and "$CC" in line, line
+        assert "WEIRDNET_REQUIRE_CPU_KERNEL=1" in line, line
+
+
+def test_require_cpu_kernel_turns_the_fallback_into_an_error(tmp_path):
+    script = ("from pathlib import Path\nfrom weirdnet.ops.block_step import cpu\n"
+              f"cpu.SOURCE = Path({str(tmp_path / 'gone' / 'block_step.c')!r})\n" + _DECODE)
+    done = _run(script, tmp_path, WEIRDNET_REQUIRE_CPU_KERNEL="1")
+    assert done.returncode != 0
+    assert "decoded" not in done.stdout
+    assert "block_step" in done.stderr and "WEIRDNET_REQUIRE_CPU_KERNEL" in done.stderr

@@ -133,3 +133,16 @@ def test_errors():
         LocalAttention(16, window=0)
     with pytest.raises(ValueError, match="window must be a positive int"):
         local_attention(*random_qkv(1, 1, 4, 2, seed=0), window=2.0, causal=True)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("window", [1, 4, 128])
+def test_an_empty_sequence_gives_an_empty_output(window, causal):
+    """L = 0 (issue 35): (B, H, 0, dv), not a reshape error; gradients flow (empty)."""
+    q, k, v = (torch.zeros(2, 3, 0, 4, dtype=torch.float64, requires_grad=True)
+               for _ in range(3))
+    for mask in (None, torch.ones(2, 0, dtype=torch.bool)):
+        out = local_attention(q, k, v, window=window, causal=causal, mask=mask)
+        assert out.shape == (2, 3, 0, 4)
+        out.sum().backward()
+    assert q.grad.shape == q.shape and v.grad.shape == v.shape

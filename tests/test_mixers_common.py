@@ -172,3 +172,44 @@ def test_bad_input_is_a_value_error(name, causal):
     with pytest.raises(ValueError):
         layer(_x(), torch.ones(B, L + 1, dtype=torch.bool))
 
+
+
+@pytest.mark.parametrize("name,causal", FORMS)
+def test_an_empty_sequence_gives_an_empty_output(name, causal):
+    """L = 0 (issue 35): every mixer returns an empty (B, 0, D) output, with or without a
+    mask, and backward through it works (zero-sized gradients)."""
+    layer = _build(name, causal)
+    x = _x(0).requires_grad_()
+    for mask in (None, torch.ones(B, 0, dtype=torch.bool)):
+        y = layer(x, mask)
+        assert y.shape == (B, 0, D) and y.dtype == torch.float64
+        y.sum().backward()
+    assert x.grad is None or x.grad.shape == (B, 0, D)
+
+
+@pytest.mark.parametrize("name,causal", CAUSAL_FORMS)
+def test_an_empty_chunk_leaves_the_cache_where_it_was(name, causal):
+    """A cached forward of 0 tokens returns (B, 0, D) and does not advance the cache:
+    decoding then continues exactly as without it."""
+    layer = _build(name, causal)
+    x = _x()
+    with torch.no_grad():
+        want = layer(x)
+        cache = layer.init_cache(B)
+        first = layer(x[:, :9], cache=cache)
+        empty = layer(x[:, :0], cache=cache)
+        if hasattr(cache, "position"):
+            assert cache.position == 9
+        rest = layer(x[:, 9:], cache=cache)
+    assert empty.shape == (B, 0, D)
+    assert torch.allclose(torch.cat([first, rest], 1), want, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", available())
+def test_an_unknown_option_is_a_one_line_value_error(name):
+    """``build(name, dim, bogus=1)`` (issue 35): a ValueError naming the unknown option and
+    the options the mixer accepts, not a TypeError from its constructor."""
+    with pytest.raises(ValueError, match=r"unknown option 'bogus' for mixer") as info:
+        build(name, 64, bogus=1)
+    message = str(info.value)
+    assert "\n" not in message and "accepted options:" in message

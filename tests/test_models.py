@@ -237,3 +237,49 @@ def test_bad_inputs_give_clear_errors():
         WeirdNetLM({"backbone": backbone("A", False)})
     with pytest.raises(ValueError, match="unknown option"):
         WeirdNetLM({"backbone": backbone("B", mixer_options={"weird": {"window": 3}})})
+
+
+@pytest.mark.parametrize("where", ["relative", "absolute"])
+def test_info_on_a_missing_model_directory_says_so(tmp_path, monkeypatch, where):
+    """``weirdnet info runs/X/best`` with best/ missing (issue 35): the path does not exist
+    and holds no model, one line; never "unknown preset"."""
+    from weirdnet.models.info import TargetError, resolve_target
+
+    (tmp_path / "runs" / "X" / "checkpoints").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    target = "runs/X/best" if where == "relative" else str(tmp_path / "runs/X/best")
+    with pytest.raises(TargetError) as info:
+        resolve_target(target)
+    message = str(info.value)
+    assert f"{target} does not exist" in message and "holds no saved model" in message
+    assert "unknown preset" not in message and "\n" not in message
+
+
+def test_info_targets_that_name_no_model(tmp_path, monkeypatch):
+    """A file, a directory without a model (a run directory points to its best/), and an
+    unknown preset name each give their own one-line TargetError (a ValueError)."""
+    from weirdnet.models.info import TargetError, describe_target
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "run" / "best").mkdir(parents=True)
+    expected = {"notes.txt": "is a file, not a saved model directory",
+                "run": "a training run keeps its model in run/best",
+                "lra-lstops": "did you mean lra-listops"}
+    for target, words in expected.items():
+        with pytest.raises(TargetError, match=words) as info:
+            describe_target(target)
+        assert isinstance(info.value, ValueError) and "\n" not in str(info.value)
+    assert "structure B" in describe_target("weirdnet-small")
+
+
+def test_cli_info_on_a_missing_model_directory(tmp_path, capsys):
+    """The CLI end (needs cli.py's ``_run_info`` to use ``describe_target``): one line on
+    stderr naming the missing path, exit status 2."""
+    from weirdnet.cli import main
+
+    missing = tmp_path / "runs" / "X" / "best"
+    assert main(["info", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("weirdnet info: ")
+    assert f"{missing} does not exist" in err and "unknown preset" not in err

@@ -199,3 +199,28 @@ def test_info_on_a_saved_model(tmp_path, capsys):
     models()[2].save(tmp_path)
     assert main(["info", str(tmp_path)]) == 0
     assert "WeirdNetDualEncoder" in capsys.readouterr().out
+
+
+def test_damaged_checkpoint_warning_is_one_clean_line(tmp_path):
+    """Issue 35 item 10: the warning printed Python's raw format (file, line, category and
+    the source line ``warnings.warn(...)``); a user sees one line saying what happened."""
+    from weirdnet.train import checkpoint as ckpt
+
+    model = models()[0]
+    for step in (1, 2):
+        ckpt.save_checkpoint(tmp_path, step, model.save, {"step": step}, keep_last=2)
+    weights = tmp_path / "checkpoints" / "step-00000002" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0x01
+    weights.write_bytes(bytes(data))
+    script = ("import sys\nfrom weirdnet.train.checkpoint import load_latest\n"
+              "print(load_latest(sys.argv[1])[0].name)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "step-00000001"
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("weirdnet: checkpoint step-00000002 is damaged and is skipped"), \
+        lines[0]
+    assert "model.safetensors" in lines[0] and "Warning" not in lines[0]

@@ -128,3 +128,72 @@ def test_best_metric_direction():
     assert best_metric("seq2seq", "auto") == ("exact_match", False)
     assert best_metric("lm", "bpc") == ("bpc", True)
     assert best_metric("classification", "-accuracy") == ("accuracy", True)
+
+
+# ---- values checked before a run starts (issue 35, item 6) ---------------------------
+
+@pytest.mark.parametrize("assignment, message", [
+    ("train.clip=nan", "train.clip must be a finite number >= 0 (0 turns clipping off)"),
+    ("train.clip=-1.0", "train.clip must be a finite number >= 0"),
+    ("optim.lr=inf", "optim.lr must be a finite number > 0, got inf"),
+    ("optim.lr=0", "optim.lr must be a finite number > 0"),
+    ("optim.weight_decay=nan", "optim.weight_decay must be a finite number >= 0, got nan"),
+    ("optim.eps=-1e-8", "optim.eps must be a finite number > 0"),
+    ("schedule.min_lr_ratio=nan", "schedule.min_lr_ratio must be in [0, 1]"),
+    ("optim.betas=[nan, 0.9]", "optim.betas must be two numbers in [0, 1)"),
+])
+def test_non_finite_numbers_are_refused(tmp_path, assignment, message):
+    import re
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(write_config(tmp_path), [assignment])
+
+
+def test_each_task_names_the_metrics_it_reports():
+    from weirdnet.train.tasks import TASKS
+
+    sums = {"nll": 2.0, "targets": 4.0, "correct": 1.0, "sequences": 2.0, "exact": 1.0}
+    for info in (DatasetInfo(task="lm", vocab_size=256), DatasetInfo(task="lm", vocab_size=50),
+                 *(DatasetInfo(task=t, vocab_size=10) for t in TASKS if t != "lm")):
+        task = TASKS[info.task]
+        assert sorted(task.metric_names(info)) == sorted(task.metrics(sums, info)), info
+
+
+@pytest.mark.parametrize("task, configured, ok", [
+    ("lm", "acc", False), ("lm", "accuracy", False), ("lm", "bpc", True),
+    ("lm", "-perplexity", True), ("classification", "loss", True),
+    ("classification", "exact_match", False), ("seq2seq", "token_accuracy", True),
+    ("recall", "auto", True), ("retrieval", "bpc", False),
+])
+def test_best_metric_must_be_a_metric_of_the_task(task, configured, ok):
+    from weirdnet.train.tasks import check_best_metric
+
+    info = DatasetInfo(task=task, vocab_size=256)
+    if ok:
+        check_best_metric(configured, info)
+    else:
+        with pytest.raises(ConfigError, match=f"train.best_metric={configured!r} is not a "
+                                              f"metric of the {task} task"):
+            check_best_metric(configured, info)
+
+
+def test_items_longer_than_max_len_are_refused():
+    from types import SimpleNamespace
+
+    from weirdnet.train.tasks import check_lengths
+
+    def backbone(n):
+        return SimpleNamespace(max_len=n)
+
+    lm = SimpleNamespace(backbone=backbone(32))
+    check_lengths(lm, DatasetInfo(task="lm", max_len=33), "'train'")  # reads 32 of 33
+    with pytest.raises(ConfigError, match="max_len=32 is too short for the 'val' split"):
+        check_lengths(lm, DatasetInfo(task="lm", max_len=34), "'val'")
+    check_lengths(lm, DatasetInfo(task="classification", max_len=32), "'train'")
+    with pytest.raises(ConfigError, match="too short"):
+        check_lengths(lm, DatasetInfo(task="classification", max_len=33), "'train'")
+    check_lengths(lm, DatasetInfo(task="lm"), "'train'")  # no fixed length: nothing known
+    s2s = SimpleNamespace(encoder=backbone(8), decoder=backbone(11))
+    check_lengths(s2s, DatasetInfo(task="seq2seq", max_len=12), "'train'")
+    with pytest.raises(ConfigError, match="model.encoder.max_len=8 / model.decoder.max_len=11"):
+        check_lengths(s2s, DatasetInfo(task="seq2seq", max_len=13), "'train'")

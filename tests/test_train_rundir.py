@@ -268,3 +268,81 @@ def test_eval_shows_progress(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "runs" / "r"), "--limit", "8",
                  "--batch-size", "4"]) == 0
     assert "eval val" in capsys.readouterr().err
+
+
+# ---- --overwrite looks at every level (issue 35, item 1) ------------------------------
+
+def _user_file(run_dir, where):
+    """Put a user's file at ``where`` (a path relative to ``run_dir``)."""
+    path = run_dir / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("mine")
+    return path
+
+
+@pytest.mark.parametrize("where", [
+    "best/NOTES.md",
+    "checkpoints/step-00000002/analysis/data.csv",
+    "checkpoints/step-00000002/notes.txt",
+    "tensorboard/my-plot.png",
+    "tensorboard/sub/events.out.tfevents.1",
+    "results.json.d/mine.txt",
+])
+def test_overwrite_refuses_foreign_files_at_every_level(tmp_path, where, capsys):
+    _train(tmp_path, "run.name=r", steps=2, eval_every=0, checkpoint_every=2)
+    run_dir = tmp_path / "runs" / "r"
+    (run_dir / "tensorboard").mkdir(exist_ok=True)
+    (run_dir / "tensorboard" / "events.out.tfevents.1.host.1.0").write_bytes(b"tb")
+    assert foreign_entries(run_dir) == []
+    mine = _user_file(run_dir, where)
+    assert foreign_entries(run_dir), where
+    before = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*"))
+    status = main(["train", str(write_config(tmp_path, steps=2, eval_every=0)), "--set",
+                   f"run.out_dir={json.dumps(str(tmp_path / 'runs'))}", "--set", "run.name=r",
+                   "--overwrite", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1 and "--overwrite refused" in err, err
+    assert where.split("/")[0] in err
+    assert mine.read_text() == "mine"
+    assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")) == before
+
+
+def test_a_weirdnet_name_of_the_wrong_kind_is_foreign(tmp_path):
+    _train(tmp_path, "run.name=r", steps=1, eval_every=0)
+    run_dir = tmp_path / "runs" / "r"
+    (run_dir / "curves.png").mkdir()  # weirdnet writes a file there, never a folder
+    (run_dir / "curves.png" / "keep.txt").write_text("mine")
+    (run_dir / "checkpoints" / "step-00000009").write_text("a file, not a checkpoint")
+    os.symlink(tmp_path, run_dir / "best" / "link")
+    assert foreign_entries(run_dir) == ["best/link", "checkpoints/step-00000009",
+                                        "curves.png"]
+
+
+def test_overwrite_removes_a_run_with_its_tensorboard_events_and_temporaries(tmp_path):
+    _train(tmp_path, "run.name=r", steps=2, eval_every=0, checkpoint_every=1)
+    run_dir = tmp_path / "runs" / "r"
+    (run_dir / "tensorboard").mkdir()
+    (run_dir / "tensorboard" / "events.out.tfevents.1700000000.host.42.0").write_bytes(b"x")
+    (run_dir / "best" / ".metrics.json.abc123.tmp").write_text("half")
+    (run_dir / "checkpoints" / "step-00000002" / ".trainer.pt.x_y.tmp").write_text("half")
+    assert foreign_entries(run_dir) == []
+    _train(tmp_path, "run.name=r", overwrite=True, steps=1, eval_every=0)
+    assert not (run_dir / "tensorboard").exists()
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step-00000001"]
+
+
+def test_keep_says_the_rate_still_rises_when_the_warmup_outlasts_the_old_steps(tmp_path,
+                                                                               capfd):
+    """warmup_steps=4 > train.steps=2: continued with extend='keep', the rate keeps
+    rising to optim.lr and then falls; the message must say so (issue 35, item 6)."""
+    _train(tmp_path, "run.name=r", "train.log_every=1", steps=2, eval_every=0)
+    run_dir = tmp_path / "runs" / "r"
+    capfd.readouterr()
+    train(load_config(run_dir / "train_config.json", ["train.steps=8"]), resume=True,
+          progress_bar=False)
+    err = capfd.readouterr().err
+    note = next(line for line in err.splitlines() if "schedule.extend='keep'" in line)
+    lr = _lrs(run_dir)
+    assert lr[2] < lr[3] and lr[8] < lr[3]  # lr[s]: the rate of step s + 1
+    assert "stays at its last value" not in note and "rising" in note, note
+    assert "0.001 at step 4" in note and "0.0001" in note, note

@@ -2,19 +2,57 @@
 
 A reader (or a crash) sees either the old file or the complete new one, never a
 half-written file.  Used for checkpoints, model files, caches and benchmark reports.
+
+``tempfile`` makes its files 0600 and folders 0700 whatever the umask; what is written
+here is given the mode a plain ``open``/``mkdir`` would give it instead (0666 or 0777
+less the umask), so colleagues on a shared machine read a run as the umask allows.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Iterable
 from pathlib import Path
+
+_umask_lock = threading.Lock()
+
+
+def current_umask() -> int:
+    """This process's umask, read without changing it where Linux's /proc tells it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _umask_lock:  # elsewhere: set and restore it (briefly the stricter 0o077)
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
+
+
+def apply_umask(path: str | os.PathLike) -> None:
+    """Give ``path`` (made by ``tempfile``, so 0600 or 0700) the mode a plain
+    ``open``/``mkdir`` would: 0666 (files) or 0777 (folders) less the umask."""
+    full = 0o777 if os.path.isdir(path) else 0o666
+    os.chmod(path, full & ~current_umask())
+
+
+def make_temp_dir(prefix: str, parent: str | os.PathLike) -> Path:
+    """A new folder in ``parent`` like ``tempfile.mkdtemp`` (unique name, created
+    atomically) but with the umask's mode, as ``mkdir`` would give it."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    apply_umask(folder)
+    return folder
 
 
 def write_atomic(path: str | os.PathLike, data: str | bytes | Iterable[bytes]) -> Path:
     """Write ``data`` (text as UTF-8, bytes, or an iterable of byte chunks) to ``path``
-    via a temporary file and ``os.replace``; creates the parent folder.  Returns the path."""
+    via a temporary file and ``os.replace``; creates the parent folder.  The file's mode
+    is 0666 less the umask.  Returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     chunks = [data.encode()] if isinstance(data, str) else [data] if isinstance(
@@ -22,6 +60,7 @@ def write_atomic(path: str | os.PathLike, data: str | bytes | Iterable[bytes]) -
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
+            apply_umask(tmp)
             for chunk in chunks:
                 handle.write(chunk)
             handle.flush()

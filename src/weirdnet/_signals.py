@@ -8,7 +8,10 @@ SIGTERM), never a traceback.
 
 Where it is raised is decided by :data:`STOP` (one per process, like the handlers):
 
-- by default a signal raises :class:`Interrupted` at once, wherever the main thread is;
+- by default a signal raises :class:`Interrupted` at once, wherever the main thread is,
+  except in the middle of an import (a C extension such as torch, half initialized, breaks
+  the code that runs after it with errors of its own): there it is sent again every
+  :data:`RETRY_S` seconds until the import is complete;
 - inside ``with STOP.deferred():`` (a training loop) the first signal is only recorded;
   the loop calls :meth:`StopRequest.check` at safe points (between steps, between
   evaluation batches) and stops cleanly there.  A second signal raises at once, so a
@@ -19,7 +22,9 @@ Where it is raised is decided by :data:`STOP` (one per process, like the handler
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +32,10 @@ from contextlib import contextmanager
 __all__ = ["STOP", "Interrupted", "StopRequest"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+RETRY_S = 0.05
+"""A signal that arrives during an import is sent again this many seconds later, until
+the import is complete (see :meth:`StopRequest._handle`)."""
 
 
 class Interrupted(BaseException):
@@ -46,6 +55,15 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
 
+def _importing(frame) -> bool:
+    """Whether ``frame`` or a frame below it runs an import (importlib's bootstrap)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def signal_name(signum: int) -> str:
     """'SIGINT', 'SIGTERM', ... of a signal number."""
     try:
@@ -61,6 +79,8 @@ class StopRequest:
         self.signum: int | None = None
         self._defer = 0
         self._shield = 0
+        self._held = False
+        self._retrying = False
         self._previous: dict[int, object] | None = None
 
     # -- handlers --
@@ -82,11 +102,29 @@ class StopRequest:
             self._previous = None
 
     def _handle(self, signum: int, frame) -> None:
-        if self._shield or (self._defer and self.signum is None):
+        if self._held or self._shield or (self._defer and self.signum is None):
             self.signum = self.signum or signum
             return
         self.signum = self.signum or signum
+        if _importing(frame):  # never cut an import in half (a C extension's init breaks)
+            self._again(signum)
+            return
         raise Interrupted(signum)
+
+    def _again(self, signum: int) -> None:
+        """Send ``signum`` to this process again in :data:`RETRY_S` (once at a time)."""
+        if self._retrying:
+            return
+        self._retrying = True
+
+        def resend() -> None:
+            self._retrying = False
+            if self._previous is not None:  # still this object's handlers
+                os.kill(os.getpid(), signum)
+
+        timer = threading.Timer(RETRY_S, resend)
+        timer.daemon = True
+        timer.start()
 
     # -- where signals may act --
 
@@ -120,12 +158,53 @@ class StopRequest:
             yield
         finally:
             self._shield -= 1
-        if self.signum is not None and not self._defer:
+        if self.signum is not None and not self._defer and not self._held:
             raise Interrupted(self.signum)
+
+    def hold(self) -> None:
+        """From now on signals are only recorded (until :meth:`reset`): the process is on
+        its way out, writing its last line, and a second Ctrl-C must not turn that into a
+        traceback."""
+        self._held = True
+
+    def exit_on_signal(self, prefix: str) -> None:
+        """For the rest of the process (the command has returned; the interpreter shuts
+        down): a stop signal writes one line ``<prefix>: interrupted by SIGINT while
+        exiting`` and exits at once with 128 + signal, instead of a ``KeyboardInterrupt``
+        traceback or a silent SIGTERM death.  Main thread only; a no-op elsewhere."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def leave(signum: int, frame) -> None:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            line = f"{prefix}: interrupted by {signal_name(signum)} while exiting\n"
+            try:
+                os.write(2, line.encode())
+            finally:
+                os._exit(128 + signum)
+
+        for signum in SIGNALS:
+            signal.signal(signum, leave)
+        self._previous = None
+
+    @staticmethod
+    def ignore() -> None:
+        """Ignore SIGINT and SIGTERM from now on: for the last moments of the interpreter's
+        shutdown (registered with ``atexit`` first, it runs after every later exit
+        function), where Python would put back the default actions (a silent death by
+        the signal) while modules and torch's C++ state are torn down."""
+        if threading.current_thread() is threading.main_thread():
+            for signum in SIGNALS:
+                signal.signal(signum, signal.SIG_IGN)
 
     def reset(self) -> None:
         """Forget a recorded signal (tests; a library caller that handled it)."""
         self.signum = None
+        self._held = False
 
 
 STOP = StopRequest()

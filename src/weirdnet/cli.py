@@ -2,18 +2,23 @@
 
 Each subcommand is registered by one function ``_add_<name>(subparsers)`` listed in
 :data:`COMMANDS`; it creates its parser and sets ``handler``, a function
-``handler(args, argv) -> exit status``.  Heavy imports (torch) happen in the handlers, so
-``--help`` and ``--version`` stay fast.
+``handler(args, argv) -> exit status``.  Heavy imports (torch) happen in the handlers:
+building the parser imports no torch (the command modules it reads, ``weirdnet.bench.*``
+and ``weirdnet.experiments.*`` included, import torch inside their functions), so
+``--help``, ``--version`` and every subcommand's ``--help`` take a fraction of a second
+(tests/test_cli_startup.py checks it).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import signal
 import sys
 from collections.abc import Callable
 
 from weirdnet import __version__
+from weirdnet._signals import STOP, Interrupted
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 
@@ -121,6 +126,8 @@ _COMMAND_BENCHMARKS = (
      "weirdnet.experiments.recall"),
     ("suite", "the papers' tables: every mechanism on every task, one budget",
      "weirdnet.experiments.command"),
+    ("gpu", "the GPU path in one command: tests, scan, models, decoding, suite pilot",
+     "weirdnet.bench.gpu"),
 )
 
 
@@ -194,33 +201,20 @@ def _add_info(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_info(args: argparse.Namespace, argv: list[str]) -> int:
-    from pathlib import Path
-
-    from weirdnet.models import PRESETS, build_preset, get_preset, load
-    from weirdnet.models.info import describe
+    from weirdnet.models import PRESETS
+    from weirdnet.models.info import TargetError, describe_target
 
     if args.list or args.target is None:
         width = max(map(len, PRESETS))
         for name, preset in PRESETS.items():
             print(f"{name:<{width}}  {preset.model:<20} {preset.source}")
         return 0
-    if Path(args.target).is_dir():
-        from weirdnet.models.base import CheckpointError
-
-        try:  # damaged or foreign files: one line, like eval and generate
-            model = load(args.target, map_location="meta")
-        except (CheckpointError, ValueError, KeyError, OSError) as error:
-            message = error.args[0] if isinstance(error, KeyError) and error.args else error
-            print(f"weirdnet info: {message}", file=sys.stderr)
-            return 2
-        print(describe(model))
-        return 0
-    try:
-        preset = get_preset(args.target)
-    except KeyError as error:
-        print(f"weirdnet info: {error.args[0]}", file=sys.stderr)
+    try:  # missing paths, files, damaged or foreign models, unknown presets: one line
+        text = describe_target(args.target)
+    except TargetError as error:
+        print(f"weirdnet info: {error}", file=sys.stderr)
         return 2
-    print(describe(build_preset(preset.name, device="meta"), preset))
+    print(text)
     return 0
 
 
@@ -285,10 +279,12 @@ Write two offline lm-evaluation-harness tasks into DIR (YAML + JSON lines), buil
 held-out test split of the python-stdlib corpus: weirdnet_stdlib_nextline (multiple
 choice: the true next line of Python source among four; acc, acc_norm) and
 weirdnet_stdlib_bpb (rolling log-likelihood of held-out passages; bits_per_byte). Needs
-the hf extra.
+the hf extra. Six lines of context often exceed a small model's context, and lm_eval
+then cuts the start of the request without a word: --max-len (the model's max_len)
+keeps only the whole lines that fit.
 
 examples:
-  weirdnet harness-tasks tasks/
+  weirdnet harness-tasks tasks/ --max-len 256   # sized to the quickstart model
   lm_eval --model hf --model_args pretrained=hf/quickstart,trust_remote_code=True \\
       --include_path tasks/ --tasks weirdnet_stdlib_nextline,weirdnet_stdlib_bpb
   python -m weirdnet.hf.harness --model hf --model_args pretrained=hf/quickstart \\
@@ -313,6 +309,11 @@ def _add_hf(subparsers: argparse._SubParsersAction) -> None:
                        help="multiple-choice items (500)")
     tasks.add_argument("--passages", type=int, default=50, help="bits-per-byte passages (50)")
     tasks.add_argument("--seed", type=int, default=0, help="draw of the items (0)")
+    tasks.add_argument("--max-len", type=int, default=None, metavar="BYTES",
+                       help="the model's context in bytes (its max_len): each multiple-"
+                            "choice item keeps only as many whole context lines as fit "
+                            "beside its longest choice, so lm_eval cuts no request (default: "
+                            "6 lines, whatever their length)")
     tasks.set_defaults(handler=_run_harness_tasks)
 
 
@@ -332,14 +333,21 @@ def _run_export_hf(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _run_harness_tasks(args: argparse.Namespace, argv: list[str]) -> int:
+    from pathlib import Path
+
     if args.items < 1 or args.passages < 1:
         print("weirdnet harness-tasks: --items and --passages must be >= 1", file=sys.stderr)
+        return 2
+    directory = Path(args.directory)
+    if directory.exists() and not directory.is_dir():
+        print(f"weirdnet harness-tasks: {directory} is a file; DIR must be a folder (new or "
+              "existing)", file=sys.stderr)
         return 2
     try:
         from weirdnet.hf.harness import write_tasks
 
-        written = write_tasks(args.directory, items=args.items, passages_count=args.passages,
-                              seed=args.seed)
+        written = write_tasks(directory, items=args.items, passages_count=args.passages,
+                              seed=args.seed, max_len=args.max_len)
     except (ImportError, OSError, ValueError) as error:
         print(f"weirdnet harness-tasks: {error}", file=sys.stderr)
         return 2
@@ -378,25 +386,60 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` (default: ``sys.argv[1:]``) and run the command; its exit status."""
-    from weirdnet._signals import STOP, Interrupted
+    """Parse ``argv`` (default: ``sys.argv[1:]``) and run the command; its exit status.
 
+    The SIGINT/SIGTERM handlers come first, before the parser is built: a stop signal at
+    any moment ends the command with one line on stderr and exit status 130/143, never a
+    traceback.  Called as the program (``argv`` None: the ``weirdnet`` script, ``python -m
+    weirdnet``), a signal that arrives after the command has returned still gives one
+    line and 130/143 (:meth:`~weirdnet._signals.StopRequest.exit_on_signal`), and one in
+    the interpreter's last moments is ignored (the command has ended with its own status);
+    called with ``argv`` (tests, other code), the handlers that were there before are put
+    back.
+    """
+    installed = STOP.install()
+    program = argv is None
+    if program:  # runs after every exit function registered later (torch's included)
+        atexit.register(STOP.ignore)
     argv = list(sys.argv[1:] if argv is None else argv)
+    where = ["weirdnet"]  # "weirdnet COMMAND" once the command is known
+    try:
+        return _run(argv, where)
+    except (Interrupted, KeyboardInterrupt) as stop:
+        STOP.hold()  # a second signal while the line is written is only recorded
+        if not isinstance(stop, Interrupted):
+            stop = Interrupted(signal.SIGINT)
+        if not stop.quiet:
+            _close_progress_bars()
+            print(f"{where[0]}: {stop.message}", file=sys.stderr, flush=True)
+        return stop.exit_status
+    finally:
+        if installed and program:
+            STOP.exit_on_signal(where[0])
+        elif installed:
+            STOP.uninstall()
+            STOP.reset()
+
+
+def _close_progress_bars() -> None:
+    """Close the tqdm bars a stopped command left open (ours or a library's, such as
+    ``transformers``' "Writing model shards"), so the last line starts a line of its own."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        try:
+            bar.close()
+        except Exception:  # a bar half torn down by the signal: its line stays as it is
+            pass
+
+
+def _run(argv: list[str], where: list[str]) -> int:
+    """Parse ``argv`` and run its command's handler (``where[0]`` becomes the command's
+    name for the last line); the handler's exit status."""
     args = build_parser().parse_args(argv)
+    where[0] = f"weirdnet {args.command}"
     _note_renamed(argv)
-    installed = STOP.install()  # SIGINT/SIGTERM: one line and 128 + signal, no traceback
     try:
         return args.handler(args, argv)
     except BrokenPipeError:  # e.g. `weirdnet info --list | head`
         sys.stderr.close()
         return 0
-    except (Interrupted, KeyboardInterrupt) as stop:
-        if not isinstance(stop, Interrupted):
-            stop = Interrupted(signal.SIGINT)
-        if not stop.quiet:
-            print(f"weirdnet {args.command}: {stop.message}", file=sys.stderr, flush=True)
-        return stop.exit_status
-    finally:
-        if installed:
-            STOP.uninstall()
-            STOP.reset()

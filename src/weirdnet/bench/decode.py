@@ -19,8 +19,6 @@ import statistics
 import time
 from pathlib import Path
 
-from weirdnet.models.backbone import FUSED_STEP_MAX_BATCH
-
 from . import output
 
 DEFAULT_MODELS = ("weirdnet-a-small-cpu", "weirdnet-small-cpu", "gpt2-small-cpu")
@@ -148,6 +146,8 @@ def measure(model_name: str, context: int, new_tokens: int, device, batch: int =
 
 
 def _markdown(doc: dict) -> str:
+    from weirdnet.models.backbone import FUSED_STEP_MAX_BATCH
+
     from .report import fmt_ratio
 
     m, c = doc["machine"], doc["config"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from weirdnet._tables import merge
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -50,8 +52,7 @@ def _model(dim: int, depth: int, d_ff: int, heads: int) -> dict[str, Any]:
 
 
 def _merge(*tables: dict[str, Any]) -> dict[str, Any]:
-    from weirdnet.train.config import merge
-
+    """The tables merged in order (tables merge, values replace)."""
     out: dict[str, Any] = {}
     for table in tables:
         out = merge(out, table)

@@ -14,11 +14,13 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .budgets import Budget
 from .tasks import Task, configs_dir
 from .variants import Variant
+
+if TYPE_CHECKING:  # budgets builds its tables at import; cells needs only the type
+    from .budgets import Budget
 
 
 @dataclass(frozen=True)

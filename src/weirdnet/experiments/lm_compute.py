@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet.bench import output
+from weirdnet.data.registry import DataMissingError
 
 from .cells import CellStore
 from .variants import Variant, get_variant
@@ -37,6 +38,7 @@ CONTEXTS = (1024, 4096)
 BYTES_PER_STEP = 16_384
 CALIBRATION_STEPS = 30
 DEFAULT_MINUTES = 10.0
+CORPUS = "wiki-xml"
 MODEL = {"dim": 128, "depth": 4, "d_ff": 512, "heads": 4, "dropout": 0.0}
 
 DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "`")
@@ -91,7 +93,7 @@ class LMCell:
     def config_dict(self, work_dir: Path) -> dict[str, Any]:
         timed = self.minutes is not None
         return {
-            "data": {"dataset": "wiki-xml", "options": {"seq_len": self.context},
+            "data": {"dataset": CORPUS, "options": {"seq_len": self.context},
                      "test_split": "test" if timed else ""},
             "model": {"backbone": {**MODEL, **self.variant.backbone_overrides("lm")}},
             "optim": {"lr": 2e-3},
@@ -196,8 +198,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     output.add_out_arguments(parser, "lm/lm.{md,png} and lm/cells/*.json")
 
 
+def require_corpus() -> None:
+    """DataMissingError (one line saying how to get it) unless the :data:`CORPUS` bytes
+    can be read: checked before any cell starts, so a missing package is not a failed
+    cell whose reason sits only in its record (the bytes are built and cached once)."""
+    from weirdnet.data.text.corpora import corpus_bytes
+
+    corpus_bytes(CORPUS)
+
+
 def run(args: argparse.Namespace, argv: list[str]) -> int:
-    """Calibrate, run the timed cells not done, write the report; the exit status."""
+    """Calibrate, run the timed cells not done, write the report; the exit status (2 for
+    bad options, a busy folder or missing data)."""
     out = output.out_dir(args.out)
     work = Path(args.work).expanduser() if args.work else output.bench_dir() / "runs"
     folder = "lm-quick" if args.quick else "lm"
@@ -218,6 +230,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             return _run(args, argv, calibrations, store, session)
     except output.BenchError as error:
         return output.fail(error)
+    except DataMissingError as error:  # the corpus's package is absent: how to get it
+        print(f"weirdnet bench lm: {error}", file=sys.stderr)
+        return 2
 
 
 def _run(args, argv, calibrations: list[LMCell], store: CellStore,
@@ -230,6 +245,7 @@ def _run(args, argv, calibrations: list[LMCell], store: CellStore,
     states = {c.key: "rerun" if args.recalibrate else store.state(c, configs[c.key])
               for c in calibrations}
     if not args.report_only and any(s != "done" for s in states.values()):
+        require_corpus()
         status = run_cells("calibration", calibrations, configs, states, store, session,
                            command, False, None)
         if status:
@@ -244,6 +260,8 @@ def _run(args, argv, calibrations: list[LMCell], store: CellStore,
     cells = timed_cells(calibrations, rates, args.minutes, args.seeds, calibrated)
     configs = {c.key: c.config_dict(store.work_dir) for c in cells}
     states = {c.key: store.state(c, configs[c.key]) for c in cells}
+    if not args.report_only and any(s != "done" for s in states.values()):
+        require_corpus()
     shown = stored_runs(store, cells, calibrated, rates)
     return run_cells("lm", cells, configs, states, store, session, command,
                      args.report_only, lambda: write_report(store, shown, not args.no_plot))

@@ -1,12 +1,14 @@
 """``weirdnet export-hf``: a trained weirdnet LM as a Hugging Face model folder.
 
 The folder holds ``config.json`` (a :class:`~.configuration.WeirdNetConfig`, which is also a
-weirdnet model config), ``model.safetensors`` (the weirdnet weights, names unchanged),
+weirdnet model config), ``model.safetensors`` (the weirdnet weights, names unchanged, with
+their SHA-256 in its metadata: a damaged file is an error when either loader reads it),
 ``generation_config.json``, the byte tokenizer (``tokenizer.json`` and its config), the two
 remote-code modules with ``auto_map`` (:mod:`.remote`) and a ``README.md`` saying how to
 load it.  It is written into a temporary folder beside ``OUT`` and renamed into place, so
-``OUT`` is never half-written.  An existing ``OUT`` is replaced only with ``overwrite`` and
-only when it is an earlier export (nothing but the files an export writes).
+``OUT`` is never half-written; the folder and its files get the modes the umask allows.
+An existing ``OUT`` is replaced only with ``overwrite`` and only when it is an earlier
+export (nothing but the files an export writes).
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
-from weirdnet._atomic import write_atomic
+from weirdnet._atomic import make_temp_dir, write_atomic
 from weirdnet.models import WeirdNetLM
 
 from .modeling import WeirdNetForCausalLM
@@ -47,7 +48,7 @@ def export_hf(source: str | os.PathLike, out: str | os.PathLike, *,
     _check_source(model, info or {}, model_dir)
     hf_model = WeirdNetForCausalLM.from_weirdnet(model)
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    staging = make_temp_dir(f".{out.name}.export-", out.parent)  # mode as mkdir gives
     try:
         hf_model.save_pretrained(staging)
         byte_tokenizer(max_length=model.max_len).save_pretrained(staging)

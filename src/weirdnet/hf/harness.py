@@ -13,7 +13,7 @@ so ``lm_eval`` runs with no download:
 
 Run them on an exported model (``weirdnet export-hf``)::
 
-    weirdnet harness-tasks tasks/
+    weirdnet harness-tasks tasks/ --max-len 256   # the model's max_len: no request is cut
     lm_eval --model hf --model_args pretrained=OUT,trust_remote_code=True \\
         --include_path tasks/ --tasks weirdnet_stdlib_nextline,weirdnet_stdlib_bpb
 
@@ -86,31 +86,57 @@ def held_out_lines() -> list[str]:
     return text.split("\n")[1:-1]
 
 
-def nextline_items(lines: list[str], count: int, seed: int = 0) -> list[dict]:
+def _bytes(text: str) -> int:
+    """Length of ``text`` in the byte tokenizer's tokens (one per UTF-8 byte)."""
+    return len(text.encode("utf-8"))
+
+
+def nextline_items(lines: list[str], count: int, seed: int = 0,
+                   max_len: int | None = None) -> list[dict]:
     """``count`` multiple-choice items: ``context`` (the previous lines, no trailing
     newline), ``choices`` ("\\n" + a line, so the delimiter is the newline itself) and
-    ``label`` (the index of the true line)."""
+    ``label`` (the index of the true line).
+
+    The context is the ``CONTEXT_LINES`` previous lines.  With ``max_len`` (the model's
+    context in bytes) it keeps only as many whole previous lines as let the context and
+    its longest choice fit in ``max_len`` bytes, so lm_eval never cuts a request; lines
+    whose own previous line cannot fit that way are not drawn."""
     def fits(line: str) -> bool:
         return _LINE_CHARS[0] <= len(line.strip()) <= _LINE_CHARS[1]
 
     candidates = [i for i in range(CONTEXT_LINES, len(lines)) if fits(lines[i])
                   and all(lines[j].strip() for j in range(i - CONTEXT_LINES, i))]
-    if len(candidates) < count + CHOICES:
-        raise ValueError(f"the held-out split has {len(candidates)} usable lines, fewer "
-                         f"than {count} items need")
-    rng = random.Random(seed)
     by_length = sorted(candidates, key=lambda i: len(lines[i]))
     rank = {line: place for place, line in enumerate(by_length)}
-    items = []
-    for i in sorted(rng.sample(candidates, count)):
+
+    def pool_of(i: int) -> list[int]:
         where = rank[i]
-        pool = [j for j in by_length[max(0, where - 20):where + 21]
+        return [j for j in by_length[max(0, where - 20):where + 21]
                 if lines[j].strip() != lines[i].strip()]
-        others = rng.sample(pool, CHOICES - 1)
+
+    def room(i: int) -> int:  # bytes left for the context beside the longest possible choice
+        longest = max(_bytes(lines[j]) for j in [i, *pool_of(i)])
+        return max_len - 1 - longest
+
+    targets = candidates if max_len is None else [
+        i for i in candidates if _bytes(lines[i - 1]) <= room(i)]
+    if len(targets) < count + CHOICES:
+        fit = "" if max_len is None else f" that fit in {max_len} bytes"
+        raise ValueError(f"the held-out split has {len(targets)} usable lines{fit}, fewer "
+                         f"than {count} items need")
+    rng = random.Random(seed)
+    items = []
+    for i in sorted(rng.sample(targets, count)):
+        others = rng.sample(pool_of(i), CHOICES - 1)
         choices = [lines[j] for j in others]
         label = rng.randrange(CHOICES)
         choices.insert(label, lines[i])
-        items.append({"context": "\n".join(lines[i - CONTEXT_LINES:i]),
+        context = lines[i - CONTEXT_LINES:i]
+        if max_len is not None:
+            budget = max_len - 1 - max(_bytes(line) for line in choices)
+            while len(context) > 1 and _bytes("\n".join(context)) > budget:
+                context = context[1:]
+        items.append({"context": "\n".join(context),
                       "choices": ["\n" + line for line in choices], "label": label})
     return items
 
@@ -127,12 +153,17 @@ def passages(lines: list[str], count: int, size: int = 2000) -> list[dict]:
 
 
 def write_tasks(directory: str | os.PathLike, *, items: int = 500, passages_count: int = 50,
-                seed: int = 0) -> list[Path]:
-    """Write both tasks (YAML + JSON lines) into ``directory``; returns the YAML paths."""
+                seed: int = 0, max_len: int | None = None) -> list[Path]:
+    """Write both tasks (YAML + JSON lines) into ``directory``; returns the YAML paths.
+    ``max_len`` sizes the multiple-choice contexts to a model's context in bytes (see
+    :func:`nextline_items`); the rolling task needs no sizing (lm_eval windows it)."""
+    if max_len is not None and max_len < 2 * _LINE_CHARS[1]:
+        raise ValueError(f"max_len={max_len} leaves no room for a line of context and a "
+                         f"candidate line; it must be at least {2 * _LINE_CHARS[1]} bytes")
     directory = Path(directory).resolve()
     lines = held_out_lines()
     tasks = ((NEXTLINE, "Next line of Python source, multiple choice", _MULTIPLE_CHOICE,
-              nextline_items(lines, items, seed)),
+              nextline_items(lines, items, seed, max_len)),
              (BPB, "Bits per byte of held-out Python source", _ROLLING,
               passages(lines, passages_count)))
     written = []

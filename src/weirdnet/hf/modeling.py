@@ -16,7 +16,9 @@ strategies that roll the cache back are refused (see :mod:`.cache`).
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +28,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from weirdnet.models import Backbone, WeirdNetLM
 from weirdnet.models.generation import check_length
 from weirdnet.models.lm import lm_loss, output_head, output_logits, token_nll
+from weirdnet.models.safetensors_io import add_checksum, verify_file
 
 from .cache import WeirdNetCache
 from .configuration import WeirdNetConfig
@@ -50,20 +53,29 @@ class WeirdNetPreTrainedModel(PreTrainedModel):
     def from_pretrained(cls, *args, **kwargs):
         """``transformers``' ``from_pretrained``, strict: weights that are missing, left
         over or of another shape are an error naming them (``transformers`` would only
-        warn and leave such weights uninitialised)."""
+        warn and leave such weights uninitialised).  From a local folder, each weights
+        file that stores a SHA-256 (every export does) is checked first: a damaged file
+        is a ValueError naming it; a file without a digest loads unchecked."""
         wants_info = kwargs.pop("output_loading_info", False)
+        name = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+        if name is not None and os.path.isdir(name):
+            folder = Path(name) / (kwargs.get("subfolder") or "")
+            for path in _weight_files(folder, kwargs.get("variant")):
+                verify_file(path)
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
         problems = [f"{kind.replace('_', ' ')}: {sorted(map(str, keys))[:8]}"
                     for kind, keys in info.items() if keys and kind != "error_msgs"]
         if problems:
-            raise ValueError(f"{args[0] if args else kwargs.get('pretrained_model_name_or_path')}"
-                             f": the weights do not match the config ({'; '.join(problems)})")
+            raise ValueError(f"{name}: the weights do not match the config "
+                             f"({'; '.join(problems)})")
         return (model, info) if wants_info else model
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
-        """``transformers``' ``save_pretrained``, then the remote-code files and
-        ``auto_map`` (:mod:`.remote`), so the folder also loads with
-        ``trust_remote_code=True`` in a process that never imported ``weirdnet.hf``."""
+        """``transformers``' ``save_pretrained``, then the SHA-256 of each weights file
+        in its metadata (as ``model.save`` stores it: checked by ``from_pretrained`` and
+        ``weirdnet.models.load``), and the remote-code files and ``auto_map``
+        (:mod:`.remote`), so the folder also loads with ``trust_remote_code=True`` in a
+        process that never imported ``weirdnet.hf``."""
         classes = (type(self), type(self.config))
         registered = [cls._auto_class for cls in classes]
         for cls in classes:  # never let transformers copy this package's files into the folder
@@ -73,7 +85,23 @@ class WeirdNetPreTrainedModel(PreTrainedModel):
         finally:
             for cls, auto_class in zip(classes, registered):
                 cls._auto_class = auto_class
+        for path in _weight_files(Path(save_directory), kwargs.get("variant")):
+            add_checksum(path)
         write_remote_code(save_directory)
+
+
+def _weight_files(folder: Path, variant: str | None = None) -> list[Path]:
+    """The safetensors weights files ``from_pretrained`` reads from ``folder``: the shards
+    its index names, else the single file (none when neither is there)."""
+    single = folder / ("model.safetensors" if not variant else f"model.{variant}.safetensors")
+    index = single.with_name(single.name + ".index.json")
+    if index.is_file():
+        try:
+            names = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return []  # transformers reports a broken index itself
+        return [folder / name for name in sorted(names) if (folder / name).is_file()]
+    return [single] if single.is_file() else []
 
 
 class WeirdNetForCausalLM(WeirdNetPreTrainedModel, GenerationMixin):

@@ -157,8 +157,10 @@ class Backbone(nn.Module):
         """inputs (B, L) ids or (B, L, input_dim); mask (B, L) bool, True = real.
 
         With ``cache`` (from :meth:`init_cache`) the inputs continue the cached sequences
-        and the cache advances.  ``context``/``context_mask`` go to the blocks' cross
-        mixers.  Returns hidden states (B, L, D) after the final LayerNorm.
+        and the cache advances; one unpadded token (L = 1, mask None or all True) runs as
+        :meth:`step` does (the fused blocks where they apply), bitwise alike.
+        ``context``/``context_mask`` go to the blocks' cross mixers.  Returns hidden
+        states (B, L, D) after the final LayerNorm.
         """
         self.check_inputs(inputs, mask)
         if cache is None:
@@ -176,6 +178,8 @@ class Backbone(nn.Module):
         if cache.steps + length > cache.capacity:
             raise ValueError(f"the cache holds {cache.capacity} positions; {cache.steps} are "
                              f"used and {length} more were given")
+        if length == 1 and self.takes_tokens and self._may_fuse(cache) and _all_real(mask):
+            return self._step(inputs[:, 0], cache, context, context_mask)[:, None]
         h = self.embed_inputs(inputs, mask, start=cache.lengths)
         contexts = _block_contexts(context, len(self.blocks))
         for block, layer_cache, ctx in zip(self.blocks, cache.layers, contexts):
@@ -188,7 +192,8 @@ class Backbone(nn.Module):
     def step(self, tokens: torch.Tensor, cache: BackboneCache, context=None,
              context_mask=None) -> torch.Tensor:
         """Advance every cached sequence by one token: tokens (B,) ids -> hidden states
-        (B, D) after the final LayerNorm, as ``forward(tokens[:, None], cache=cache)[:, 0]``.
+        (B, D) after the final LayerNorm, as ``forward(tokens[:, None], cache=cache)[:, 0]``
+        (bitwise: a one-token cached forward without padding takes this same path).
 
         The decoding loop's call (mamba's ``step``): in eval mode, without autograd and
         outside ``torch.compile``, for at most ``FUSED_STEP_MAX_BATCH`` sequences, each
@@ -203,13 +208,25 @@ class Backbone(nn.Module):
                              f"token backbone, got {_describe(tokens)}")
         if cache.steps >= cache.capacity:
             raise ValueError(f"the cache holds {cache.capacity} positions; all are used")
-        if self.training or torch.is_grad_enabled() or torch.compiler.is_compiling() \
-                or cache.batch_size > FUSED_STEP_MAX_BATCH:
+        if not self._may_fuse(cache):
             return self._extend(tokens[:, None], None, cache, context, context_mask)[:, 0]
+        return self._step(tokens, cache, context, context_mask)
+
+    def _may_fuse(self, cache: BackboneCache) -> bool:
+        """Whether one token may take the fused step path: eval mode, no autograd, not
+        compiling, at most ``FUSED_STEP_MAX_BATCH`` sequences."""
+        return not (self.training or torch.is_grad_enabled() or torch.compiler.is_compiling()
+                    or cache.batch_size > FUSED_STEP_MAX_BATCH)
+
+    def _step(self, tokens: torch.Tensor, cache: BackboneCache, context, context_mask
+              ) -> torch.Tensor:
+        """One unpadded token per sequence, tokens (B,) -> (B, D), through the fused
+        blocks where they apply (made at the cache's first step).  The callers check the
+        inputs and the cache's room."""
         if cache.fused is None:
             cache.fused = [block.fused_step(layer)
                            for block, layer in zip(self.blocks, cache.layers)]
-        h = self.embed(tokens) + self.pos(cache.lengths)
+        h = self.embed(tokens.long()) + self.pos(cache.lengths)
         contexts = _block_contexts(context, len(self.blocks))
         for block, layer, fused, ctx in zip(self.blocks, cache.layers, cache.fused, contexts):
             if fused is None:
@@ -233,6 +250,12 @@ class Backbone(nn.Module):
         layers = [block.mixer.init_cache(batch_size, max_len) for block in self.blocks]
         lengths = torch.zeros(batch_size, dtype=torch.long, device=self.pos.weight.device)
         return BackboneCache(layers, lengths, 0, max_len)
+
+
+def _all_real(mask: torch.Tensor | None) -> bool:
+    """True when ``mask`` marks no padding: None, or a CPU mask that is all True (read
+    only on the host, where it costs no device synchronisation)."""
+    return mask is None or (on_host(mask) and bool(mask.all()))
 
 
 def _describe(value) -> str:

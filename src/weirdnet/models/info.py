@@ -1,17 +1,77 @@
 """A readable summary of a model: structure, widths and a parameter count by part.
 
-Used by ``weirdnet info PRESET`` (and on a saved model directory).  The count is taken on
-the meta device, so even the 700M-parameter presets are described without allocating.
+Used by ``weirdnet info TARGET`` (a preset name or a saved model directory, see
+:func:`describe_target`).  The count is taken on the meta device, so even the
+700M-parameter presets are described without allocating.
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from pathlib import Path
 
 import torch.nn as nn
 
 from .backbone import Backbone
-from .presets import Preset
+from .base import CheckpointError, load
+from .presets import PRESETS, Preset, build_preset, get_preset
+
+
+class TargetError(ValueError):
+    """``weirdnet info TARGET`` names nothing it can describe; the message is one line."""
+
+
+def _looks_like_path(target: str) -> bool:
+    """True for a TARGET written as a path (a separator, or a leading . or ~)."""
+    separators = [s for s in (os.sep, os.altsep, "/") if s]
+    return target.startswith((".", "~")) or any(s in target for s in separators)
+
+
+def _load_directory(path: Path) -> nn.Module:
+    """The model saved in ``path`` on the meta device; TargetError where it holds none."""
+    try:
+        return load(path, map_location="meta")
+    except (CheckpointError, ValueError, KeyError, OSError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+        if (path / "best").is_dir() and not (path / "config.json").exists():
+            message += f"; a training run keeps its model in {path / 'best'}"
+        raise TargetError(message) from None
+
+
+def _not_found(target: str, path: Path) -> TargetError:
+    """Why TARGET, neither a directory nor a preset name, names no model (one line)."""
+    if path.exists():
+        return TargetError(f"{target} is a file, not a saved model directory (written by "
+                           f"model.save()) or a preset name")
+    if _looks_like_path(target):
+        return TargetError(f"{target} does not exist, so it holds no saved model; give a "
+                           f"directory written by model.save() (a run's best/) or a preset "
+                           f"name (`weirdnet info --list`)")
+    try:
+        get_preset(target)
+    except KeyError as error:  # always: target is not in PRESETS
+        return TargetError(f"{error.args[0]}; no directory {target} exists either")
+    return TargetError(f"no model {target!r}")
+
+
+def resolve_target(target: str) -> tuple[nn.Module, Preset | None]:
+    """The model ``weirdnet info TARGET`` describes (on the meta device) and its preset
+    (None for a saved model).  A directory is read as a saved model, any other TARGET as
+    a preset name; TargetError (one line) where it names neither, saying whether the
+    path is missing, a file, or holds no model."""
+    path = Path(target).expanduser()
+    if path.is_dir():
+        return _load_directory(path), None
+    if target not in PRESETS:
+        raise _not_found(target, path)
+    return build_preset(target, device="meta"), PRESETS[target]
+
+
+def describe_target(target: str) -> str:
+    """The text ``weirdnet info TARGET`` prints (see :func:`resolve_target`)."""
+    model, preset = resolve_target(target)
+    return describe(model, preset)
 
 
 def _part(name: str, model: nn.Module) -> str:

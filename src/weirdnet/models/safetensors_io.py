@@ -5,7 +5,9 @@ to ``{"dtype", "shape", "data_offsets": [begin, end]}`` (offsets into the data s
 plus an optional ``"__metadata__"`` of strings, then the raw little-endian data.  Files
 written here are readable by the ``safetensors`` package and vice versa.  We add the
 SHA-256 of the data section to the metadata (``weirdnet.sha256``) and check it on load, so
-a flipped byte is an error rather than silently wrong weights.
+a flipped byte is an error rather than silently wrong weights; :func:`add_checksum` adds it
+to a file another writer made (a Hugging Face export) and :func:`verify_file` checks a file
+before another reader loads it.
 """
 
 from __future__ import annotations
@@ -59,9 +61,53 @@ def save_file(tensors: dict[str, torch.Tensor], path: str | os.PathLike,
     meta = dict(metadata or {})
     meta[_CHECKSUM_KEY] = digest.hexdigest()
     header["__metadata__"] = meta
+    write_atomic(path, [*_pack_header(header), *chunks])
+
+
+def _pack_header(header: dict) -> list[bytes]:
+    """The size field and the JSON header, padded with spaces so the data is 8-aligned."""
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    write_atomic(path, [struct.pack("<Q", len(text)), text, *chunks])
+    return [struct.pack("<Q", len(text)), text]
+
+
+def add_checksum(path: str | os.PathLike) -> None:
+    """Store the SHA-256 of the data section of the safetensors file ``path`` in its
+    metadata, as :func:`save_file` does (for a file another library wrote); the tensors
+    and their bytes are unchanged.  The file is rewritten atomically."""
+    raw = Path(path).read_bytes()
+    header, start = read_header(raw, str(path))
+    data = memoryview(raw)[start:]
+    meta = dict(header.get("__metadata__") or {})
+    meta[_CHECKSUM_KEY] = hashlib.sha256(data).hexdigest()
+    header["__metadata__"] = meta
+    write_atomic(path, [*_pack_header(header), data])
+
+
+def verify_file(path: str | os.PathLike) -> bool:
+    """Check the data section of ``path`` against its stored SHA-256, reading it in blocks:
+    SafetensorsError (naming the file) on a mismatch; False when the file stores no
+    digest (written before weirdnet stored one, or by another tool), True when it
+    matches."""
+    path = str(path)
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        size = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
+        header, _ = read_header(head + handle.read(min(size, _MAX_HEADER)), path)
+        expected = (header.get("__metadata__") or {}).get(_CHECKSUM_KEY)
+        if expected is None:
+            return False
+        digest = hashlib.sha256()
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise SafetensorsError(_mismatch(path))
+    return True
+
+
+def _mismatch(path: str) -> str:
+    return (f"{path}: checksum mismatch; the file is corrupted (or was modified after it was "
+            "written)")
 
 
 def read_header(raw: bytes, path: str) -> tuple[dict, int]:
@@ -92,8 +138,7 @@ def load_file(path: str | os.PathLike, device: str | torch.device = "cpu"
     data = raw[start:]
     expected = metadata.get(_CHECKSUM_KEY)
     if expected is not None and hashlib.sha256(data).hexdigest() != expected:
-        raise SafetensorsError(f"{path}: checksum mismatch; the file is corrupted (or was "
-                               "modified after it was written)")
+        raise SafetensorsError(_mismatch(path))
     buffer = bytearray(data)
     tensors = {name: _entry(name, spec, buffer, path).to(device)
                for name, spec in header.items()}

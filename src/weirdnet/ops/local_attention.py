@@ -78,7 +78,8 @@ def local_attention(q, k, v, *, window: int, causal: bool, mask=None,
     allowed = band & real.unsqueeze(2)
     out = masked_sdpa(qb.flatten(0, 1), kb.flatten(0, 1), vb.flatten(0, 1),
                       allowed.flatten(0, 1).unsqueeze(1), dropout_p)  # (B n, H, b, dv)
-    out = out.view(B, n, H, b, -1).transpose(1, 2).reshape(B, H, n * b, -1)
+    dv = v.shape[-1]  # spelled out, not -1: an empty sequence (L = n = 0) leaves it ambiguous
+    out = out.view(B, n, H, b, dv).transpose(1, 2).reshape(B, H, n * b, dv)
     return out[:, :, :L]
 
 

@@ -27,7 +27,6 @@ import os
 import random
 import re
 import shutil
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,14 +36,19 @@ import torch
 
 from weirdnet._atomic import write_atomic
 from weirdnet._faults import fault_point
+from weirdnet._warnings import WeirdnetWarning, warn
 from weirdnet.models.base import CheckpointError
 
-__all__ = ["CheckpointError", "capture_rng", "list_checkpoints", "load_latest",
-           "read_checkpoint", "restore_rng", "save_checkpoint", "save_directory"]
+__all__ = ["CheckpointError", "DamagedCheckpointWarning", "capture_rng", "list_checkpoints",
+           "load_latest", "read_checkpoint", "restore_rng", "save_checkpoint", "save_directory"]
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 MANIFEST, TRAINER_STATE = "manifest.json", "trainer.pt"
 TRAIN_CONFIG, DATA_INFO = "train_config.json", "data_info.json"
+
+
+class DamagedCheckpointWarning(WeirdnetWarning):
+    """A damaged checkpoint was skipped (printed as one line: see :mod:`weirdnet._warnings`)."""
 
 
 def _sha256(path: Path) -> str:
@@ -140,7 +144,8 @@ def read_checkpoint(directory: Path, map_location: str | torch.device = "cpu"
 def load_latest(run_dir: Path, map_location: str | torch.device = "cpu"
                 ) -> tuple[Path, dict[str, torch.Tensor], dict[str, Any]] | None:
     """The newest intact checkpoint of the run: (directory, model state, trainer state),
-    or None if there is none.  Damaged ones are reported (a warning) and skipped."""
+    or None if there is none.  Damaged ones are reported (a one-line
+    :class:`DamagedCheckpointWarning`) and skipped."""
     checkpoints = list_checkpoints(run_dir)
     problems = []
     for directory in reversed(checkpoints):
@@ -148,8 +153,8 @@ def load_latest(run_dir: Path, map_location: str | torch.device = "cpu"
             tensors, state = read_checkpoint(directory, map_location)
         except CheckpointError as error:
             problems.append(str(error))
-            warnings.warn(f"checkpoint {directory.name} is damaged and is skipped: {error}",
-                          stacklevel=2)
+            warn(f"weirdnet: checkpoint {directory.name} is damaged and is skipped: {error}",
+                 DamagedCheckpointWarning)
             continue
         return directory, tensors, state
     if problems:

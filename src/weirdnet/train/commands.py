@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -19,7 +20,9 @@ under torchrun, on several (DDP; FSDP for models above 300M parameters).
 CONFIG is a TOML file (see configs/, and weirdnet.train.config for every key), the name
 of a config shipped with weirdnet (`weirdnet configs` lists them: `weirdnet train
 lra/listops-cpu` works from any directory), or an existing run directory (its
-train_config.json; implies --resume).  --set overrides a key:
+train_config.json; implies --resume; the run is trained where it is, wherever it was
+copied or moved to, and --set cannot change its run.out_dir or run.name).  --set
+overrides a key:
 --set train.steps=100 --set model.backbone.dim=64 --set data.options.seq_len=512.
 
 Config tables and keys (defaults and meanings: weirdnet/train/config.py):
@@ -39,9 +42,11 @@ Config tables and keys (defaults and meanings: weirdnet/train/config.py):
 
 The run goes to RUN = run.out_dir/run.name (default runs/<config name>): log.jsonl,
 checkpoints/step-* (the last train.keep_last), best/ (the best model by the evaluation
-metric), results.json.  A progress bar shows loss, tokens/s and the ETA; a results table
-is printed at the end.  Ctrl-C saves a checkpoint; --resume continues exactly where the
-last intact checkpoint left off (model, optimizer, schedule, random states, data order).
+metric), results.json.  Every value is checked before RUN is created or changed;
+--overwrite deletes RUN only if everything in it, at every level, is weirdnet's own.
+A progress bar shows loss, tokens/s and the ETA; a results table is printed at the end.
+Ctrl-C saves a checkpoint; --resume continues exactly where the last intact checkpoint
+left off (model, optimizer, schedule, random states, data order).
 
 examples:
   weirdnet train configs/quickstart.toml
@@ -71,12 +76,21 @@ is encoded with the text encoding of the run's dataset (UTF-8 for the byte corpo
 the continuation is decoded the same way (bytes that do not decode are replaced).  Uses
 the models' cached decoding (O(D log L) per token in Weird-attention layers).
 
+A model reads at most max_len tokens (256 for configs/quickstart.toml): the prompt and
+the new tokens together.  --max-new-tokens (default 200) is cut to what fits, with a
+one-line note on stderr; a prompt that fills max_len is an error.  A seq2seq model's
+limit is its decoder's max_len (by default it may use all of it; decoding stops at eos).
+
 examples:
   weirdnet generate runs/quickstart --prompt "def "
-  weirdnet generate runs/quickstart --prompt "import " --max-new-tokens 400 \\
+  weirdnet generate runs/quickstart --prompt "import " --max-new-tokens 240 \\
       --temperature 0.8 --top-k 40 --num-samples 3 --seed 1
   weirdnet generate runs/seq2seq-reverse --prompt "12345" --temperature 0
 """
+
+
+DEFAULT_NEW_TOKENS = 200
+"""``weirdnet generate``'s default ``--max-new-tokens`` (fewer where max_len leaves less)."""
 
 
 def _fail(command: str, error: BaseException) -> int:
@@ -130,12 +144,8 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         source = resolve(args.config)
         if source.is_dir():
-            config_file = source / "train_config.json"
-            if not config_file.is_file():
-                raise FileNotFoundError(f"{source} is a directory without train_config.json; "
-                                        "give a TOML config file or a run directory")
             resume = True
-            config = load_config(config_file, args.overrides)
+            config = run_dir_config(source, args.overrides)
         else:
             config = load_config(source, args.overrides)
         train(config, resume=resume, overwrite=args.overwrite,
@@ -143,6 +153,30 @@ def run_train(args: argparse.Namespace, argv: list[str]) -> int:
     except _expected_errors() as error:
         return _fail("train", error)
     return 0
+
+
+def run_dir_config(run_dir: Path, overrides: list[str]):
+    """The config of the run in ``run_dir`` (its ``train_config.json`` with ``overrides``),
+    placed in ``run_dir`` itself: ``run.out_dir`` and ``run.name`` become its parent and its
+    name, whatever the file says (a copied, moved or renamed run trains where it is; the
+    trainer says so when they differ).  Overriding them is refused: RUN_DIR is the run."""
+    from weirdnet.models.config import ConfigError
+    from weirdnet.train.config import load_config
+
+    config_file = run_dir / "train_config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{run_dir} is a directory without train_config.json; give a "
+                                "TOML config file or a run directory")
+    moved = [o for o in overrides
+             if o.partition("=")[0].strip() in ("run", "run.name", "run.out_dir")]
+    if moved:
+        raise ConfigError(f"--set {moved[0]!r}: a run directory is trained where it is; to "
+                          f"start a new run from its config, give {config_file} as CONFIG")
+    if run_dir.name in ("", ".", ".."):  # "." or "..": name it by its real name
+        run_dir = run_dir.resolve()
+    config = load_config(config_file, overrides)
+    config.run.out_dir, config.run.name = str(run_dir.parent), run_dir.name
+    return config
 
 
 # ---- eval -------------------------------------------------------------------------------
@@ -155,6 +189,11 @@ def find_model_dir(path: Path) -> tuple[Path, Path | None]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
+    if not path.is_dir():
+        model_near = any((path.parent / name).is_file() for name in ("config.json", TRAIN_CONFIG))
+        hint = f" (such as {path.parent})" if model_near else ""
+        raise FileNotFoundError(f"{path} is a file; give a run directory, its best/ or a "
+                                f"checkpoints/step-* directory{hint}")
     model_dir = path / "best" if (path / "best" / "config.json").is_file() else path
     if not (model_dir / "config.json").is_file():
         from weirdnet.train.checkpoint import list_checkpoints
@@ -301,7 +340,10 @@ def add_generate(subparsers, formatter) -> None:
                                    description=GENERATE_DESCRIPTION, formatter_class=formatter)
     parser.add_argument("target", metavar="CHECKPOINT", help="run, best/ or checkpoint dir")
     parser.add_argument("--prompt", default="", help="text to continue (default: empty)")
-    parser.add_argument("--max-new-tokens", type=int, default=200, help="tokens to add (200)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
+                        help=f"tokens to add (default {DEFAULT_NEW_TOKENS}); never more than "
+                             "fit in the model's max_len after the prompt: then fewer, "
+                             "with a note on stderr")
     parser.add_argument("--temperature", type=float, default=0.8,
                         help="sampling temperature; 0 = greedy (0.8)")
     parser.add_argument("--top-k", type=int, default=None, help="sample from the k best")
@@ -335,7 +377,7 @@ def generate_texts(args: argparse.Namespace) -> list[str]:
     from weirdnet.models.seq2seq import WeirdNetSeq2Seq
     from weirdnet.train.distributed import resolve_device
 
-    if args.max_new_tokens < 1 or args.num_samples < 1:
+    if (args.max_new_tokens is not None and args.max_new_tokens < 1) or args.num_samples < 1:
         raise ValueError("--max-new-tokens and --num-samples must be >= 1")
     device = resolve_device(args.device, what="--device")
     encoding = args.encoding or "utf-8"
@@ -364,13 +406,27 @@ def generate_texts(args: argparse.Namespace) -> list[str]:
         return _decode_seq2seq(model, prompt, args, sampling, info, encoding, device)
     if not prompt:  # an empty prompt starts from a newline
         prompt = [ord("\n")]
-    if len(prompt) + args.max_new_tokens > model.max_len:
-        raise ValueError(f"prompt ({len(prompt)} tokens) + --max-new-tokens "
-                         f"({args.max_new_tokens}) exceeds the model's max_len "
-                         f"{model.max_len}")
     ids = torch.tensor([prompt] * args.num_samples, device=device)
-    out = model.generate(ids, args.max_new_tokens, **sampling)
+    out = model.generate(ids, _new_tokens(args.max_new_tokens, len(prompt), model.max_len),
+                         **sampling)
     return [bytes(row).decode(encoding, errors="replace") for row in out.tolist()]
+
+
+def _new_tokens(asked: int | None, prompt_length: int, max_len: int) -> int:
+    """How many tokens to generate after a prompt of ``prompt_length``: ``asked`` (None:
+    :data:`DEFAULT_NEW_TOKENS`), but never more than fit in the model's ``max_len``
+    positions; fewer than asked is said in one line on stderr."""
+    room = max_len - prompt_length
+    if room < 1:
+        raise ValueError(f"the prompt ({prompt_length} tokens) leaves no room in the model's "
+                         f"max_len {max_len}; shorten --prompt")
+    wanted = DEFAULT_NEW_TOKENS if asked is None else asked
+    if wanted <= room:
+        return wanted
+    print(f"weirdnet generate: {wanted} new tokens do not fit the model's max_len {max_len} "
+          f"after a {prompt_length}-token prompt; generating {room}", file=sys.stderr,
+          flush=True)
+    return room
 
 
 def _check_encoding(encoding: str) -> None:
@@ -393,8 +449,11 @@ def _decode_seq2seq(model, prompt, args, sampling, info, encoding, device) -> li
     if bos is None:
         raise ValueError("the run's data_info.json names no bos_id; cannot start decoding")
     src = torch.tensor([prompt] * args.num_samples, device=device)
-    # decoding stops at eos; the decoder cannot go beyond its max_len positions
-    steps = min(args.max_new_tokens, model.config.decoder.max_len - 1)
+    # decoding stops at eos; the decoder cannot go beyond its max_len positions (after bos):
+    # by default it may use them all, an explicit --max-new-tokens is cut with a note
+    room = model.config.decoder.max_len - 1
+    steps = min(DEFAULT_NEW_TOKENS, room) if args.max_new_tokens is None else _new_tokens(
+        args.max_new_tokens, 1, model.config.decoder.max_len)
     out = model.generate(src, steps, bos, **sampling)
     texts = []
     for row in out[:, 1:].tolist():
@@ -413,4 +472,40 @@ def add_plot(subparsers, formatter) -> None:
     parser = subparsers.add_parser("plot", help="draw learning curves of runs as a PNG",
                                    description=plot.DESCRIPTION, formatter_class=formatter)
     plot.add_arguments(parser)
-    parser.set_defaults(handler=plot.run)
+    parser.set_defaults(handler=run_plot)
+
+
+def run_plot(args: argparse.Namespace, argv: list[str]) -> int:
+    """Handle ``weirdnet plot`` (:func:`weirdnet.train.plot.run`), after checking that the
+    image can be written where it goes; exit status."""
+    from weirdnet.train import plot
+
+    out = args.out
+    if out is None and len(args.runs) == 1:  # plot's default: RUN/curves.png
+        run = Path(args.runs[0])
+        out = (run if run.is_dir() else run.parent) / plot.PLOT_NAME
+    try:
+        if out is not None:
+            check_output_file(out, "--out" if args.out is not None else "the plot")
+        return plot.run(args, argv)
+    except ValueError as error:
+        return _fail("plot", error)
+    except OSError as error:  # e.g. a run that cannot be read, a full or read-only disk
+        return _fail("plot", f"{error.filename or out}: {error.strerror or error}")
+
+
+def check_output_file(path: Path, what: str) -> None:
+    """ValueError unless a file can be written at ``path``: it is not a folder, no part of
+    its folder is a file, and the nearest part that exists is a writable folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {path} is a folder; give a file name (e.g. "
+                         f"{path / 'curves.png'})")
+    for part in path.parents:
+        if not os.path.lexists(part):
+            continue
+        if not part.is_dir():
+            raise ValueError(f"{what} {path}: {part} is a file, not a folder")
+        if not os.access(part, os.W_OK | os.X_OK):
+            raise ValueError(f"{what} {path}: the folder {part} is not writable")
+        return

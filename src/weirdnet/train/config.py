@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import math
 import os
 import re
 import tomllib
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from weirdnet._tables import merge
 from weirdnet.models.config import ConfigError, from_dict
 
 __all__ = ["ConfigError", "DataConfig", "OptimConfig", "RunConfig", "ScheduleConfig",
@@ -106,7 +108,8 @@ class ScheduleConfig:
 
     extend: what a resumed run does when ``train.steps`` differs from the steps its
     schedule was laid out for: "keep" (the schedule stays as it was: past its end the
-    cosine rate stays at its final value), "rewarm" (from the resume step, warm up again
+    cosine rate stays at its final value; a warmup longer than those steps still runs to
+    its end first), "rewarm" (from the resume step, warm up again
     from the current rate to lr over warmup_steps, then decay over the remaining steps),
     or "stretch" (lay the schedule out again over the new train.steps, as if they had
     been asked for from the start: the rate jumps at the resume step).
@@ -216,9 +219,10 @@ def check(config: TrainConfig) -> None:
     if train.batch_size % train.grad_accum:
         raise ConfigError(f"train.batch_size={train.batch_size} is not a multiple of "
                           f"train.grad_accum={train.grad_accum}")
-    if config.optim.lr <= 0 or train.clip < 0 or config.optim.weight_decay < 0:
-        raise ConfigError("optim.lr must be > 0, train.clip and optim.weight_decay >= 0; got "
-                          f"{config.optim.lr}, {train.clip}, {config.optim.weight_decay}")
+    _number("optim.lr", config.optim.lr, above=0.0)
+    _number("optim.eps", config.optim.eps, above=0.0)
+    _number("optim.weight_decay", config.optim.weight_decay, least=0.0)
+    _number("train.clip", train.clip, least=0.0, hint=" (0 turns clipping off)")
     if not 0.0 <= config.schedule.min_lr_ratio <= 1.0:
         raise ConfigError(f"schedule.min_lr_ratio must be in [0, 1], got "
                           f"{config.schedule.min_lr_ratio}")
@@ -236,6 +240,9 @@ def _check_data(data: DataConfig) -> None:
         found = entry(data.dataset)
     except KeyError as error:
         raise ConfigError(f"data.dataset: {error.args[0]}") from None
+    if data.root and os.path.lexists(data.root) and not Path(data.root).is_dir():
+        raise ConfigError(f"data.root={data.root!r} is a file; it must be the folder that "
+                          f"holds the {data.dataset} files (or \"\" for the default)")
     for key in ("train_split", "eval_split", "test_split"):
         if key != "test_split" or data.test_split:
             _choice(f"data.{key}", getattr(data, key), found.splits)
@@ -261,6 +268,16 @@ def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
         raise ConfigError(f"{key} must be one of {', '.join(choices)}; got {value!r}{hint}")
 
 
+def _number(key: str, value: float, *, above: float | None = None,
+            least: float | None = None, hint: str = "") -> None:
+    """A finite number ``> above`` or ``>= least`` (NaN and infinity are refused: NaN
+    passes every comparison's negation and would, e.g., turn clipping off)."""
+    bound = f"> {above:g}" if above is not None else f">= {least:g}"
+    low_ok = value > above if above is not None else value >= least
+    if not (math.isfinite(value) and low_ok):
+        raise ConfigError(f"{key} must be a finite number {bound}{hint}, got {value}")
+
+
 def _at_least(key: str, value: int, low: int) -> None:
     if value < low:
         raise ConfigError(f"{key} must be >= {low}, got {value}")
@@ -283,17 +300,6 @@ def read_toml(path: str | os.PathLike, _seen: tuple[Path, ...] = ()) -> dict[str
     if not isinstance(parent, str):
         raise ConfigError(f"{path}: extends must be a file name, got {parent!r}")
     return merge(read_toml(path.parent / parent, (*_seen, path)), data)
-
-
-def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of ``base`` with ``update`` merged in (tables merge, values replace)."""
-    out = copy.deepcopy(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def parse_value(text: str) -> Any:

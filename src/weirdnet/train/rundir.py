@@ -4,28 +4,37 @@ writer at a time, and repaired after a crash.
 A run directory ``RUN = run.out_dir/run.name`` holds only files that weirdnet writes
 (:data:`RUN_FILES`).  :func:`claim_run_dir` opens it for one ``weirdnet train``:
 
-- ``run.name`` must be a plain name (no ``/``, ``..``, absolute paths);
+- ``run.name`` must be a plain name (no ``/``, ``..``, absolute paths), ``run.out_dir`` a
+  folder or a path where one can be made (no part of it a file);
 - a directory that exists, is not empty and is not a weirdnet run (no readable
   ``train_config.json``) is refused, whatever the flags: nothing in it is touched;
-- ``--overwrite`` removes an existing run only if every entry in it is one weirdnet
-  writes; it removes those entries one by one, never the directory of someone else;
+- ``--overwrite`` removes an existing run only if every entry in it, at every level
+  (``best/``, ``checkpoints/step-*/``, ``tensorboard/`` included), is one weirdnet writes
+  (:func:`foreign_entries`); it removes those entries one by one, never the directory of
+  someone else;
 - an advisory lock (:class:`weirdnet._lock.DirectoryLock`) is held for the whole run, so a
   second writer fails at once with the holder's PID;
 - leftovers of a crash (hidden temporary checkpoint directories and files) are removed,
   and a ``best/`` or checkpoint caught between its two renames is put back.
+
+:func:`check_run_dir` makes every check that changes nothing (the busy lock included), so
+the trainer runs them before it builds its data and model, and claims the directory only
+when everything else has been checked too.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from weirdnet._lock import LOCK_FILE, DirectoryBusyError, DirectoryLock
+from weirdnet._lock import LOCK_FILE, DirectoryBusyError, DirectoryLock, _read_holder
 
-__all__ = ["RUN_FILES", "Claim", "RunDirError", "check_run_name", "claim_run_dir",
+__all__ = ["MODEL_DIR_FILES", "RUN_FILES", "Claim", "RunDirError", "check_out_dir",
+           "check_run_dir", "check_run_name", "claim_run_dir",
            "clean_stale", "foreign_entries", "is_run_dir"]
 
 
@@ -69,16 +78,78 @@ def _is_own_temp(name: str) -> bool:
     return bool(_DIR_TEMP.match(name) or _FILE_TEMP.match(name))
 
 
+MODEL_DIR_FILES = frozenset({"config.json", "model.safetensors", "train_config.json",
+                             "data_info.json", "manifest.json"})
+"""The files of every model directory weirdnet writes in a run (``best/``,
+``checkpoints/step-*``); ``best/`` adds ``metrics.json``, a checkpoint ``trainer.pt``."""
+
+_RUN_DIRS = frozenset({"checkpoints", "best", "tensorboard"})
+_TB_EVENTS = re.compile(r"^events\.out\.tfevents\.[^/]+$")
+
+
 def foreign_entries(path: Path) -> list[str]:
-    """Entries of run directory ``path`` that weirdnet did not write (relative names)."""
+    """Entries of run directory ``path``, at every level, that weirdnet did not write
+    (paths relative to ``path``; a foreign folder is named once, not its contents).
+
+    weirdnet writes, and nothing else counts as its own: the files of :data:`RUN_FILES`
+    (as files) and its folders (as folders, never symlinks); in ``checkpoints/`` only
+    ``step-N`` folders, in them and in ``best/`` only the files of a model directory
+    (those of :data:`MODEL_DIR_FILES`, ``trainer.pt``/``metrics.json`` and whatever the
+    folder's manifest lists); in ``tensorboard/`` only ``events.out.tfevents.*`` files;
+    anywhere, the hidden temporaries of an interrupted write."""
     path = Path(path)
-    found = [p.name for p in path.iterdir() if p.name not in RUN_FILES
-             and not _is_own_temp(p.name)]
-    checkpoints = path / "checkpoints"
-    if checkpoints.is_dir():
-        found += [f"checkpoints/{p.name}" for p in checkpoints.iterdir()
-                  if not (_STEP_DIR.match(p.name) or _is_own_temp(p.name))]
+    found: list[str] = []
+    for entry in path.iterdir():
+        name = entry.name
+        if _is_own_temp(name):
+            continue
+        if name not in RUN_FILES or entry.is_symlink() \
+                or entry.is_dir() != (name in _RUN_DIRS):
+            found.append(name)
+        elif name == "checkpoints":
+            found += _foreign_checkpoints(entry)
+        elif name == "best":
+            found += _foreign_model_files(entry, "best")
+        elif name == "tensorboard":
+            found += [f"tensorboard/{p.name}" for p in entry.iterdir()
+                      if not (_TB_EVENTS.match(p.name) and _plain_file(p))]
     return sorted(found)
+
+
+def _plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def _foreign_checkpoints(folder: Path) -> list[str]:
+    found = []
+    for entry in folder.iterdir():
+        if _is_own_temp(entry.name):
+            continue
+        where = f"checkpoints/{entry.name}"
+        if _STEP_DIR.match(entry.name) and entry.is_dir() and not entry.is_symlink():
+            found += _foreign_model_files(entry, where)
+        else:
+            found.append(where)
+    return found
+
+
+def _foreign_model_files(folder: Path, where: str) -> list[str]:
+    """Entries of a model directory (``best/`` or a checkpoint) that are not its files."""
+    own = MODEL_DIR_FILES | {"trainer.pt", "metrics.json"} | _manifest_names(folder)
+    return [f"{where}/{p.name}" for p in folder.iterdir()
+            if not (_is_own_temp(p.name) or (p.name in own and _plain_file(p)))]
+
+
+def _manifest_names(folder: Path) -> set[str]:
+    """The plain file names that the folder's ``manifest.json`` lists (none if unreadable)."""
+    try:
+        files = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    if not isinstance(files, dict):
+        return set()
+    return {name for name in files if isinstance(name, str) and "/" not in name
+            and not name.startswith(".")}
 
 
 def _has_content(path: Path) -> bool:
@@ -111,33 +182,79 @@ class Claim:
                 self.run_dir.rmdir()
 
 
-def claim_run_dir(out_dir: str, name: str, *, resume: bool, overwrite: bool,
-                  is_main: bool = True) -> Claim:
-    """Open ``out_dir/name`` for one training run (see the module doc).  Only the main
-    process locks, removes and cleans; the others get the path."""
+def check_out_dir(out_dir: str) -> None:
+    """Raise :class:`RunDirError` unless ``run.out_dir`` is a folder, or a path where one
+    can be made: no part of it is a file, and the nearest part that exists is a writable
+    folder.  Nothing is created."""
+    path = Path(out_dir)
+    for part in (path, *path.parents):
+        if not os.path.lexists(part):
+            continue
+        if not part.is_dir():
+            what = "is" if part == path else f"names {part}, which is"
+            raise RunDirError(f"run.out_dir={out_dir!r} {what} a file, not a folder; point "
+                              "run.out_dir at a folder (--set run.out_dir=DIR)")
+        if not os.access(part, os.W_OK | os.X_OK):
+            raise RunDirError(f"run.out_dir={out_dir!r}: {part} is not writable; point "
+                              "run.out_dir at a folder you may write to")
+        return
+
+
+def check_run_dir(out_dir: str, name: str, *, resume: bool, overwrite: bool,
+                  is_main: bool = True) -> Path:
+    """The checks of :func:`claim_run_dir` that change nothing (run before a run builds
+    its data and model, so a run that cannot start fails at once and leaves nothing
+    behind): a plain name, a usable ``run.out_dir``, no foreign directory, no existing run
+    without ``--resume``/``--overwrite``, nothing foreign for ``--overwrite`` to delete,
+    no other writer (asked by the main process only: in a torchrun job the others would
+    find the main one's lock).  Returns ``out_dir/name``."""
     check_run_name(name)
+    check_out_dir(out_dir)
     run_dir = Path(out_dir) / name
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunDirError(f"{run_dir} exists and is not a directory")
-    existed = _has_content(run_dir)
-    created = not run_dir.exists()
-    if existed and not is_run_dir(run_dir):
+    if os.path.lexists(run_dir) and not run_dir.is_dir():
+        raise RunDirError(f"{run_dir} exists and is not a directory; pick another run.name "
+                          "or run.out_dir")
+    if not _has_content(run_dir):
+        return run_dir
+    if not is_run_dir(run_dir):
         entries = sorted(p.name for p in run_dir.iterdir())
         raise RunDirError(
             f"{run_dir} exists and is not a weirdnet run (no readable train_config.json; it "
             f"holds {_listing(entries)}); nothing was changed: pick another run.name or "
             "run.out_dir")
-    if existed and not (resume or overwrite):
+    if not (resume or overwrite):
         raise RunDirError(f"run directory {run_dir} already exists; continue it with "
                           "--resume, start over with --overwrite, or pick another name "
                           "with --set run.name=NAME")
+    if is_main:
+        _check_not_busy(run_dir)
+    if overwrite:
+        _refuse_foreign(run_dir)
+    else:
+        _check_kinds(run_dir)
+    return run_dir
+
+
+def claim_run_dir(out_dir: str, name: str, *, resume: bool, overwrite: bool,
+                  is_main: bool = True) -> Claim:
+    """Open ``out_dir/name`` for one training run (see the module doc and
+    :func:`check_run_dir`).  Only the main process locks, removes and cleans; the others
+    get the path (they made :func:`check_run_dir`'s checks before; now the main process
+    may be changing the directory)."""
     if not is_main:
-        return Claim(run_dir, None, existed)
+        run_dir = Path(out_dir) / name
+        return Claim(run_dir, None, _has_content(run_dir))
+    run_dir = check_run_dir(out_dir, name, resume=resume, overwrite=overwrite)
+    existed = _has_content(run_dir)
+    created = not run_dir.exists()
     lock = DirectoryLock(run_dir, "weirdnet train")
     try:
         lock.acquire()
     except DirectoryBusyError as error:
         raise RunDirError(f"run directory {error}") from None
+    except OSError as error:
+        raise RunDirError(f"cannot create run directory {run_dir}: {error.strerror} "
+                          f"({error.filename}); pick another run.out_dir") from None
     try:
         if existed and overwrite:
             _remove_run(run_dir)
@@ -148,19 +265,54 @@ def claim_run_dir(out_dir: str, name: str, *, resume: bool, overwrite: bool,
     return Claim(run_dir, lock, existed, cleaned, created)
 
 
+def _check_kinds(run_dir: Path) -> None:
+    """A run to continue has its folders as folders and its files as files."""
+    for name in sorted(RUN_FILES):
+        entry = run_dir / name
+        if os.path.lexists(entry) and (entry.is_symlink()
+                                       or entry.is_dir() != (name in _RUN_DIRS)):
+            kind = "folder" if name in _RUN_DIRS else "file"
+            raise RunDirError(f"{entry} is not the {kind} weirdnet writes there; move it "
+                              "away to continue the run")
+
+
+def _check_not_busy(run_dir: Path) -> None:
+    """Raise :class:`RunDirError` naming the holder when another process holds the run's
+    lock (the lock file is only opened for reading: nothing is written)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return  # no lock file: nobody holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise RunDirError(f"run directory {run_dir} is in use by {_read_holder(fd)}; wait "
+                          "for it to end, or write somewhere else") from None
+    finally:
+        os.close(fd)  # also drops the lock if it was taken
+
+
 def _listing(entries: list[str], most: int = 5) -> str:
     shown = ", ".join(entries[:most])
     return shown + (f" and {len(entries) - most} more" if len(entries) > most else "")
 
 
-def _remove_run(run_dir: Path) -> None:
-    """Delete the entries of a recognised run (the directory and its lock file stay);
-    refuse if anything in it is not weirdnet's."""
+def _refuse_foreign(run_dir: Path) -> None:
     foreign = foreign_entries(run_dir)
     if foreign:
         raise RunDirError(f"--overwrite refused: {run_dir} is a weirdnet run but also holds "
                           f"files weirdnet did not write ({_listing(foreign)}); move them "
                           "away or pick another run.name")
+
+
+def _remove_run(run_dir: Path) -> None:
+    """Delete the entries of a recognised run (the directory and its lock file stay);
+    refuse if anything in it, at any level, is not weirdnet's."""
+    _refuse_foreign(run_dir)
     for entry in run_dir.iterdir():
         if entry.name == LOCK_FILE:
             continue

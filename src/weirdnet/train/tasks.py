@@ -24,6 +24,7 @@ teacher forcing, which is exactly the fraction greedy decoding gets right.
 
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any
 
@@ -35,7 +36,7 @@ from weirdnet.models.lm import token_nll
 from weirdnet.train.config import merge
 
 __all__ = ["MODEL_CLASSES", "TASKS", "Sums", "Task", "add_sums", "best_metric",
-           "build_model_config", "get", "to_device"]
+           "build_model_config", "check_best_metric", "check_lengths", "get", "to_device"]
 
 _LOWER_IS_BETTER = {"loss", "bpc", "perplexity"}
 IGNORE_TARGET = -100
@@ -74,6 +75,10 @@ class Task:
         nll = token_nll(out.logits, targets)
         return {"nll": float((nll * counted).sum()), "targets": float(counted.sum())}
 
+    def metric_names(self, info: DatasetInfo) -> tuple[str, ...]:
+        """The names of the metrics :meth:`metrics` returns for a dataset ``info``."""
+        return ("loss",)
+
     def metrics(self, sums: Sums, info: DatasetInfo) -> dict[str, float]:
         """Metrics of a whole evaluation from its summed statistics."""
         if not sums.get("targets"):
@@ -93,12 +98,21 @@ class LMTask(Task):
         targets = tokens[:, 1:]
         return model(tokens[:, :-1], targets if with_loss else None, mask), targets, mask
 
+    def metric_names(self, info):
+        bpc = ("bpc",) if _has_bpc(info) else ()
+        return ("loss", *bpc, "perplexity")
+
     def metrics(self, sums, info):
         metrics = super().metrics(sums, info)
-        if info.encoding is not None or info.vocab_size == 256:
+        if _has_bpc(info):
             metrics["bpc"] = metrics["loss"] / math.log(2)
         metrics["perplexity"] = math.exp(min(metrics["loss"], 700.0))
         return metrics
+
+
+def _has_bpc(info: DatasetInfo) -> bool:
+    """Whether the tokens are bytes, so the loss converts to bits per character."""
+    return info.encoding is not None or info.vocab_size == 256
 
 
 class Seq2SeqTask(Task):
@@ -125,6 +139,9 @@ class Seq2SeqTask(Task):
         return {"nll": float((nll * counted).sum()), "targets": float(counted.sum()),
                 "correct": float((correct & counted).sum()), "sequences": targets.shape[0],
                 "exact": float((correct | ~counted).all(dim=1).sum())}
+
+    def metric_names(self, info):
+        return ("loss", "token_accuracy", "exact_match")
 
     def metrics(self, sums, info):
         metrics = super().metrics(sums, info)
@@ -157,6 +174,9 @@ class RecallTask(Task):
         return {"nll": float((nll * asked).sum()), "targets": float(asked.sum()),
                 "correct": float(correct.sum())}
 
+    def metric_names(self, info):
+        return ("loss", "accuracy")
+
     def metrics(self, sums, info):
         metrics = super().metrics(sums, info)
         metrics["accuracy"] = sums["correct"] / sums["targets"]
@@ -174,6 +194,9 @@ class _ItemTask(Task):
         nll = token_nll(out.logits, labels)
         return {"nll": float(nll.sum()), "targets": labels.numel(),
                 "correct": float((out.logits.argmax(-1) == labels).sum())}
+
+    def metric_names(self, info):
+        return ("loss", "accuracy")
 
     def metrics(self, sums, info):
         metrics = super().metrics(sums, info)
@@ -223,6 +246,38 @@ def best_metric(task: str, configured: str) -> tuple[str, bool]:
     name = get(task).best if configured == "auto" else configured
     lower = name.startswith("-") or name.lstrip("-") in _LOWER_IS_BETTER
     return name.lstrip("-"), lower
+
+
+def check_best_metric(configured: str, info: DatasetInfo) -> None:
+    """ConfigError unless ``train.best_metric`` names a metric that the dataset's task
+    reports (checked before a run starts, not at its first evaluation)."""
+    name, _ = best_metric(info.task, configured)
+    known = get(info.task).metric_names(info)
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"train.best_metric={configured!r} is not a metric of the "
+                          f"{info.task} task{hint}; use auto or one of {', '.join(known)} "
+                          "(prefix '-' if lower is better)")
+
+
+def check_lengths(model_config: Any, info: DatasetInfo, split: str) -> None:
+    """ConfigError when the items of ``split`` (``info.max_len`` tokens, if fixed) are
+    longer than the model built from ``model_config`` (its config object) can take."""
+    if info.max_len is None:
+        return
+    if info.task == "seq2seq":  # src <= encoder.max_len, tgt - 1 <= decoder.max_len
+        room = max(model_config.encoder.max_len, model_config.decoder.max_len + 1)
+        key = (f"model.encoder.max_len={model_config.encoder.max_len} / "
+               f"model.decoder.max_len={model_config.decoder.max_len}")
+    else:  # an LM reads all but the last token of an item
+        shift = 1 if info.task == "lm" else 0
+        room = model_config.backbone.max_len + shift
+        key = f"model.backbone.max_len={model_config.backbone.max_len}"
+    if info.max_len > room:
+        raise ConfigError(f"{key} is too short for the {split} split, whose items have "
+                          f"{info.max_len} tokens; raise it or leave it unset (it then "
+                          "follows the data)")
 
 
 def build_model_config(model: dict[str, Any], info: DatasetInfo) -> tuple[str, dict[str, Any]]:

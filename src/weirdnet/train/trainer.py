@@ -40,7 +40,7 @@ from weirdnet.train import distributed as dist_util
 from weirdnet.train import tasks
 from weirdnet.train.config import TrainConfig
 from weirdnet.train.loading import EvalBatches, ResumableSampler, train_loader
-from weirdnet.train.rundir import RunDirError, claim_run_dir
+from weirdnet.train.rundir import RunDirError, check_run_dir, claim_run_dir
 from weirdnet.train.runlog import RunLog, results_table
 from weirdnet.train.schedule import extend_phases, phased_multiplier
 
@@ -144,6 +144,14 @@ class Trainer:
         self.config = config
         self.progress_bar = progress_bar
         self.processes = dist_util.setup(config.run.device)
+        # Everything is checked before the run directory is created or changed: a run that
+        # cannot start leaves nothing behind (and an existing run stays as it was).
+        try:
+            check_run_dir(config.run.out_dir, config.run.name, resume=resume,
+                          overwrite=overwrite, is_main=self.processes.is_main)
+        except RunDirError as error:
+            raise RunError(str(error)) from None
+        self._build()
         try:
             self.claim = claim_run_dir(config.run.out_dir, config.run.name, resume=resume,
                                        overwrite=overwrite, is_main=self.processes.is_main)
@@ -151,16 +159,15 @@ class Trainer:
             raise RunError(str(error)) from None
         self.run_dir = self.claim.run_dir
         try:
-            self._build(resume)
+            self._open(resume)
         except BaseException:
             self.claim.abandon()
             raise
 
-    def _build(self, resume: bool) -> None:
+    def _build(self) -> None:
+        """Data, model, optimizer and schedule, and the checks that need them; nothing is
+        written."""
         config = self.config
-        for note in self.claim.cleaned:
-            self._say(f"{note} (left by an earlier process that was killed)")
-        dist_util.barrier(self.processes)
         if config.run.deterministic:
             make_deterministic()
         seed_everything(config.run.seed)  # the same initial model on every rank
@@ -171,8 +178,10 @@ class Trainer:
             raise RunError(f"dataset {config.data.dataset!r} has task {self.task!r}, which "
                            "the trainer does not know")
         self.model = build_model(config, self.info).to(self.processes.device)
+        self._check_fits_data()
         self.parameters = self.model.num_parameters()
         self._check_batch()
+        self.amp_dtype = autocast_dtype(config.train.precision, self.processes.device)
         self.wrapped = dist_util.wrap(self.model, self.processes, config.train.distributed,
                                       self.parameters)
         # what the training step calls: the wrapped model, compiled if train.compile
@@ -182,13 +191,38 @@ class Trainer:
         self._set_schedule()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: self._lr_factor(step))
-        self.amp_dtype = autocast_dtype(config.train.precision, self.processes.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         self.sampler = ResumableSampler(self.splits["train"], self.processes,
                                         config.run.seed, config.train.batch_size)
         if self.sampler.steps_per_epoch == 0:
             raise RunError(f"the train split has {len(self.splits['train'])} items, fewer than "
                            f"one batch of train.batch_size={config.train.batch_size}")
+
+    def _check_fits_data(self) -> None:
+        """The config's values that only the data and the model can check: the best
+        metric is one the task reports, every split's items fit the model's max_len,
+        TensorBoard can be written."""
+        tasks.check_best_metric(self.config.train.best_metric, self.info)
+        for split, dataset in self.splits.items():
+            name = getattr(self.config.data, f"{split}_split", split)
+            tasks.check_lengths(self.model.config, dataset.info, repr(name))
+        if self.config.run.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+            except ImportError:
+                raise ConfigError("run.tensorboard = true needs the tensorboard package: pip "
+                                  "install tensorboard (or --set run.tensorboard=false)"
+                                  ) from None
+
+    def _open(self, resume: bool) -> None:
+        """Start using the claimed run directory: report repairs and a moved run, load
+        the checkpoint to resume from, open the log."""
+        config = self.config
+        for note in self.claim.cleaned:
+            self._say(f"{note} (left by an earlier process that was killed)")
+        if resume:
+            self._note_moved()
+        dist_util.barrier(self.processes)
         self.resumed_from = self._resume() if resume else None
         # dropout etc. differ between ranks; a resumed run restored its own states above
         if self.resumed_from is None:
@@ -196,6 +230,24 @@ class Trainer:
         self.log = RunLog(self.run_dir, enabled=self.processes.is_main,
                           tensorboard=config.run.tensorboard)
         self.phase = "start"  # what the run is doing: start|step|boundary|eval|final
+
+    def _note_moved(self) -> None:
+        """One line when the run's stored ``run.out_dir``/``run.name`` name another place
+        than where it is (a copied, moved or renamed run): it is trained where it is."""
+        stored = _saved_config(self.run_dir).get("run")
+        if not isinstance(stored, dict):
+            return
+        name, out_dir = stored.get("name"), stored.get("out_dir")
+        if not (isinstance(name, str) and isinstance(out_dir, str)):
+            return
+        here = self.config.run
+        if name == here.name and Path(out_dir).resolve() == Path(here.out_dir).resolve():
+            return
+        self._say(f"{self.run_dir}'s train_config.json names run.out_dir={out_dir!r}, "
+                  f"run.name={name!r}, i.e. {Path(out_dir) / name} from here (a copied, "
+                  f"moved or renamed run, or another working directory); training "
+                  f"{self.run_dir} itself, as run.out_dir={here.out_dir!r}, "
+                  f"run.name={here.name!r}")
 
     def _say(self, message: str) -> None:
         """One line for the user on stderr (main process only)."""
@@ -331,10 +383,28 @@ class Trainer:
         for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs,
                                strict=True):
             group["lr"] = base * self._lr_factor(self.scheduler.last_epoch)
+        note = self._keep_note(done, steps) if how == "keep" else _EXTEND_NOTES[how]
         self._say(f"the learning-rate schedule was laid out for {phases[-1][1]} steps, now "
                   f"train.steps={steps}: schedule.extend={how!r} "
-                  f"({_EXTEND_NOTES[how]}); lr at step {done + 1}: {before:.3g} -> "
+                  f"({note}); lr at step {done + 1}: {before:.3g} -> "
                   f"{self.optimizer.param_groups[0]['lr']:.3g}")
+
+    def _keep_note(self, done: int, steps: int) -> str:
+        """What ``schedule.extend='keep'`` does from step ``done + 1`` to ``steps``: the
+        rate stays at its final value, or, when the warmup outlasts the steps the
+        schedule was laid out for, it first keeps rising (then falls to that value)."""
+        warmup = self.config.schedule.warmup_steps
+        start = self.state.schedule_phases[-1][0]
+        base = self.scheduler.base_lrs[0]
+        # factor(k) is the rate of step k + 1; the peak comes by the end of the warmup
+        ahead = range(done, min(steps, start + warmup + 1))
+        peak = max(ahead, key=self._lr_factor, default=done)
+        if self._lr_factor(peak) <= self._lr_factor(done):
+            return _EXTEND_NOTES["keep"]
+        return (f"the schedule is unchanged; its warmup (schedule.warmup_steps={warmup}) "
+                f"outlasts the steps it was laid out for, so the rate keeps rising to "
+                f"{base * self._lr_factor(peak):.3g} at step {peak + 1}, then falls to "
+                f"{base * self._lr_factor(steps - 1):.3g} and stays there")
 
     # -- evaluation --
 
@@ -631,13 +701,18 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+_LOCATION_KEYS = frozenset({"run.out_dir", "run.name"})
+"""Where the run is: always the directory being trained (a move is reported on its own)."""
+
+
 def _config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """'key old -> new' for every config key whose value differs."""
+    """'key old -> new' for every config key whose value differs (but the run's
+    location)."""
     if not old:
         return []
     before, after = _flatten(old), _flatten(new)
     return [f"{key} {before.get(key, '(unset)')!r} -> {after.get(key, '(unset)')!r}"
-            for key in sorted(before.keys() | after.keys())
+            for key in sorted((before.keys() | after.keys()) - _LOCATION_KEYS)
             if before.get(key) != after.get(key)]
 
 

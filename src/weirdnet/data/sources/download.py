@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from weirdnet._atomic import apply_umask
 from weirdnet.data.registry import data_root
 from weirdnet.data.sources.packages import (
     DEBIAN_PACKAGES,
@@ -149,6 +150,7 @@ def fetch(remote: RemoteFile, dest_dir: Path | None = None, *, progress: bool = 
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
+            apply_umask(tmp)  # mkstemp's 0600: give the file the mode open() would
             _stream(remote, target, out, progress)
         _verify(remote, tmp)
         os.replace(tmp, target)

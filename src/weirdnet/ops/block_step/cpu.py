@@ -7,7 +7,6 @@ build, see :mod:`weirdnet.ops.cbuild`), so the step's scan is the scan's own cod
 from __future__ import annotations
 
 import ctypes
-import threading
 from pathlib import Path
 
 import torch
@@ -20,9 +19,6 @@ from .weights import ACTIVATIONS, BlockWeights
 SOURCE = Path(__file__).with_name("csrc") / "block_step.c"
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
-_lock = threading.Lock()
-_lib: ctypes.CDLL | None = None
-_failure: str | None = None
 
 _i64, _ptr, _f64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
 _POINTERS = ("norm_mix_weight", "norm_mix_bias", "a_weight", "a_bias", "v_weight", "v_bias",
@@ -37,29 +33,29 @@ class _CWeights(ctypes.Structure):
                 ("eps_ffn", _f64)] + [(name, _ptr) for name in _POINTERS]
 
 
+_KERNEL = cbuild.Kernel("block_step", lambda: _declare(cbuild.build(SOURCE, (SCAN_CSRC,))),
+                        "decoding uses the slower PyTorch step")
+
+
 def load() -> ctypes.CDLL | None:
-    """The compiled library (built on first use), or None when it cannot be built."""
-    global _lib, _failure
-    if _lib is not None or _failure is not None:
-        return _lib
-    with _lock:
-        if _lib is None and _failure is None:
-            try:
-                lib = cbuild.build(SOURCE, (SCAN_CSRC,))
-                for sfx in _SUFFIX.values():
-                    fn = getattr(lib, f"block_step_{sfx}")
-                    fn.argtypes = [_ptr, _ptr, _i64, _ptr, _ptr, _ptr, _i64, _i64]
-                    fn.restype = ctypes.c_int
-                _lib = lib
-            except RuntimeError as err:
-                _failure = str(err)
-    return _lib
+    """The compiled library (built on first use), or None when it cannot be built
+    (reported once, see :func:`weirdnet.ops.cbuild.unavailable`: an error under
+    ``WEIRDNET_REQUIRE_CPU_KERNEL=1``)."""
+    return _KERNEL.load()
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    for sfx in _SUFFIX.values():
+        fn = getattr(lib, f"block_step_{sfx}")
+        fn.argtypes = [_ptr, _ptr, _i64, _ptr, _ptr, _ptr, _i64, _i64]
+        fn.restype = ctypes.c_int
+    return lib
 
 
 def unavailable_reason() -> str | None:
     """None when the fused step can run here, else why not."""
     load()
-    return _failure
+    return None if _KERNEL.failure is None else str(_KERNEL.failure)
 
 
 class BlockStep:
@@ -77,7 +73,7 @@ class BlockStep:
                              f"{weights.dtype} on {weights.a_weight.device}")
         lib = load()
         if lib is None:
-            raise RuntimeError(f"the fused block step is unavailable: {_failure}")
+            raise RuntimeError(f"the fused block step is unavailable: {_KERNEL.failure}")
         self.dim, self.dtype = weights.dim, weights.dtype
         # Contiguous, detached references: they keep the memory the C struct points to.
         self._tensors = {name: None if t is None else t.detach().contiguous()

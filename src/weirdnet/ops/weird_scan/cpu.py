@@ -4,8 +4,8 @@ The C file is compiled once per machine by :mod:`weirdnet.ops.cbuild` and loaded
 :mod:`ctypes`.  ctypes releases the GIL during a call, so a pool of Python threads runs
 disjoint work units in parallel.
 
-If no compiler is found or the build fails, :func:`load` returns ``None`` (with one
-warning) and the pure-PyTorch implementation is used instead.
+If no compiler is found, the build fails or the C file is missing, :func:`load` returns
+``None`` (with one warning line) and the pure-PyTorch implementation is used instead.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,8 +26,6 @@ SOURCE = CSRC / "weird_scan.c"
 _PARALLEL_MIN_ELEMENTS = 1 << 16
 
 _lock = threading.Lock()
-_lib: ctypes.CDLL | None = None
-_load_failed = False
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 
@@ -52,23 +49,21 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.scan_units.restype = _i64
 
 
+def _make() -> ctypes.CDLL:
+    lib = cbuild.build(SOURCE)
+    _declare(lib)
+    return lib
+
+
+_KERNEL = cbuild.Kernel("weird_scan", _make,
+                        "the scan uses the slower pure-PyTorch backend on CPU")
+
+
 def load() -> ctypes.CDLL | None:
-    """The compiled kernel library, building it on first use; ``None`` if unavailable."""
-    global _lib, _load_failed
-    if _lib is not None or _load_failed:
-        return _lib
-    with _lock:
-        if _lib is None and not _load_failed:
-            try:
-                lib = cbuild.build(SOURCE)
-                _declare(lib)
-                _lib = lib
-            except RuntimeError as err:
-                _load_failed = True
-                warnings.warn(
-                    f"weirdnet: using the slower pure-PyTorch scan on CPU ({err})", stacklevel=3
-                )
-    return _lib
+    """The compiled kernel library, building it on first use; ``None`` if unavailable
+    (reported once, see :func:`weirdnet.ops.cbuild.unavailable`: an error under
+    ``WEIRDNET_REQUIRE_CPU_KERNEL=1``)."""
+    return _KERNEL.load()
 
 
 def available() -> bool:

@@ -1,0 +1,128 @@
+"""``weirdnet bench gpu``: its whole control flow on the CPU (``--dry-run-cpu``).
+
+Without CUDA the command says so in one line and exits with status 2; a dry run writes
+every step's record and report.md; a step that runs past its time box is recorded as
+timed out and the next step still runs; a failing correctness check makes the exit
+status non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from weirdnet.bench import gpu
+from weirdnet.cli import main
+
+NO_CUDA = not torch.cuda.is_available()
+
+
+def _records(out) -> dict[str, dict]:
+    return {json.loads(p.read_text())["step"]: json.loads(p.read_text())
+            for p in sorted((out / "records").glob("*.json"))}
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA")
+def test_without_cuda_one_line_and_status_2(tmp_path):
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "weirdnet", "bench", "gpu", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == gpu.NO_CUDA
+    assert "\n" not in done.stderr.strip() and done.stdout == ""
+    assert not out.exists()  # nothing written
+
+
+def test_bad_step_and_time_box_are_usage_errors(tmp_path, capsys):
+    for bad in (["--steps", "env,nope"], ["--time-box", "scan=0"], ["--time-box", "x=3"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["bench", "gpu", "--out", str(tmp_path), "--dry-run-cpu", *bad])
+        assert exc.value.code == 2
+    assert "choose from env, correctness" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # every step's children: about 45 s on 2 cores
+def test_dry_run_writes_every_record_and_the_report(tmp_path):
+    out = tmp_path / "run"
+    assert main(["bench", "gpu", "--out", str(out), "--dry-run-cpu", "--quick"]) == 0
+    records = _records(out)
+    assert list(records) == list(gpu.STEPS)  # in the issue's order
+    for name, record in records.items():
+        assert record["status"] in ("ok", "passed"), (name, record["note"])
+        assert record["mode"] == "dry-run" and record["device"] == "cpu"
+    assert records["env"]["data"]["torch"] == torch.__version__
+    tests = records["correctness"]["data"]["tests"]
+    assert tests["passed"] == len(gpu.DRY_RUN_TESTS) and tests["failures"] == 0
+    assert records["correctness"]["data"]["selfcheck"]["error"] is None
+    scan = records["scan"]["data"]
+    assert {r["method"] for r in scan["scan"]["results"]} == set(gpu.SCAN_METHODS.split(","))
+    assert [f["L"] for f in scan["fractions"]] == [64, 128]
+    assert all(f["fraction"] > 0 for f in scan["fractions"])
+    assert {r["mechanism"] for r in records["speed"]["data"]["rows"]} == \
+        set(gpu.SPEED_MECHANISMS.split(","))
+    assert [r["batch"] for r in records["decode"]["data"]["runs"]] == list(gpu.DECODE_BATCHES)
+    cells = records["suite"]["data"]["cells"]
+    assert sorted(c["variant"] for c in cells) == ["softmax", "weird-a"]
+    assert all(c["status"] == "done" for c in cells)
+    report = (out / "report.md").read_text()
+    assert gpu.DRY_RUN_NOTE in report
+    for record in records.values():
+        assert f"## {record['index']}. {record['title']}" in report
+    summary = json.loads((out / "gpu.json").read_text())
+    assert summary["mode"] == "dry-run" and summary["exit_status"] == 0
+    assert (out / "scan" / "scan_cpu.json").exists()
+    assert (out / "decode-b16" / "decode_cpu.json").exists()
+
+
+def test_a_step_past_its_time_box_is_recorded_and_the_next_runs(tmp_path):
+    ok = tmp_path / "test_ok.py"
+    ok.write_text("def test_ok():\n    assert True\n")
+    out = tmp_path / "run"
+    status = main(["bench", "gpu", "--out", str(out), "--dry-run-cpu", "--steps",
+                   "env,correctness", "--time-box", "env=0.05", "--tests", str(ok)])
+    assert status == 0  # a timing step that timed out is reported, not fatal
+    records = _records(out)
+    assert records["env"]["status"] == "timed_out"
+    assert "time box" in records["env"]["note"]
+    assert records["correctness"]["status"] == "passed"
+    assert records["correctness"]["data"]["tests"]["passed"] == 1
+    report = (out / "report.md").read_text()
+    assert "| 1 | env | timed_out |" in report and "| 2 | correctness | passed |" in report
+
+
+def test_a_failing_correctness_check_makes_the_status_non_zero(tmp_path):
+    bad = tmp_path / "test_bad.py"
+    bad.write_text("def test_good():\n    pass\n\ndef test_wrong():\n    assert 1 == 2\n")
+    out = tmp_path / "run"
+    status = main(["bench", "gpu", "--out", str(out), "--dry-run-cpu", "--steps",
+                   "correctness", "--tests", str(bad)])
+    assert status == 1
+    record = _records(out)["correctness"]
+    assert record["status"] == "failed"
+    tests = record["data"]["tests"]
+    assert (tests["passed"], tests["failures"]) == (1, 1)
+    assert tests["failed_tests"] == ["test_bad::test_wrong"]
+    assert json.loads((out / "gpu.json").read_text())["exit_status"] == 1
+    assert "FAILED `test_bad::test_wrong`" in (out / "report.md").read_text()
+
+
+def test_copy_fractions_and_the_report_targets():
+    rows = [{"method": "scan", "L": 4096, "fwd_ms": 2.0, "fwdbwd_ms": 5.0, "mem_mib": None,
+             "error": None},
+            {"method": "scan", "L": 1024, "fwd_ms": 1.0, "fwdbwd_ms": 2.0, "mem_mib": None,
+             "error": None}]
+    copies = [{"L": 1024, "ms": 0.5, "bytes": 10**6, "gb_per_s": 2.0},
+              {"L": 4096, "ms": 1.0, "bytes": 4 * 10**6, "gb_per_s": 4.0}]
+    fractions = gpu.copy_fractions(rows, copies)
+    assert [f["fraction"] for f in fractions] == [0.5, 0.5]
+    assert fractions[1]["scan_gb_per_s"] == pytest.approx(2.0)
+    data = {"scan": {"config": {"batch": 8, "dim": 1024, "dtype": "bfloat16",
+                                "lengths": [1024, 4096]}, "results": rows, "targets": [],
+                     "file": "scan/scan_cuda.json"}, "fractions": fractions}
+    text = "\n".join(gpu._scan_section(data))
+    assert "at L=4096: 0.50 — FAIL" in text  # the target is L >= 4K only
+    assert "at L=1024" not in text
