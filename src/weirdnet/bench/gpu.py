@@ -290,7 +290,8 @@ def _junit_counts(path: Path) -> dict:
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     counts = {k: sum(int(s.get(k, 0)) for s in suites)
               for k in ("tests", "failures", "errors", "skipped")}
-    failed = [f"{case.get('classname')}::{case.get('name')}"
+    # JUnit's classname is the module's dotted path from pytest's rootdir: as a path
+    failed = [f"{case.get('classname', '').replace('.', '/')}::{case.get('name')}"
               for case in root.iter("testcase")
               if case.find("failure") is not None or case.find("error") is not None]
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts[
