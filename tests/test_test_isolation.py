@@ -45,7 +45,7 @@ def test_patches_in_a_block():
 
 def test_patches_with_monkeypatch(monkeypatch):
     monkeypatch.setenv("WEIRDNET_LEAKED", "1")
-    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # module attributes: fine
 '''
 
 
@@ -74,3 +74,17 @@ def test_a_leaking_test_fails_and_the_next_one_finds_the_state_put_back(tmp_path
     # force_disable_caches lives in torch.compiler.config (inductor's name is an alias)
     assert "config.force_disable_caches: False -> True" in out.stdout
     assert "environment: " in out.stdout and "torch threads: " in out.stdout
+
+
+def test_monkeypatch_must_not_patch_torch_config_modules():
+    """Why the compile tests use ``config.patch``: from pytest 9.2, monkeypatch's undo
+    deletes an attribute that was not in the module's ``__dict__``, and a torch config
+    module keeps its values elsewhere, so the undo removes the setting ("does not exist")
+    instead of restoring it; every later compile then fails.  No test may do that."""
+    import re
+
+    pattern = re.compile(r"monkeypatch\.setattr\(\s*torch\.(_inductor|_dynamo|compiler|"
+                         r"_functorch)\.config")
+    offenders = [path.name for path in Path(__file__).parent.glob("test_*.py")
+                 if pattern.search(path.read_text(encoding="utf-8"))]
+    assert offenders == [], offenders
