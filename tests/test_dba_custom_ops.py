@@ -1,12 +1,16 @@
-"""DBA's fused compressions as PyTorch custom ops: opcheck, references, and compile."""
+"""DBA's fused compressions as PyTorch custom ops: opcheck, references, and compile; the
+authors' form (issue 29), which reuses them, under compile and export."""
 
 import pytest
 import torch
 
 from helpers.numerics import rel_err
 from weirdnet.ops.dba import (
+    AuthorsWeights,
     compress_positions,
     dba_attention,
+    dba_authors_attention,
+    dba_authors_reference,
     dba_compress,
     dba_compress_reference,
     dba_cross_attention,
@@ -209,3 +213,62 @@ def test_compress_positions_compiles_fullgraph_and_matches_eager(frozen):
     assert len(results[0]) == len(results[1]) == 1 + len(inputs) - len(frozen)
     for got, want in zip(*results[::-1]):
         assert rel_err(got, want) <= 1e-5
+
+
+def authors_case(B=3, n=13, D=8, H=2, d_p=3, d_in=4, per_sample=True, seed=6):
+    """x, z and AuthorsWeights (float32, standard normal / √D) for the authors' form."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(d_in, D), (d_in,), (d_in, D), (D, D), (D,), (d_in, D), (d_in,), (d_in, D),
+              (d_in,), (D, D), (D,), (D,), (D,), (H * d_p, D), (H * d_p,), (D, D), (D,)]
+    weights = [torch.randn(*s, generator=g) / D ** 0.5 for s in shapes]
+    z = torch.randn(*((B,) if per_sample else ()), d_p, D, generator=g)
+    return torch.randn(B, n, D, generator=g), z, weights
+
+
+@pytest.mark.parametrize("per_sample", [False, True])
+def test_authors_form_compiles_fullgraph_and_matches_eager(per_sample):
+    """The authors' form runs on the compress_positions custom op (opchecked above) and
+    plain ops: one graph under torch.compile, the eager values and gradients, and the
+    float64 reference."""
+    x, z, weights = authors_case(per_sample=per_sample)
+    mask = padding(3, x.shape[1])
+
+    def loss(x, z, *weights):
+        y, c = dba_authors_attention(x, z, AuthorsWeights(*weights), 2, mask)
+        return y.square().sum() + c.sin().sum()
+
+    results = []
+    for fn in (loss, torch.compile(loss, fullgraph=True, backend="aot_eager")):
+        leaves = [t.clone().requires_grad_() for t in (x, z, *weights)]
+        value = fn(*leaves)
+        value.backward()
+        results.append([value.detach()] + [t.grad for t in leaves])
+    for got, want in zip(*results[::-1]):
+        assert rel_err(got, want) <= 1e-5
+    leaves = [t.double() for t in (x, z, *weights)]
+    got = dba_authors_attention(leaves[0], leaves[1], AuthorsWeights(*leaves[2:]), 2, mask)
+    want = dba_authors_reference(leaves[0], leaves[1], AuthorsWeights(*leaves[2:]), 2, mask)
+    assert all(rel_err(a, b) <= 1e-10 for a, b in zip(got, want))
+
+
+def test_authors_layer_exports_and_runs_like_eager():
+    from weirdnet.layers import build
+
+    torch.manual_seed(3)
+    layer = build("dba", 16, causal=False, form="authors", heads=2, d_p=4, d_in=6).eval()
+    x = torch.randn(2, 11, 16)
+    mask = padding(2, 11)
+
+    class Both(torch.nn.Module):
+        def __init__(self, mixer):
+            super().__init__()
+            self.mixer = mixer
+
+        def forward(self, x, mask):
+            return self.mixer(x, mask, return_z=True)
+
+    program = torch.export.export(Both(layer), (x, mask))
+    got, want = program.module()(x, mask), layer(x, mask, return_z=True)
+    assert all(rel_err(a, b) <= 1e-6 for a, b in zip(got, want))
+    ops = {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
+    assert any("dba_compress_positions" in op for op in ops)

@@ -283,3 +283,104 @@ def test_cli_info_on_a_missing_model_directory(tmp_path, capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("weirdnet info: ")
     assert f"{missing} does not exist" in err and "unknown preset" not in err
+
+
+# ---- classifier readouts: pooling = auto | mean | last | first | cls (issue 29) ----------
+
+def pooled(pooling, pattern="A", causal=False, model_class=WeirdNetClassifier, **options):
+    torch.manual_seed(0)
+    config = {"backbone": backbone(pattern, causal, **options), "pooling": pooling}
+    if model_class is WeirdNetClassifier:
+        config["num_classes"] = 3
+    return model_class(config).double().eval()
+
+
+def test_pool_first_and_last_read_the_valid_ends():
+    from weirdnet.models.classifier import pool
+
+    hidden = torch.arange(2 * 5, dtype=torch.float64).reshape(2, 5, 1)
+    mask = torch.tensor([[False, False, True, True, False], [True, True, True, True, True]])
+    assert pool(hidden, mask, "first")[:, 0].tolist() == [2.0, 5.0]
+    assert pool(hidden, mask, "last")[:, 0].tolist() == [3.0, 9.0]
+    assert pool(hidden, None, "first")[:, 0].tolist() == [0.0, 5.0]
+    assert pool(hidden, None, "cls")[:, 0].tolist() == [0.0, 5.0]
+
+
+@pytest.mark.parametrize("pooling", ["first", "cls", "mean"])
+@pytest.mark.parametrize("pattern", ["A", "relation", "dba", "softmax"])
+def test_padding_never_changes_first_and_cls_readouts(pooling, pattern):
+    model = pooled(pooling, pattern)
+    lengths = [20, 7, 13]
+    x = tokens(3, 20)
+    mask = torch.arange(20) < torch.tensor(lengths)[:, None]
+    batch = model(x.masked_fill(~mask, 49), mask).logits
+    for i, n in enumerate(lengths):
+        assert rel_err(batch[i], model(x[i:i + 1, :n]).logits[0]) < 1e-10, (pooling, i)
+
+
+def test_first_pooling_reads_the_first_position_of_the_top_layer():
+    model = pooled("first", "relation")
+    x = tokens(2, 12)
+    hidden = model.backbone(x)
+    assert torch.equal(model.encode(x), hidden[:, 0])
+
+
+def test_cls_is_a_learned_token_at_position_zero():
+    """The CLS embedding is a parameter (saved with the weights); the tokens move to
+    positions 1..L; max_len still counts tokens, the backbone has one more position."""
+    model = pooled("cls", "softmax", max_len=16)
+    assert isinstance(model.backbone.cls, torch.nn.Parameter)
+    assert model.backbone.cls.shape == (1, 1, 32) and "backbone.cls" in model.state_dict()
+    assert model.backbone.pos.num_embeddings == 17 and model.config.backbone.max_len == 16
+    x = tokens(2, 16)
+    want = model.backbone.cls[0, 0] + model.backbone.pos.weight[0]
+    got = model.backbone.embed_inputs(torch.cat([torch.zeros_like(x[:, :1]), x], 1), None)
+    assert torch.equal(got[:, 0], want.expand(2, -1))
+    assert torch.equal(got[:, 1:], model.backbone.embed(x) + model.backbone.pos.weight[1:])
+    out = model(x, labels=torch.tensor([0, 2]))
+    out.loss.backward()
+    assert model.backbone.cls.grad is not None and model.backbone.cls.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match=r"exceeds max_len=16: .*CLS token"):
+        model(tokens(1, 17))
+
+
+def test_cls_with_continuous_inputs_and_in_the_dual_encoder():
+    model = pooled("cls", vocab_size=None, input_dim=6)
+    values = torch.randn(2, 9, 6, dtype=torch.float64)
+    mask = torch.tensor([[True] * 9, [True] * 4 + [False] * 5])
+    assert rel_err(model(values, mask).logits[1], model(values[1:, :4]).logits[0]) < 1e-10
+    for pooling in ("cls", "first"):
+        dual = pooled(pooling, model_class=WeirdNetDualEncoder)
+        mask2 = torch.arange(13) < torch.tensor([13, 5])[:, None]
+        a = dual(tokens(2, 9), tokens(2, 13, seed=2), mask2=mask2).logits
+        b = dual(tokens(2, 9)[1:], tokens(2, 13, seed=2)[1:, :5]).logits
+        assert rel_err(a[1], b[0]) < 1e-10, pooling
+
+
+@pytest.mark.parametrize("pooling", ["first", "cls"])
+def test_causal_backbones_refuse_first_position_readouts(pooling):
+    """A causal backbone's first position sees only itself: one line that names the fix."""
+    for model_class in (WeirdNetClassifier, WeirdNetDualEncoder):
+        with pytest.raises(ConfigError, match=r"sees only itself .* use 'last'"):
+            pooled(pooling, "B", True, model_class)
+    with pytest.raises(ConfigError, match="pooling must be one of"):
+        pooled("max")
+
+
+@pytest.mark.parametrize("pooling", ["first", "cls"])
+@pytest.mark.parametrize("model_class", [WeirdNetClassifier, WeirdNetDualEncoder])
+def test_save_load_round_trips_the_readout(pooling, model_class, tmp_path):
+    from weirdnet.models import load
+    from weirdnet.models.config import from_dict, to_dict
+
+    model = pooled(pooling, "weird,dba", model_class=model_class)
+    assert from_dict(model.config_class, to_dict(model.config)) == model.config
+    model.save(tmp_path / "m")
+    loaded = load(tmp_path / "m").double().eval()
+    assert loaded.config.pooling == pooling and loaded.pooling == pooling
+    ours, theirs = model.state_dict(), loaded.state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    x = tokens(2, 11)
+    args = (x,) if model_class is WeirdNetClassifier else (x, tokens(2, 7, seed=3))
+    assert torch.equal(model(*args).logits, loaded(*args).logits)

@@ -1,7 +1,7 @@
 """Sequence mixers (nn.Module) with one interface (:class:`Mixer`), registered by name."""
 
 from .base import Mixer, MultiHeadMixer
-from .dba import DBACrossAttention, DBAttention
+from .dba import DBACrossAttention, DBAttention, DBAuthorsAttention
 from .linear import LinearAttention, LinearAttentionCache
 from .linformer import LinformerAttention
 from .local import LocalAttention, LocalAttentionCache
@@ -18,6 +18,7 @@ from .weird import PSAttention, WeirdAttention, WeirdAttentionCache
 __all__ = [
     "DBACrossAttention",
     "DBAttention",
+    "DBAuthorsAttention",
     "Relation",
     "RelationCache",
     "CrossAttentionContext",

@@ -1,6 +1,12 @@
 """DBA mixers: self-attention (registered as "dba") and cross-attention (DBA paper §3;
 docs/design.md §4).
 
+The ``dba`` mixer has two forms (``form=``): ``"paper-literal"`` (:class:`DBAttention`,
+the default for now, described below) and ``"authors"`` (:class:`DBAuthorsAttention`: DBA
+as the authors' released code runs it, with values through the softmax compression, a
+LayerNorm, a softmax reconstruction over d_p and Z carried from layer to layer; see
+:mod:`weirdnet.ops.dba.authors`).  Paper-literal form:
+
 Self-attention, per head h (d = dim / heads)::
 
     Q, K, V = X W_q, X W_k, X W_v                   (n × d each)
@@ -46,9 +52,10 @@ import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..ops.checks import check_float_tensor, check_mask
-from ..ops.dba import bilinear_mix, compress_positions
+from ..ops.dba import AuthorsWeights, bilinear_mix, compress_positions, dba_authors_attention
 from .base import Mixer
 from .registry import register
 
@@ -129,9 +136,9 @@ class _DBABase(nn.Module):
                 f"dropout={self.dropout}{extra}")
 
 
-@register("dba")
 class DBAttention(_DBABase, Mixer):
-    """DBA self-attention mixer on (B, L, dim) inputs (bidirectional only).
+    """DBA self-attention mixer, paper-literal form, on (B, L, dim) inputs (bidirectional
+    only); ``build("dba", dim, causal=False)`` gives it (see :func:`dba`).
 
     Args:
         dim: model width D.
@@ -172,6 +179,146 @@ class DBAttention(_DBABase, Mixer):
         q_l, k_l, v_dba = lkv.unbind(1)
         m = bilinear_mix(q_l, k_l, v_dba, self.r, self.dropout, self.training)
         return self._output(m, wr)
+
+
+FORMS = ("paper-literal", "authors")
+"""The two readings of DBA (docs/design.md §4): the paper's eqs. 7–12 read literally, and
+the authors' released code.  ``paper-literal`` is the default until the suite's DBA cells
+are re-run with ``authors`` (issue 29)."""
+
+
+class DBAuthorsAttention(Mixer):
+    """DBA self-attention mixer as its authors run it (``build("dba", dim, causal=False,
+    form="authors")``), on (B, L, dim) inputs, bidirectional only.  The formulas are in
+    :mod:`weirdnet.ops.dba.authors`.
+
+    Z: the first DBA layer compresses with its learned Z (d_p × dim); with ``z_carry`` the
+    compressed sequence C it makes is handed to the next DBA layer of the backbone as that
+    layer's Z (DBA paper §3.3, "Z ... propagating through different attention layers", and
+    the authors' code), and every later DBA layer has no Z of its own (the backbone calls
+    :meth:`use_carried_z`).  ``forward(x, mask, z=C)`` takes a carried Z;
+    ``return_z=True`` also returns this layer's C.
+
+    Args:
+        dim: model width D.
+        causal: must be False (the compression mixes every position).
+        heads: H (default: largest divisor of dim up to max(1, dim // 64)); must divide
+            d_in, which is split over the heads as in the authors' code.
+        d_p: compressed length (default 16); d_in: compressed width of the compression
+            keys and of the d_p × d_p attention, in total over the heads (default 24).
+        dropout: on the compression weights, the d_p × d_p map, the reconstruction and the
+            learned Z, as the authors place it (default 0).
+        z_carry: hand C on to the next DBA layer (default True).
+
+    Initialisation (not the authors'; docs/design.md §4): Glorot-uniform weights and zero
+    biases as the other attention mixers, LayerNorm (1, 0), and Z ~ N(0, 1), the scale of
+    the compressed sequences that later layers receive as Z.  The authors' code keeps
+    PyTorch's defaults with Z ~ N(0, 1/dim), but feeds its first layer inputs scaled by
+    √dim (post-norm); on this pre-norm backbone, whose mixers see unit-scale inputs, those
+    defaults leave the compression near-uniform and the position-0 diagnostic of
+    tests/test_mixer_dba.py at chance after 240 steps (measured: 7.8% and 9.8%, 2 seeds;
+    100% and 100% with this initialisation).
+    """
+
+    carries_z = True
+
+    def __init__(self, dim: int, *, causal: bool = False, heads: int | None = None,
+                 d_p: int = 16, d_in: int = 24, dropout: float = 0.0, z_carry: bool = True):
+        if causal:
+            raise _not_causal("build it with causal=False")
+        super().__init__()
+        heads = default_heads(dim) if heads is None and isinstance(dim, int) and dim > 0 \
+            else heads
+        _check_options(dim, heads, d_p, d_in, dropout)
+        if d_in % heads:
+            raise ValueError(f"d_in={d_in} must be a multiple of heads={heads} in the authors' "
+                             "form (d_in is split over the heads); change d_in or heads")
+        self.dim, self.heads, self.d_p, self.d_in = dim, heads, d_p, d_in
+        self.dropout, self.causal, self.z_carry = float(dropout), False, bool(z_carry)
+        self.carries_z = self.z_carry
+        self.z = nn.Parameter(torch.empty(d_p, dim))
+        self.proj_pq = nn.Linear(dim, d_in)
+        self.proj_pk = nn.Linear(dim, d_in, bias=False)  # its bias cancels in softmax_n
+        self.proj_pv = nn.Linear(dim, dim)
+        self.proj_q, self.proj_k = nn.Linear(dim, d_in), nn.Linear(dim, d_in)
+        self.proj_v = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.proj_rec = nn.Linear(dim, heads * d_p)
+        self.proj_o = nn.Linear(dim, dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Glorot-uniform weights, zero biases, LayerNorm (1, 0), Z ~ N(0, 1)."""
+        for module in self.children():
+            module.reset_parameters()
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        if self.z is not None:
+            nn.init.normal_(self.z)
+
+    def use_carried_z(self) -> None:
+        """Drop the learned Z: this layer always receives the previous layer's C."""
+        self.z = None
+
+    def weights(self) -> AuthorsWeights:
+        """The parameters in the order :func:`~weirdnet.ops.dba.dba_authors_attention`
+        takes them."""
+        lin = (self.proj_pq.weight, self.proj_pq.bias, self.proj_pk.weight,
+               self.proj_pv.weight, self.proj_pv.bias, self.proj_q.weight, self.proj_q.bias,
+               self.proj_k.weight, self.proj_k.bias, self.proj_v.weight, self.proj_v.bias,
+               self.norm.weight, self.norm.bias, self.proj_rec.weight, self.proj_rec.bias,
+               self.proj_o.weight, self.proj_o.bias)
+        return AuthorsWeights(*lin)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache=None, *,
+                z: torch.Tensor | None = None, return_z: bool = False):
+        """x (B, L, dim), mask (B, L) bool (True = real); z: the previous DBA layer's C
+        (B, d_p, dim), or None for the learned Z.  Returns Y (B, L, dim), or (Y, C) with
+        ``return_z``.  Outputs at real tokens and C do not depend on padded positions."""
+        self.check_input(x, mask)
+        if cache is not None:
+            raise self.not_decodable("forward() takes no cache")
+        if z is None:
+            if self.z is None:
+                raise ValueError("this DBA layer takes Z from the previous DBA layer (z_carry):"
+                                 " pass z=, the previous layer's compressed sequence")
+            z = F.dropout(self.z, self.dropout, self.training)
+        y, c = dba_authors_attention(x, z, self.weights(), self.heads, mask,
+                                     eps=self.norm.eps, dropout_p=self.dropout,
+                                     training=self.training)
+        return (y, c) if return_z else y
+
+    def not_decodable(self, what: str) -> ValueError:
+        return _not_causal(what)
+
+    def init_cache(self, batch_size: int, max_len: int | None = None):
+        raise self.not_decodable("init_cache() is not available")
+
+    def extra_repr(self) -> str:
+        return (f"dim={self.dim}, form=authors, heads={self.heads}, d_p={self.d_p}, "
+                f"d_in={self.d_in}, dropout={self.dropout}, z_carry={self.z_carry}"
+                + ("" if self.z is not None else ", Z from the previous DBA layer"))
+
+
+@register("dba")
+def dba(dim: int, *, causal: bool = False, form: str = "paper-literal",
+        z_carry: bool | None = None, heads: int | None = None, d_p: int = 16, d_in: int = 24,
+        dropout: float = 0.0) -> Mixer:
+    """The ``dba`` mixer: :class:`DBAttention` (``form="paper-literal"``, the default for
+    now) or :class:`DBAuthorsAttention` (``form="authors"``).  ``z_carry`` (authors' form
+    only; default True there) hands each layer's compressed sequence to the next DBA
+    layer as its Z.  Other options: see the two classes."""
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+    if form == "authors":
+        return DBAuthorsAttention(dim, causal=causal, heads=heads, d_p=d_p, d_in=d_in,
+                                  dropout=dropout, z_carry=True if z_carry is None else z_carry)
+    if z_carry:
+        raise ValueError("z_carry needs form='authors' (the paper-literal form has a Z per "
+                         "layer); drop z_carry or set form='authors'")
+    return DBAttention(dim, causal=causal, heads=heads, d_p=d_p, d_in=d_in, dropout=dropout)
 
 
 class DBACrossAttention(_DBABase):

@@ -1,5 +1,9 @@
 """A Weird-Net backbone: input embedding + learned positions, N blocks, final LayerNorm.
 
+A mixer that carries Z (DBA in its authors' form, docs/design.md §4) hands its state on:
+each such layer's compressed sequence is the next such layer's Z, the first uses its
+learned Z.
+
 Positions count real tokens only: with a padding mask, the position of a token is the
 number of real tokens before it, so right padding (training batches) and left padding
 (batched generation of prompts of different lengths) both give every real token the
@@ -87,6 +91,7 @@ class Backbone(nn.Module):
             Block(build_mixer(name, config), config,
                   None if cross_factory is None else cross_factory())
             for name in config.mixers)
+        self.carries_z = _link_z_carriers(self.blocks)
         self.norm = nn.LayerNorm(dim, eps=config.norm_eps)
         self.reset_parameters()
 
@@ -164,9 +169,13 @@ class Backbone(nn.Module):
         """
         self.check_inputs(inputs, mask)
         if cache is None:
-            h = self.embed_inputs(inputs, mask)
+            h, z = self.embed_inputs(inputs, mask), None
             for block, ctx in zip(self.blocks, _block_contexts(context, len(self.blocks))):
-                h = block(h, mask, context=ctx, context_mask=context_mask)
+                if self.carries_z:  # z: the last Z-carrying mixer's state (e.g. DBA's C)
+                    h, z = block(h, mask, context=ctx, context_mask=context_mask, z=z,
+                                 return_z=True)
+                else:
+                    h = block(h, mask, context=ctx, context_mask=context_mask)
             return self.norm(h)
         return self._extend(inputs, mask, cache, context, context_mask)
 
@@ -250,6 +259,16 @@ class Backbone(nn.Module):
         layers = [block.mixer.init_cache(batch_size, max_len) for block in self.blocks]
         lengths = torch.zeros(batch_size, dtype=torch.long, device=self.pos.weight.device)
         return BackboneCache(layers, lengths, 0, max_len)
+
+
+def _link_z_carriers(blocks) -> bool:
+    """Chain the mixers that carry Z (DBA's authors' form with ``z_carry``): the first
+    keeps its learned Z, each later one drops its own and receives the previous one's
+    state in :meth:`Backbone.forward`.  Returns whether any block carries Z."""
+    carriers = [block.mixer for block in blocks if block.carries_z]
+    for mixer in carriers[1:]:
+        mixer.use_carried_z()
+    return bool(carriers)
 
 
 def _all_real(mask: torch.Tensor | None) -> bool:

@@ -98,12 +98,31 @@ class Block(nn.Module):
         self.ffn = FeedForward(dim, config.ffn_dim, config.activation, config.depth)
         self.dropout = nn.Dropout(config.dropout)
 
+    @property
+    def carries_z(self) -> bool:
+        """Whether the mixer hands state to the next mixer of its kind (DBA's authors'
+        form with ``z_carry``: its compressed sequence becomes the next DBA layer's Z)."""
+        return bool(getattr(self.mixer, "carries_z", False))
+
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache=None,
-                context=None, context_mask: torch.Tensor | None = None):
+                context=None, context_mask: torch.Tensor | None = None, *,
+                z: torch.Tensor | None = None, return_z: bool = False):
         """x (B, L, D), mask (B, L) bool or None; with ``cache`` (from the mixer's
         ``init_cache``) the L tokens continue the cached sequence.  ``context``: the
-        cross mixer's context (B, Lc, Dc) (or its precomputed form).  Returns (B, L, D)."""
-        x = x + self.dropout(self.mixer(self.norm_mix(x), mask, cache=cache))
+        cross mixer's context (B, Lc, Dc) (or its precomputed form).  Returns (B, L, D).
+
+        ``return_z=True`` returns (output, z) instead: for a mixer that carries Z
+        (:attr:`carries_z`) it is given ``z`` (None: its own learned Z) and z is the
+        state it hands on; any other mixer passes ``z`` through unchanged."""
+        if return_z and self.carries_z:
+            y, z = self.mixer(self.norm_mix(x), mask, z=z, return_z=True)
+        else:
+            y = self.mixer(self.norm_mix(x), mask, cache=cache)
+        x = self._after_mixer(x + self.dropout(y), context, context_mask)
+        return (x, z) if return_z else x
+
+    def _after_mixer(self, x, context, context_mask):
+        """The cross mixer (if any) and the FFN, with their residuals."""
         if self.cross is not None:
             x = x + self.dropout(self.cross(self.norm_cross(x), context,
                                             context_mask=context_mask))

@@ -18,23 +18,38 @@ Cross-attention (eq. 14): the context is compressed to d_p rows beforehand (see
 ``DBACrossAttention`` in :mod:`weirdnet.layers.dba`), so keys and values arrive already
 compressed (d_p × d) and only the queries are compressed, with a per-sample Z = Z_1.
 
-Files: ``reference.py`` (float64 references: explicit n x n maps), ``compress.py`` (the
-sequence compressions as custom ops with lean backwards), ``attention.py`` (self- and
-cross-attention), ``checks.py`` (argument checks).
+Authors' form (``form="authors"`` of the ``dba`` mixer): values through the softmax
+compression, a LayerNorm on the d_p × D attention output, a softmax over d_p for the
+reconstruction, and the compressed sequence handed on as the next layer's Z; see
+:mod:`.authors` and docs/design.md §4.
+
+Files: ``authors.py`` (the authors' form), ``reference.py`` (float64 references:
+explicit n x n maps), ``compress.py`` (the sequence compressions as custom ops with lean
+backwards), ``attention.py`` (self- and cross-attention), ``checks.py`` (argument checks).
 """
 
 from .attention import bilinear_mix, dba_attention, dba_cross_attention
-from .checks import check_cross_inputs, check_dba_inputs
+from .authors import AuthorsWeights, dba_authors_attention
+from .checks import check_authors_inputs, check_cross_inputs, check_dba_inputs
 from .compress import compress_positions, compression_weights, dba_compress, position_softmax
-from .reference import dba_compress_reference, dba_cross_reference, dba_reference
+from .reference import (
+    dba_authors_reference,
+    dba_compress_reference,
+    dba_cross_reference,
+    dba_reference,
+)
 
 __all__ = [
+    "AuthorsWeights",
     "bilinear_mix",
+    "check_authors_inputs",
     "check_cross_inputs",
     "check_dba_inputs",
     "compress_positions",
     "compression_weights",
     "dba_attention",
+    "dba_authors_attention",
+    "dba_authors_reference",
     "dba_compress",
     "dba_compress_reference",
     "dba_cross_attention",

@@ -7,9 +7,9 @@ import torch
 from ..checks import check_float_tensor, check_mask
 
 
-def check_same(name: str, t: torch.Tensor, ref: torch.Tensor) -> None:
+def check_same(name: str, t: torch.Tensor, ref: torch.Tensor, ref_name: str = "q") -> None:
     if t.dtype != ref.dtype or t.device != ref.device:
-        raise ValueError(f"{name} must have the dtype and device of q ({ref.dtype}, "
+        raise ValueError(f"{name} must have the dtype and device of {ref_name} ({ref.dtype}, "
                          f"{ref.device}), got {t.dtype} on {t.device}")
 
 
@@ -83,3 +83,37 @@ def check_cross_inputs(q, k_c, v_c, z_q, wr, r, mask=None) -> tuple[int, ...]:
         check_same(name, t, q)
     check_mask_on(mask, B, n, q)
     return B, H, n, d, d_p, d_in
+
+
+def _check_weight(name: str, t, shape: tuple, x: torch.Tensor) -> None:
+    check_float_tensor(t, f"w.{name}", len(shape))
+    check_shape(f"w.{name}", t, shape, "for this width, d_in and d_p")
+    check_same(f"w.{name}", t, x, "x")
+
+
+def check_authors_inputs(x, z, w, heads, mask=None) -> tuple[int, ...]:
+    """Validate :func:`dba_authors_attention` arguments; returns (B, n, D, d_p, d_in)."""
+    check_float_tensor(x, "x", 3)
+    B, n, D = x.shape
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or D % heads:
+        raise ValueError(f"heads must be a positive int dividing D={D}, got {heads!r}")
+    if not isinstance(z, torch.Tensor) or z.dim() not in (2, 3):
+        got = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
+        raise ValueError(f"z must be a tensor (d_p, {D}) or ({B}, d_p, {D}), got {got}")
+    check_float_tensor(z, "z", z.dim())
+    if tuple(z.shape[:-2]) not in ((), (B,)) or z.shape[-1] != D or z.shape[-2] < 1:
+        raise ValueError(f"z must have shape (d_p, {D}) or ({B}, d_p, {D}) with d_p >= 1, "
+                         f"got {tuple(z.shape)}")
+    check_same("z", z, x, "x")
+    d_p, d_in = z.shape[-2], w.pq_w.shape[0] if isinstance(w.pq_w, torch.Tensor) else 0
+    if d_in < 1 or d_in % heads:
+        raise ValueError(f"d_in (rows of w.pq_w) must be a positive multiple of heads="
+                         f"{heads}, got {d_in}")
+    shapes = {"pq_w": (d_in, D), "pq_b": (d_in,), "pk_w": (d_in, D), "pv_w": (D, D),
+              "pv_b": (D,), "q_w": (d_in, D), "q_b": (d_in,), "k_w": (d_in, D),
+              "k_b": (d_in,), "v_w": (D, D), "v_b": (D,), "ln_w": (D,), "ln_b": (D,),
+              "rec_w": (heads * d_p, D), "rec_b": (heads * d_p,), "o_w": (D, D), "o_b": (D,)}
+    for name, shape in shapes.items():
+        _check_weight(name, getattr(w, name), shape, x)
+    check_mask_on(mask, B, n, x)
+    return B, n, D, d_p, d_in

@@ -9,12 +9,12 @@ import math
 
 import torch
 
-from .checks import check_cross_inputs, check_dba_inputs
+from .checks import check_authors_inputs, check_cross_inputs, check_dba_inputs
 
 
 def _weights_reference(keys, z, real) -> torch.Tensor:
     """Explicit d_p × n softmax over the real positions (0 elsewhere, all 0 if none)."""
-    w = torch.zeros(z.shape[0], keys.shape[0], dtype=torch.float64, device=keys.device)
+    w = torch.zeros(z.shape[0], keys.shape[0], dtype=keys.dtype, device=keys.device)
     idx = real.nonzero().flatten()
     if len(idx):
         s = z @ keys[idx].T
@@ -80,3 +80,43 @@ def dba_cross_reference(q, k_c, v_c, z_q, wr, r, mask=None) -> torch.Tensor:
         _weights_reference(q[b, h], z_q[b, h], real[b]) @ q[b, h], k_c[b, h], r[h]))
         @ v_c[b, h] for h in range(H)] for b in range(B)]
     return torch.stack([torch.stack(row) for row in out])
+
+
+def _layer_norm_reference(t, weight, bias, eps: float):
+    """LayerNorm over the last axis written out (biased variance)."""
+    centred = t - t.mean(-1, keepdim=True)
+    return centred / torch.sqrt(centred.square().mean(-1, keepdim=True) + eps) * weight + bias
+
+
+def _authors_one(x, z, w, heads: int, real, eps: float):
+    """One sequence of :func:`dba_authors_reference`: x (n, D), z (d_p, D) -> (Y, C)."""
+    D, d_p, d_in = x.shape[1], z.shape[0], w.pq_w.shape[0]
+    e, d = d_in // heads, D // heads
+    p_q = (z @ w.pq_w.T + w.pq_b) / math.sqrt(e)            # d_p × d_in
+    p_k, p_v = x @ w.pk_w.T, x @ w.pv_w.T + w.pv_b           # n × d_in, n × D
+    c = torch.cat([_weights_reference(p_k[:, h * e:(h + 1) * e], p_q[:, h * e:(h + 1) * e],
+                                      real) @ p_v[:, h * d:(h + 1) * d]
+                   for h in range(heads)], 1)                # d_p × D
+    q = (c @ w.q_w.T + w.q_b) / math.sqrt(e)
+    k, v = c @ w.k_w.T + w.k_b, c @ w.v_w.T + w.v_b
+    o = torch.cat([torch.softmax(q[:, h * e:(h + 1) * e] @ k[:, h * e:(h + 1) * e].T, 1)
+                   @ v[:, h * d:(h + 1) * d] for h in range(heads)], 1)
+    m = _layer_norm_reference(o, w.ln_w, w.ln_b, eps)
+    rec = x @ w.rec_w.T + w.rec_b                            # n × H·d_p
+    y = torch.cat([torch.softmax(rec[:, h * d_p:(h + 1) * d_p], 1) @ m[:, h * d:(h + 1) * d]
+                   for h in range(heads)], 1)
+    return y @ w.o_w.T + w.o_b, c
+
+
+def dba_authors_reference(x, z, w, heads: int, mask=None, eps: float = 1e-5):
+    """Float64 reference for :func:`dba_authors_attention`, in the authors' order: project
+    X to keys and values first, then compress with an explicit d_p × n softmax per head,
+    a d_p × d_p attention, a written-out LayerNorm and an explicit n × d_p softmax
+    reconstruction, per batch row.  Returns (Y (B, n, D), C (B, d_p, D)); differentiable."""
+    B, n, _, _, _ = check_authors_inputs(x, z, w, heads, mask)
+    x, z = x.to(torch.float64), z.to(torch.float64)
+    w = type(w)(*(t.to(torch.float64) for t in w))
+    real = _real(mask, B, n, x.device)
+    outs = [_authors_one(x[b], z if z.dim() == 2 else z[b], w, heads, real[b], eps)
+            for b in range(B)]
+    return torch.stack([y for y, _ in outs]), torch.stack([c for _, c in outs])
