@@ -237,3 +237,35 @@ def test_sigterm_while_two_suite_cells_train_stops_both_resumably(tmp_path):
             assert f"cell {cell.key} is unfinished" in line
             assert store.state(cell, config) in ("pending", "interrupted")
     _no_temporaries(store.results_dir)
+
+
+def test_a_stop_signal_while_a_child_starts_reports_it_started(monkeypatch):
+    """A signal that arrives while a child is being forked (shielded, so no child is ever
+    unknown to its parent) acts only once the caller knows the child started: the suite
+    then names that cell as unfinished (this race once dropped one of two cells from the
+    last line under load)."""
+    import os
+    import sys
+
+    from weirdnet._signals import STOP, Interrupted
+    from weirdnet.bench import children
+
+    original = children._Child.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while the parent forks
+
+    monkeypatch.setattr(children._Child, "__init__", init)
+    seen = []
+    installed = STOP.install()
+    try:
+        with pytest.raises(Interrupted):
+            children.run_all([[sys.executable, "-c", "import time; time.sleep(30)"]], 1,
+                             lambda i, result: None, started=seen.append, grace_s=5.0)
+    finally:
+        if installed:
+            STOP.uninstall()
+        STOP.reset()
+    assert seen == [0]
+    assert not children._LIVE  # and the child was stopped

@@ -152,13 +152,14 @@ class StopRequest:
 
     @contextmanager
     def shielded(self) -> Iterator[None]:
-        """Every signal waits until the block has ended (then acts as usual)."""
+        """Every signal waits until the block has ended (then acts as usual); in nested
+        blocks, until the outermost has ended."""
         self._shield += 1
         try:
             yield
         finally:
             self._shield -= 1
-        if self.signum is not None and not self._defer and not self._held:
+        if self.signum is not None and not (self._shield or self._defer or self._held):
             raise Interrupted(self.signum)
 
     def hold(self) -> None:

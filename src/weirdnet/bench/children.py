@@ -139,13 +139,17 @@ def _read(f: IO | None) -> str:
     return text
 
 
+def _in_main_thread() -> bool:
+    """Where signal handlers run (and so where a shield means anything)."""
+    return threading.current_thread() is threading.main_thread()
+
+
 def _start(command: Sequence[str], **options) -> _Child:
     # In the main thread (where signal handlers run), a stop signal during the fork waits
     # until the child is known, so no child is ever started unknown to its parent.
-    main = threading.current_thread() is threading.main_thread()
     child = None
     try:
-        with STOP.shielded() if main else nullcontext():
+        with STOP.shielded() if _in_main_thread() else nullcontext():
             child = _Child(command, **options)
             _LIVE.add(child)
     except BaseException:
@@ -243,11 +247,13 @@ def run_all(commands: Sequence[Sequence[str]], jobs: int,
                 i, command = pending.pop(0)
                 if logs is not None:
                     log_files[i] = open(logs[i], "w", encoding="utf-8")  # noqa: SIM115
-                running[i] = _start(command, env=env, log=log_files.get(i),
-                                    timeout_s=timeout_s, grace_s=grace_s,
-                                    what=what(i) if what else "a measurement")
-                if started is not None:
-                    started(i)
+                # a stop signal while it starts acts once the caller knows it started
+                with STOP.shielded() if _in_main_thread() else nullcontext():
+                    running[i] = _start(command, env=env, log=log_files.get(i),
+                                        timeout_s=timeout_s, grace_s=grace_s,
+                                        what=what(i) if what else "a measurement")
+                    if started is not None:
+                        started(i)
             ended = [i for i, c in running.items() if c.poll() is not None or c.timed_out()]
             for i in ended:
                 child = running.pop(i)
