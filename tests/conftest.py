@@ -6,6 +6,7 @@ import os
 import pytest
 import torch
 
+from weirdnet._atomic import current_umask
 from weirdnet.ops.weird_scan import cpu as _cpu_kernel
 
 # CI sets WEIRDNET_REQUIRE_CPU_KERNEL=1 so a kernel that fails to build is a failure,
@@ -51,12 +52,6 @@ def _config_values() -> dict[str, dict]:
             if name in sys.modules}
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)  # read by setting: put back at once
-    os.umask(mask)
-    return mask
-
-
 def global_state() -> dict[str, object]:
     """The process-wide settings a test must leave as it found them."""
     import signal
@@ -70,7 +65,7 @@ def global_state() -> dict[str, object]:
         "SIGINT handler": signal.getsignal(signal.SIGINT),
         "SIGTERM handler": signal.getsignal(signal.SIGTERM),
         "working directory": os.getcwd(),
-        "umask": _umask(),
+        "umask": current_umask(),
         "environment": {k: v for k, v in os.environ.items()
                         if k.startswith(_ENV_PREFIXES) and k not in _ENV_SET_BY_TORCH},
     }

@@ -34,10 +34,11 @@ def current_umask() -> int:
     return mask
 
 
-def apply_umask(path: str | os.PathLike) -> None:
+def apply_umask(path: str | os.PathLike, executable: bool = False) -> None:
     """Give ``path`` (made by ``tempfile``, so 0600 or 0700) the mode a plain
-    ``open``/``mkdir`` would: 0666 (files) or 0777 (folders) less the umask."""
-    full = 0o777 if os.path.isdir(path) else 0o666
+    ``open``/``mkdir`` would: 0666 (files) or 0777 (folders, and ``executable`` files such
+    as a linker's output) less the umask."""
+    full = 0o777 if executable or os.path.isdir(path) else 0o666
     os.chmod(path, full & ~current_umask())
 
 
@@ -47,6 +48,22 @@ def make_temp_dir(prefix: str, parent: str | os.PathLike) -> Path:
     folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     apply_umask(folder)
     return folder
+
+
+def obstacle(parts: Iterable[Path]) -> tuple[Path, str] | None:
+    """Whether a file or folder can be made below ``parts`` (a path and its parents,
+    nearest first): the nearest part that exists decides.  ``(part, "file")`` when it is
+    not a folder, ``(part, "not writable")`` when it is a folder this process may not
+    write to, None when nothing is in the way.  Nothing is created."""
+    for part in parts:
+        if not os.path.lexists(part):
+            continue
+        if not part.is_dir():
+            return part, "file"
+        if not os.access(part, os.W_OK | os.X_OK):
+            return part, "not writable"
+        return None
+    return None
 
 
 def write_atomic(path: str | os.PathLike, data: str | bytes | Iterable[bytes]) -> Path:

@@ -52,17 +52,37 @@ class DirectoryLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            holder = _read_holder(fd)
+            busy = self._busy(fd)
             os.close(fd)
-            raise DirectoryBusyError(
-                f"{self.directory} is in use by {holder}; wait for it to end, or write "
-                "somewhere else") from None
+            raise busy from None
         record = {"pid": os.getpid(), "purpose": self.purpose,
                   "argv": sys.argv, "since": time.strftime("%Y-%m-%d %H:%M:%S")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
         self._fd = fd
         return self
+
+    def check_free(self) -> None:
+        """Raise :class:`DirectoryBusyError` naming the holder when another process holds
+        the lock; changes nothing (the lock file, if any, is only opened for reading)."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return  # no lock file: nobody holds it
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise self._busy(fd) from None
+        finally:
+            os.close(fd)  # also drops the lock if it was taken
+
+    def _busy(self, fd: int) -> DirectoryBusyError:
+        return DirectoryBusyError(f"{self.directory} is in use by {_read_holder(fd)}; wait "
+                                  "for it to end, or write somewhere else")
 
     def release(self) -> None:
         """Drop the lock (the file stays)."""

@@ -706,23 +706,23 @@ _SECTIONS: dict[str, Callable[[dict], list[str]]] = {
 
 def job_env(spec: dict) -> dict:
     """Device, driver, CUDA, torch, triton, weirdnet versions, the git commit."""
-    import platform
     import subprocess
 
     import torch
 
     import weirdnet
 
-    info = {"torch": torch.__version__, "cuda": torch.version.cuda,
-            "python": platform.python_version(), "platform": platform.platform(),
-            "weirdnet": weirdnet.__version__, "triton": None, "driver": None}
+    from .machine import machine_info
+
+    device = torch.device(spec["device"])
+    info = machine_info(device, sys.argv, "not tuned (environment record)")
+    info.update({"cuda": torch.version.cuda, "triton": None, "driver": None})
     try:
         import triton
 
         info["triton"] = triton.__version__
     except ImportError:
         pass
-    device = torch.device(spec["device"])
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         info.update({"device_name": props.name, "capability": f"{props.major}.{props.minor}",

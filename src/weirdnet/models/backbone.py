@@ -153,8 +153,11 @@ class Backbone(nn.Module):
     def embed_inputs(self, inputs: torch.Tensor, mask, start=None) -> torch.Tensor:
         """Token/value embedding + position embedding, dropout: (B, L, D)."""
         pos = self.positions(mask, inputs.shape[0], inputs.shape[1], start)
-        h = self.embed(inputs.long() if self.takes_tokens else inputs)
-        return self.dropout(h + self.pos(pos))
+        return self.dropout(self.embed_values(inputs) + self.pos(pos))
+
+    def embed_values(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The token (or value) embeddings of inputs (B, L[, input_dim]): (B, L, D)."""
+        return self.embed(inputs.long() if self.takes_tokens else inputs)
 
     def forward(self, inputs: torch.Tensor, mask: torch.Tensor | None = None, *,
                 cache: BackboneCache | None = None, context=None, context_mask=None

@@ -117,15 +117,11 @@ class ClsBackbone(Backbone):
     def _reset_cls(self) -> None:
         nn.init.normal_(self.cls, std=self.config.dim ** -0.5)
 
-    def embed_inputs(self, inputs: torch.Tensor, mask, start=None) -> torch.Tensor:
+    def embed_values(self, inputs: torch.Tensor) -> torch.Tensor:
         """inputs (B, 1 + L[, input_dim]) with a placeholder column 0 -> (B, 1 + L, D):
-        CLS, then the token/value embeddings, plus position embeddings, dropout."""
-        batch, length = inputs.shape[:2]
-        pos = self.positions(mask, batch, length, start)
-        rest = inputs[:, 1:]
-        tokens = self.embed(rest.long() if self.takes_tokens else rest)
-        h = torch.cat([self.cls.to(tokens.dtype).expand(batch, 1, -1), tokens], 1)
-        return self.dropout(h + self.pos(pos))
+        CLS, then the token/value embeddings (positions are added by the caller)."""
+        tokens = super().embed_values(inputs[:, 1:])
+        return torch.cat([self.cls.to(tokens.dtype).expand(len(tokens), 1, -1), tokens], 1)
 
 
 def with_cls_slot(inputs: torch.Tensor, mask: torch.Tensor | None):
@@ -153,11 +149,11 @@ class _PooledEncoder(WeirdNetModel):
         """inputs (B, L) ids or (B, L, input_dim) values; mask (B, L) -> pooled (B, D)."""
         if self.pooling != "cls":
             return pool(self.backbone(inputs, mask), mask, self.pooling)
-        limit = self.backbone.config.max_len - 1
-        if isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and inputs.shape[1] > limit:
-            raise ValueError(f"sequence length {inputs.shape[1]} exceeds max_len={limit}: "
-                             f"the model takes at most {limit} tokens (plus its CLS token)")
-        if isinstance(inputs, torch.Tensor) and inputs.dim() >= 2:
+        if isinstance(inputs, torch.Tensor) and inputs.dim() >= 2:  # else the backbone says
+            limit = self.backbone.config.max_len - 1
+            if inputs.shape[1] > limit:
+                raise ValueError(f"sequence length {inputs.shape[1]} exceeds max_len={limit}: "
+                                 f"the model takes at most {limit} tokens (plus its CLS token)")
             inputs, mask = with_cls_slot(inputs, mask)
         return pool(self.backbone(inputs, mask), mask, "cls")
 

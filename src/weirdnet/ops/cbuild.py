@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from weirdnet._atomic import current_umask
+from weirdnet._atomic import apply_umask
 from weirdnet._warnings import WeirdnetWarning, warn
 
 FLAGS = [
@@ -88,7 +88,7 @@ def _compile(compiler: str, command: list[str], target: Path) -> None:
     try:
         subprocess.run([compiler, *command[:-1], "-o", tmp, command[-1], "-lm"], check=True,
                        capture_output=True, text=True, timeout=300)
-        os.chmod(tmp, 0o777 & ~current_umask())  # mkstemp's 0600: a shared cache is readable
+        apply_umask(tmp, executable=True)  # mkstemp's 0600: a shared cache is readable
         os.replace(tmp, target)  # atomic: a concurrent reader sees all or nothing
     finally:
         if os.path.exists(tmp):

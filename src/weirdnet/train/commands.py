@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -501,11 +500,10 @@ def check_output_file(path: Path, what: str) -> None:
     if path.is_dir():
         raise ValueError(f"{what} {path} is a folder; give a file name (e.g. "
                          f"{path / 'curves.png'})")
-    for part in path.parents:
-        if not os.path.lexists(part):
-            continue
-        if not part.is_dir():
-            raise ValueError(f"{what} {path}: {part} is a file, not a folder")
-        if not os.access(part, os.W_OK | os.X_OK):
-            raise ValueError(f"{what} {path}: the folder {part} is not writable")
-        return
+    from weirdnet._atomic import obstacle
+
+    found = obstacle(path.parents)
+    if found is not None:
+        part, problem = found
+        raise ValueError(f"{what} {path}: {part} is a file, not a folder" if problem == "file"
+                         else f"{what} {path}: the folder {part} is not writable")

@@ -31,7 +31,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from weirdnet._lock import LOCK_FILE, DirectoryBusyError, DirectoryLock, _read_holder
+from weirdnet._atomic import obstacle
+from weirdnet._lock import LOCK_FILE, DirectoryBusyError, DirectoryLock
 
 __all__ = ["MODEL_DIR_FILES", "RUN_FILES", "Claim", "RunDirError", "check_out_dir",
            "check_run_dir", "check_run_name", "claim_run_dir",
@@ -187,17 +188,16 @@ def check_out_dir(out_dir: str) -> None:
     can be made: no part of it is a file, and the nearest part that exists is a writable
     folder.  Nothing is created."""
     path = Path(out_dir)
-    for part in (path, *path.parents):
-        if not os.path.lexists(part):
-            continue
-        if not part.is_dir():
-            what = "is" if part == path else f"names {part}, which is"
-            raise RunDirError(f"run.out_dir={out_dir!r} {what} a file, not a folder; point "
-                              "run.out_dir at a folder (--set run.out_dir=DIR)")
-        if not os.access(part, os.W_OK | os.X_OK):
-            raise RunDirError(f"run.out_dir={out_dir!r}: {part} is not writable; point "
-                              "run.out_dir at a folder you may write to")
+    found = obstacle((path, *path.parents))
+    if found is None:
         return
+    part, problem = found
+    if problem == "file":
+        what = "is" if part == path else f"names {part}, which is"
+        raise RunDirError(f"run.out_dir={out_dir!r} {what} a file, not a folder; point "
+                          "run.out_dir at a folder (--set run.out_dir=DIR)")
+    raise RunDirError(f"run.out_dir={out_dir!r}: {part} is not writable; point "
+                      "run.out_dir at a folder you may write to")
 
 
 def check_run_dir(out_dir: str, name: str, *, resume: bool, overwrite: bool,
@@ -278,22 +278,11 @@ def _check_kinds(run_dir: Path) -> None:
 
 def _check_not_busy(run_dir: Path) -> None:
     """Raise :class:`RunDirError` naming the holder when another process holds the run's
-    lock (the lock file is only opened for reading: nothing is written)."""
+    lock (nothing is written)."""
     try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        return
-    try:
-        fd = os.open(run_dir / LOCK_FILE, os.O_RDONLY)
-    except OSError:
-        return  # no lock file: nobody holds it
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        raise RunDirError(f"run directory {run_dir} is in use by {_read_holder(fd)}; wait "
-                          "for it to end, or write somewhere else") from None
-    finally:
-        os.close(fd)  # also drops the lock if it was taken
+        DirectoryLock(run_dir, "weirdnet train").check_free()
+    except DirectoryBusyError as error:
+        raise RunDirError(f"run directory {error}") from None
 
 
 def _listing(entries: list[str], most: int = 5) -> str:
