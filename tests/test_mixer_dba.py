@@ -254,11 +254,12 @@ def test_fully_padded_rows_are_finite():
 
 def test_shapes_heads_options_and_registry():
     x = torch.randn(2, 13, 256)
-    layer = build("dba", 256, causal=False)
+    layer = build("dba", 256, causal=False, form="paper-literal")
     assert isinstance(layer, DBAttention) and layer.heads == 4
     assert (layer.d_p, layer.d_in) == (16, 24) and layer.z.shape == (4, 16, 64)
     assert layer.r.shape == (4, 64, 24) and layer(x).shape == x.shape
     assert [default_heads(D) for D in (8, 64, 100, 200, 256, 768)] == [1, 1, 1, 2, 4, 12]
+    assert [default_heads(D, 24) for D in (64, 320, 640, 768)] == [1, 4, 8, 12]
     cross = DBACrossAttention(256, context_dim=48, d_p=8, d_in=12)
     out = cross(x, torch.randn(2, 1000, 48), torch.rand(2, 1000) > 0.5)
     assert out.shape == x.shape and torch.isfinite(out).all()
@@ -550,13 +551,15 @@ def test_authors_form_options_and_errors():
     assert layer.heads == 4 and layer.z.shape == (16, 256) and layer.z_carry
     assert layer.proj_pq.out_features == 24 and layer.proj_rec.out_features == 4 * 16
     assert not build("dba", 64, causal=False, form="authors", z_carry=False).carries_z
-    assert isinstance(build("dba", 64, causal=False), DBAttention)  # default: paper-literal
+    assert isinstance(build("dba", 64, causal=False), DBAuthorsAttention)  # the default
+    assert not build("dba", 64, causal=False, z_carry=False).carries_z
     with pytest.raises(ValueError, match="form must be one of"):
         build("dba", 16, causal=False, form="author")
     with pytest.raises(ValueError, match="z_carry needs form='authors'"):
-        build("dba", 16, causal=False, z_carry=True)
+        build("dba", 16, causal=False, form="paper-literal", z_carry=True)
     with pytest.raises(ValueError, match="d_in=24 must be a multiple of heads=5"):
-        build("dba", 320, causal=False, form="authors")
+        build("dba", 320, causal=False, form="authors", heads=5)
+    assert build("dba", 320, causal=False).heads == 4  # the default heads divide d_in
     with pytest.raises(ValueError, match="DBA is not causal"):
         build("dba", 16, form="authors")
     layer = DBAuthorsAttention(16, heads=2, d_in=4)

@@ -139,13 +139,16 @@ def expected_parameters(preset) -> int:
         "weird": 3 * D * D + D + math.ceil(math.log2(L)) * D,  # W_A, W_V, W_O + b_O, w
         "softmax": 4 * D * D + 4 * D,
     }
-    if "dba" in names:
+    carried_z = 0
+    if "dba" in names:  # the authors' form (the default)
         d_p, d_in = bb["mixer_options"]["dba"]["d_p"], bb["mixer_options"]["dba"]["d_in"]
-        h, d = heads, D // heads
-        # W_q,k,v; U_r, U_c; Z; R; W_O + b_O
-        per_mixer["dba"] = 3 * D * D + 2 * D * h * d_p + h * d_p * d + h * d * d_in + D * D + D
+        # P_Q (+bias), P_K, P_V (+bias); Q, K (+biases) to d_in; V (+bias); LayerNorm;
+        # reconstruction (+bias) to H·d_p; W_O + b_O
+        per_mixer["dba"] = (2 * D * d_in + d_in + D * D + D + 2 * (D * d_in + d_in)
+                            + D * D + D + 2 * D + (D + 1) * heads * d_p + D * D + D)
+        carried_z = d_p * D  # the first DBA layer's learned Z; later ones receive it
     layers = sum(per_mixer[names[i % len(names)]] + 2 * D * d_ff + d_ff + D + 4 * D
-                 for i in range(N))
+                 for i in range(N)) + carried_z
     total = V * D + L * D + layers + 2 * D
     if preset.model == "WeirdNetClassifier":
         total += D * cfg["num_classes"] + cfg["num_classes"]

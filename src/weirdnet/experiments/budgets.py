@@ -132,7 +132,7 @@ _LAPTOP = {
                  {"data": {"options": {"seq_len": 1024}}}),
 }
 _LAPTOP_SEEDS = {v: (0, 1, 2) for v in ("weird-a", "weird-b", "ps", "dba", "relation",
-                                        "softmax")}
+                                        "softmax", "dba-literal")}
 _LAPTOP_EXCLUDED = {
     "text": "under the cpu budget (150 steps) every mechanism stays at the majority class "
             "(54%) of the 1,500 offline reviews, and byte-level sentiment is among LRA's "
@@ -161,8 +161,8 @@ BUDGETS = {
                      "ListOps at LRA's lengths (500-2,000), Fashion-MNIST, "
                      "JapaneseVowels, SelfRegulationSCP1 and the Wikipedia XML LM at 1K "
                      "bytes, each long enough for the Transformer to learn it; 3 seeds "
-                     "for Weird-Net A/B, PS-attention, DBA, Relation and the "
-                     "Transformer, 1 for the others", overrides=_LAPTOP,
+                     "for Weird-Net A/B, PS-attention, DBA (both readings), Relation "
+                     "and the Transformer, 1 for the others", overrides=_LAPTOP,
                      variant_seeds=_LAPTOP_SEEDS, excluded=_LAPTOP_EXCLUDED),
     "gpu": Budget("gpu", "one GPU, about 30 minutes by estimate (not yet measured): "
                   "D=128, N=2, d_ff=256; 300-800 steps per task on the offline data at "

@@ -55,8 +55,8 @@ class Cell:
         config = read_toml(configs_dir() / name)
         for table in self.budget.task_overrides(self.task.name):
             config = merge(config, table)
-        config = merge(config, {"model": {"backbone": self.variant.backbone_overrides(
-            self.task.group)}})
+        config = merge(config, {"model": self.variant.model_overrides(self.task.name,
+                                                                      self.task.group)})
         return merge(config, {"run": {"name": self.key, "out_dir": str(work_dir),
                                       "seed": self.seed}})
 

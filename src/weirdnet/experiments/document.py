@@ -8,8 +8,18 @@ from typing import Any
 from . import numbers
 from .budgets import Budget
 from .claims import claim_lines
-from .numbers import LRA_COLUMNS, TABLE_X_TASKS
-from .report import Results, ablation_table, lm_table, lra_table, table_xi, uea_table
+from .numbers import LRA_COLUMNS, TABLE_X_TASKS, UEA_COLUMNS
+from .report import (
+    Results,
+    ablation_table,
+    dba_form,
+    form_table,
+    lm_table,
+    lra_table,
+    readout,
+    table_xi,
+    uea_table,
+)
 from .tasks import TASKS, Task, get_task
 from .variants import MECHANISMS
 
@@ -38,6 +48,23 @@ def _provenance(records: Sequence[dict[str, Any]]) -> list[str]:
         "- " + ("command" if len(commands) == 1 else "commands") + ": "
         + ", ".join(f"`{command}`" for command in commands),
     ]
+
+
+def _readouts(records: Sequence[dict[str, Any]]) -> list[str]:
+    """One line: the readout (pooling) and, for DBA, the form each variant's records used,
+    as their stored configs say."""
+    seen: dict[str, set[str]] = {}
+    for record in records:
+        if record.get("status") != "done" or record["task"] == "lm":
+            continue
+        form = dba_form(record)
+        seen.setdefault(record["variant"], set()).add(
+            readout(record) + (f", {form} DBA" if form else ""))
+    if not seen:
+        return []
+    parts = [f"{name}: {' / '.join(sorted(kinds))}" for name, kinds in sorted(seen.items())]
+    return ["- readout (classification) and DBA form, from the records' configs: "
+            + "; ".join(parts)]
 
 
 def _progress(budget: Budget, records: Sequence[dict[str, Any]],
@@ -168,7 +195,7 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
     results = Results(records)
     mechanisms = [m.name for m in MECHANISMS]
     out = [f"# Suite results: `{budget.name}` budget", "",
-           f"Budget: {budget.description}.", "", *_provenance(records),
+           f"Budget: {budget.description}.", "", *_provenance(records), *_readouts(records),
            *(_progress(budget, records, tables) if records else []),
            *([f"- {stale} stored record(s) left out: their cells' config has changed "
               "since they ran (they are rerun by the next run of the budget)"]
@@ -191,7 +218,7 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
         if figure:
             out += [f"![Fig. 6 layout]({figure})", ""]
         out += ["## UEA (DBA Table 3 layout)", "",
-                *uea_table(results, mechanisms, ("jv", "scp1", "scp2")), "",
+                *uea_table(results, mechanisms, UEA_COLUMNS), "",
                 "## Byte-level language modelling", "",
                 *lm_table(results, mechanisms), ""]
     if "table9" in tables:
@@ -206,6 +233,12 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
     if "table12" in tables:
         out += ["## DBA d_p and d_in (DBA Table 12)", "",
                 *ablation_table(results, numbers.TABLE_12, LRA_COLUMNS, "setting"), ""]
+    if "dba-forms" in tables:
+        out += ["## DBA: the authors' code against eqs. 7-12 read literally", "",
+                "Both rows train the same model, data and readout; only the DBA form "
+                "differs (docs/design.md §4). Mean over seeds [95% interval].", "",
+                *form_table(results, ("dba", "dba-literal"), (*LRA_COLUMNS, *UEA_COLUMNS)),
+                ""]
     out += ["## The papers' orderings, checked", "",
             "A comparison counts only when the 95% interval of the difference excludes 0 "
             "(over seeds, or the test set's binomial interval for one seed): \"holds\" and "

@@ -8,6 +8,7 @@ numbers under a "paper" label.
 from __future__ import annotations
 
 LRA_COLUMNS = ("listops", "text", "retrieval", "image", "pathfinder")
+UEA_COLUMNS = ("jv", "scp1", "scp2")
 
 
 def _row(*values: float | None) -> dict[str, float]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .budgets import Budget
 from .cells import Cell
-from .numbers import LRA_COLUMNS, TABLE_X_TASKS
+from .numbers import LRA_COLUMNS, TABLE_X_TASKS, UEA_COLUMNS
 from .tasks import TASKS, get_task
 from .variants import MECHANISMS, get_variant
 
@@ -33,6 +33,8 @@ TABLES = (
           ("weird-a", "weird-b")),
     Table("table12", "DBA d_p and d_in (DBA Table 12)", LRA_COLUMNS,
           ("dba", "dba-dp8", "dba-dp64", "dba-dp256", "dba-din12", "dba-din64")),
+    Table("dba-forms", "DBA as its authors' code runs it against eqs. 7-12 read literally "
+          "(docs/design.md §4)", (*LRA_COLUMNS, *UEA_COLUMNS), ("dba", "dba-literal")),
 )
 TABLES_BY_NAME = {t.name: t for t in TABLES}
 

@@ -272,3 +272,41 @@ def table_xi(results: Results) -> list[str]:
             for name, (label, ppl) in numbers.TABLE_XI.items()]
     return markdown_table(["Structure (decoder)", "wiki-xml test bpc (ours)",
                    "WikiText-103 PPL, small (paper)"], rows)
+
+
+def dba_form(record: dict[str, Any]) -> str | None:
+    """The DBA form a record's model used ("authors" or "paper-literal"), None when it
+    has no DBA layer.  A record whose config names no form was made while
+    "paper-literal" was the default (before issue 29), so that is its form."""
+    backbone = record.get("config", {}).get("model", {}).get("backbone", {})
+    if "dba" not in str(backbone.get("pattern", "")).split(","):
+        return None
+    return backbone.get("mixer_options", {}).get("dba", {}).get("form", "paper-literal")
+
+
+def readout(record: dict[str, Any]) -> str:
+    """The classifier readout a record's model used ("auto" resolved as the model
+    resolves it: the last position when causal, else the mean)."""
+    model = record.get("config", {}).get("model", {})
+    pooling = model.get("pooling", "auto")
+    if pooling == "auto":
+        return "last" if model.get("backbone", {}).get("causal") else "mean"
+    return pooling
+
+
+def form_table(results: Results, variants: Sequence[str], tasks: Sequence[str]) -> list[str]:
+    """Rows ``variants`` (each with the DBA form its records used), columns the ``tasks``
+    where any of them ran: mean over seeds [95% interval] and the seeds."""
+    ran = [t for t in tasks if any(results.done(t, v) for v in variants)]
+    if not ran:
+        return ["No cells of this table have run under this budget."]
+    rows = []
+    for name in variants:
+        forms = sorted({dba_form(r) or "–" for t in ran for r in results.done(t, name)})
+        row = [VARIANTS[name].label, ", ".join(forms) or "–"]
+        for task in ran:
+            score = results.score(task, name)
+            row.append(score.with_interval(3 if get_task(task).metric == "bpc" else 1)
+                       + (f" ({score.n} seeds)" if score.n > 1 else ""))
+        rows.append(row)
+    return markdown_table(["Model", "form", *(get_task(t).label for t in ran)], rows)

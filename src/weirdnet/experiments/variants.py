@@ -10,8 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-DBA_OPTIONS = {"d_p": 16, "d_in": 24}
-"""DBA's LRA setting (DBA paper Table 7), the default of the DBA rows."""
+DBA_OPTIONS = {"form": "authors", "d_p": 16, "d_in": 24}
+"""DBA's LRA setting (DBA paper Table 7) as its authors' code runs it, the default of the
+DBA rows (the form is named, so a record says which reading it used)."""
+DBA_LITERAL = {**DBA_OPTIONS, "form": "paper-literal"}
+"""The same DBA read literally from eqs. 7–12 (docs/design.md §4)."""
+
+DBA_POOLING = {"lra": "cls", "pathfinder": "mean"}
+"""DBA's readout: DBA A.3 follows Luna's LRA settings, whose code reads a prepended [CLS]
+token and mean-pools on Pathfinder; on UEA the paper is silent (mean, the default)."""
+RELATION_POOLING = {"lra": "first", "uea": "first"}
+"""Relation's readout: the first token (Relation §3.2.1 and its code, ``y[:, 0, :]``)."""
 
 
 @dataclass(frozen=True)
@@ -24,6 +33,9 @@ class Variant:
     - ``mixer_options``: per-mixer constructor options merged over the task's.
     - ``bidirectional_only``: the mixer has no causal form, so it cannot be a language
       model (Linformer, DBA).
+    - ``pooling``: the classifier's readout as the mechanism's paper runs it, by task name
+      or task group (the name wins); unset: "auto" (mean, or the last position when
+      causal).  Language modelling has no readout.
     """
 
     name: str
@@ -32,6 +44,7 @@ class Variant:
     causal: bool = False
     mixer_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     bidirectional_only: bool = False
+    pooling: dict[str, str] = field(default_factory=dict)
     note: str = ""
 
     def unsupported(self, group: str) -> str | None:
@@ -39,6 +52,18 @@ class Variant:
         if group == "lm" and self.bidirectional_only:
             return f"{self.label} has no causal form, so no language model"
         return None
+
+    def readout(self, task: str, group: str) -> str | None:
+        """The ``model.pooling`` this variant sets on ``task`` of ``group`` (None: the
+        task config's own)."""
+        return self.pooling.get(task, self.pooling.get(group)) if group != "lm" else None
+
+    def model_overrides(self, task: str, group: str) -> dict[str, Any]:
+        """The ``model`` keys this variant sets on ``task`` of ``group``."""
+        model: dict[str, Any] = {"backbone": self.backbone_overrides(group)}
+        if self.readout(task, group):
+            model["pooling"] = self.readout(task, group)
+        return model
 
     def backbone_overrides(self, group: str) -> dict[str, Any]:
         """The ``model.backbone`` keys this variant sets on a task of ``group``."""
@@ -55,9 +80,12 @@ MECHANISMS = (
     Variant("weird-b", "Weird-Net B", "B", causal=True,
             note="structure B, causal, last-position pooling (the papers' decoder)"),
     Variant("ps", "PS-attention", "ps", note="Weird-attention with W = 1 in every layer"),
-    Variant("relation", "Relation", "relation"),
+    Variant("relation", "Relation", "relation", pooling=RELATION_POOLING,
+            note="first-token readout (Relation §3.2.1)"),
     Variant("dba", "DBA", "dba", mixer_options={"dba": DBA_OPTIONS},
-            bidirectional_only=True, note="d_p = 16, d_in = 24 (DBA paper Table 7)"),
+            bidirectional_only=True, pooling=DBA_POOLING,
+            note="the authors' code; d_p = 16, d_in = 24 (DBA paper Table 7); [CLS] "
+                 "readout on LRA (mean on Pathfinder), mean on UEA"),
     Variant("softmax", "Transformer", "softmax",
             note="softmax attention through scaled_dot_product_attention"),
     Variant("linear", "Linear Trans.", "linear"),
@@ -72,11 +100,16 @@ ABLATIONS = (
     Variant("weird-a-enc-b", "encoder, structure B", "B",
             note="structure B, bidirectional (Table X)"),
     *(Variant(f"dba-dp{d_p}", f"DBA d_p = {d_p}", "dba",
-              mixer_options={"dba": {"d_p": d_p, "d_in": 24}}, bidirectional_only=True)
+              mixer_options={"dba": {**DBA_OPTIONS, "d_p": d_p}}, bidirectional_only=True,
+              pooling=DBA_POOLING)
       for d_p in (8, 64, 256)),
     *(Variant(f"dba-din{d_in}", f"DBA d_in = {d_in}", "dba",
-              mixer_options={"dba": {"d_p": 16, "d_in": d_in}}, bidirectional_only=True)
+              mixer_options={"dba": {**DBA_OPTIONS, "d_in": d_in}}, bidirectional_only=True,
+              pooling=DBA_POOLING)
       for d_in in (12, 64)),
+    Variant("dba-literal", "DBA, paper-literal", "dba", mixer_options={"dba": DBA_LITERAL},
+            bidirectional_only=True, pooling=DBA_POOLING,
+            note="eqs. 7-12 read literally (docs/design.md §4), otherwise as DBA"),
 )
 """The variants only the ablation tables use (the others reuse main-table cells)."""
 

@@ -1,11 +1,11 @@
 """DBA mixers: self-attention (registered as "dba") and cross-attention (DBA paper §3;
 docs/design.md §4).
 
-The ``dba`` mixer has two forms (``form=``): ``"paper-literal"`` (:class:`DBAttention`,
-the default for now, described below) and ``"authors"`` (:class:`DBAuthorsAttention`: DBA
-as the authors' released code runs it, with values through the softmax compression, a
-LayerNorm, a softmax reconstruction over d_p and Z carried from layer to layer; see
-:mod:`weirdnet.ops.dba.authors`).  Paper-literal form:
+The ``dba`` mixer has two forms (``form=``): ``"authors"`` (the default,
+:class:`DBAuthorsAttention`: DBA as the authors' released code runs it, with values through
+the softmax compression, a LayerNorm, a softmax reconstruction over d_p and Z carried from
+layer to layer; see :mod:`weirdnet.ops.dba.authors`) and ``"paper-literal"``
+(:class:`DBAttention`: eqs. 7–12 read literally, described below).  Paper-literal form:
 
 Self-attention, per head h (d = dim / heads)::
 
@@ -60,10 +60,12 @@ from .base import Mixer
 from .registry import register
 
 
-def default_heads(dim: int) -> int:
-    """The largest divisor of ``dim`` not above max(1, dim // 64)."""
+def default_heads(dim: int, d_in: int | None = None) -> int:
+    """The largest divisor of ``dim`` not above max(1, dim // 64) (that also divides
+    ``d_in`` when given: the authors' form splits d_in over the heads)."""
     top = max(1, dim // 64)
-    return next(h for h in range(top, 0, -1) if dim % h == 0)
+    return next(h for h in range(top, 0, -1)
+                if dim % h == 0 and (d_in is None or d_in % h == 0))
 
 
 def _check_options(dim, heads, d_p, d_in, dropout) -> None:
@@ -181,10 +183,9 @@ class DBAttention(_DBABase, Mixer):
         return self._output(m, wr)
 
 
-FORMS = ("paper-literal", "authors")
-"""The two readings of DBA (docs/design.md §4): the paper's eqs. 7–12 read literally, and
-the authors' released code.  ``paper-literal`` is the default until the suite's DBA cells
-are re-run with ``authors`` (issue 29)."""
+FORMS = ("authors", "paper-literal")
+"""The two readings of DBA (docs/design.md §4): the authors' released code (the default)
+and the paper's eqs. 7–12 read literally."""
 
 
 class DBAuthorsAttention(Mixer):
@@ -202,8 +203,9 @@ class DBAuthorsAttention(Mixer):
     Args:
         dim: model width D.
         causal: must be False (the compression mixes every position).
-        heads: H (default: largest divisor of dim up to max(1, dim // 64)); must divide
-            d_in, which is split over the heads as in the authors' code.
+        heads: H (default: the largest divisor of both dim and d_in up to
+            max(1, dim // 64)); must divide d_in, which is split over the heads as in the
+            authors' code.
         d_p: compressed length (default 16); d_in: compressed width of the compression
             keys and of the d_p × d_p attention, in total over the heads (default 24).
         dropout: on the compression weights, the d_p × d_p map, the reconstruction and the
@@ -227,8 +229,8 @@ class DBAuthorsAttention(Mixer):
         if causal:
             raise _not_causal("build it with causal=False")
         super().__init__()
-        heads = default_heads(dim) if heads is None and isinstance(dim, int) and dim > 0 \
-            else heads
+        if heads is None and all(isinstance(v, int) and v > 0 for v in (dim, d_in)):
+            heads = default_heads(dim, d_in)
         _check_options(dim, heads, d_p, d_in, dropout)
         if d_in % heads:
             raise ValueError(f"d_in={d_in} must be a multiple of heads={heads} in the authors' "
@@ -303,13 +305,14 @@ class DBAuthorsAttention(Mixer):
 
 
 @register("dba")
-def dba(dim: int, *, causal: bool = False, form: str = "paper-literal",
+def dba(dim: int, *, causal: bool = False, form: str = "authors",
         z_carry: bool | None = None, heads: int | None = None, d_p: int = 16, d_in: int = 24,
         dropout: float = 0.0) -> Mixer:
-    """The ``dba`` mixer: :class:`DBAttention` (``form="paper-literal"``, the default for
-    now) or :class:`DBAuthorsAttention` (``form="authors"``).  ``z_carry`` (authors' form
-    only; default True there) hands each layer's compressed sequence to the next DBA
-    layer as its Z.  Other options: see the two classes."""
+    """The ``dba`` mixer: :class:`DBAuthorsAttention` (``form="authors"``, the default: DBA
+    as its authors' released code runs it) or :class:`DBAttention`
+    (``form="paper-literal"``: eqs. 7–12 read literally).  ``z_carry`` (authors' form only;
+    default True there) hands each layer's compressed sequence to the next DBA layer as
+    its Z.  Other options: see the two classes."""
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
     if form == "authors":
