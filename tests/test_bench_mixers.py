@@ -17,11 +17,12 @@ QUICK_D, QUICK_LENGTHS = 32, (64, 128)
 def _existing_forms(dim: int, max_len: int) -> set[str]:
     """Method names of every (mixer, form) that builds at width ``dim``."""
     names = set()
-    for mixer in layers.available():
+    for mixer in [*layers.available(), *mixers.NAMED_FORMS]:
         options = mixers.layer_options(mixer, Shape(1, max_len, dim, min(64, dim)))
+        registered = mixers.NAMED_FORMS.get(mixer, (mixer,))[0]
         for causal in (False, True):
             try:
-                layers.build(mixer, dim, causal=causal, **options)
+                layers.build(registered, dim, causal=causal, **options)
             except ValueError:
                 continue
             names.add(mixer + "-causal" if causal else mixer)
@@ -43,8 +44,11 @@ def test_methods_are_discovered_from_the_registry(capsys):
     names = mixers.method_names()
     for name in ("weird", "weird-causal", "ps", "ps-causal", "sdpa", "sdpa-causal"):
         assert name in names
-    assert set(names) == {*layers.available(), *(m + "-causal" for m in layers.available()),
-                          "sdpa", "sdpa-causal"}
+    every = [*layers.available(), *mixers.NAMED_FORMS]  # DBA's second reading is named
+    assert "dba-paper-literal" in names
+    assert set(names) == {*every, *(m + "-causal" for m in every), "sdpa", "sdpa-causal"}
+    assert mixers.layer_options("dba-paper-literal", Shape(1, 8, 256)) == {
+        "form": "paper-literal", "heads": 4}
     with pytest.raises(SystemExit) as exc:
         main(["bench", "mixers", "--methods", "weird,nope"])
     assert exc.value.code == 2

@@ -32,7 +32,8 @@ def test_plan_covers_every_table_once_and_leaves_out_non_causal_lms():
     keys = [c.key for c in cells]
     assert len(keys) == len(set(keys))
     main = len(TASKS) * len(MECHANISMS) - 2  # DBA and Linformer have no causal LM
-    extra = 5 + 4 + 5 * 5  # W = exp(w) x 5, encoder B x 4, 5 DBA settings x 5 LRA tasks
+    # W = exp(w) x 5, encoder B x 4, 5 DBA settings x 5 LRA tasks, paper-literal DBA x 8
+    extra = 5 + 4 + 5 * 5 + 8
     assert len(cells) == main + extra
     assert "lm--dba--s0" not in keys and "lm--linformer--s0" not in keys
     assert "listops--weird-a--s0" in keys  # shared by main, table9 and table10: once
@@ -63,7 +64,8 @@ def test_budget_overrides_apply_and_variants_keep_task_options(tmp_path):
     data = cell.config_dict(tmp_path)
     assert data["train"]["steps"] == 100 and data["run"]["seed"] == 3
     assert data["model"]["backbone"]["dim"] == 32
-    assert data["model"]["backbone"]["mixer_options"]["dba"] == {"d_p": 64, "d_in": 24}
+    assert data["model"]["backbone"]["mixer_options"]["dba"] == {"form": "authors", "d_p": 64,
+                                                                 "d_in": 24}
     assert data["data"]["options"]["problem"] == "SelfRegulationSCP1"  # from the config
     paper = Cell(get_task("text"), get_variant("softmax"), 0, get_budget("paper"))
     assert paper.config_dict(tmp_path)["data"]["dataset"] == "imdb"
@@ -489,3 +491,59 @@ def test_fig6_averages_every_mechanism_over_the_same_lra_tasks(tmp_path):
     pytest.importorskip("matplotlib")
     path = draw_fig6(Results(records), list(speeds), tmp_path / "fig6.png", "laptop")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_each_mechanism_reads_out_and_names_its_dba_form_as_its_paper_runs_it(tmp_path):
+    """Relation reads the first token; DBA a [CLS] token on LRA (mean on Pathfinder and
+    UEA) with its form named; the rest keep the task config's readout; LM has none."""
+    def cell(task, variant):
+        cells = plan_cells(get_budget("cpu"), ALL_TABLES, [task], [variant])
+        return cells[0].config_dict(tmp_path)["model"]
+    assert cell("listops", "relation")["pooling"] == "first"
+    assert cell("jv", "relation")["pooling"] == "first"
+    assert "pooling" not in cell("lm", "relation")
+    assert cell("listops", "dba")["pooling"] == "cls"
+    assert cell("pathfinder", "dba")["pooling"] == "mean"
+    assert "pooling" not in cell("jv", "dba") and "pooling" not in cell("listops", "softmax")
+    for variant, form in [("dba", "authors"), ("dba-dp8", "authors"),
+                          ("dba-literal", "paper-literal")]:
+        model = cell("image", variant)
+        assert model["backbone"]["mixer_options"]["dba"]["form"] == form
+        assert model["pooling"] == "cls"
+
+
+def test_the_report_says_which_dba_form_and_readout_each_record_used():
+    from weirdnet.experiments.report import dba_form, form_table, readout
+
+    def model(pattern, **extra):
+        return {"config": {"model": {"backbone": {"pattern": pattern, **extra}}}}
+    old = model("dba", mixer_options={"dba": {"d_p": 16}})  # before the form was named
+    assert dba_form(old) == "paper-literal"
+    assert dba_form(model("dba", mixer_options={"dba": {"form": "authors"}})) == "authors"
+    assert dba_form(model("weird")) is None and dba_form({}) is None
+    assert readout(model("B", causal=True)) == "last" and readout(old) == "mean"
+    old["config"]["model"]["pooling"] = "cls"
+    assert readout(old) == "cls"
+    records = [_record("listops", "dba", 40.0 + s, seed=s, **{}) for s in range(3)]
+    records += [_record("listops", "dba-literal", 17.0, seed=s) for s in range(3)]
+    for r in records:
+        form = "authors" if r["variant"] == "dba" else "paper-literal"
+        r["config"] = {"model": {"backbone": {"pattern": "dba", "mixer_options": {
+            "dba": {"form": form}}}}}
+    table = "\n".join(form_table(Results(records), ("dba", "dba-literal"),
+                                  ("listops", "image")))
+    assert "| DBA | authors | 41.0 [" in table and "(3 seeds)" in table
+    assert "| DBA, paper-literal | paper-literal | 17.0 [" in table
+    assert "Image" not in table  # a task neither ran is left out
+    assert _verdict(Results(records), "issue 29 (ours)", "authors") == "holds"
+
+
+def test_speed_ratios_compare_only_cells_run_on_the_transformers_machine():
+    records = [_record("text", "softmax", 50.0, speed=1.0),
+               _record("text", "dba", 50.0, speed=4.0),
+               _record("text", "relation", 50.0, speed=9.0)]
+    for record, cpu in zip(records, ("AMD", "AMD", "Intel")):
+        record["machine"] = {"cpu_model": cpu}
+    results = Results(records)
+    assert results.relative_speed("dba")[0] == 4.0
+    assert results.relative_speed("relation") == (None, None)

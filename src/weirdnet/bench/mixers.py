@@ -41,13 +41,21 @@ RAW = {"sdpa": False, "sdpa-causal": True}
 """The raw-op baselines and their causality."""
 QUADRATIC = frozenset({BASELINE, BASELINE + CAUSAL, *RAW})
 """Methods whose cost grows as L^2: the ones ``--softmax-max-len`` caps."""
+NAMED_FORMS = {"dba-paper-literal": ("dba", {"form": "paper-literal"})}
+"""Methods that are a registered mixer with options other than its defaults: DBA's second
+reading (its default is the authors' form; docs/design.md §4)."""
 
 
 def mixer_names() -> list[str]:
-    """Registered mixer names, sorted (imports torch)."""
+    """Registered mixer names, sorted, then :data:`NAMED_FORMS` (imports torch)."""
     from weirdnet import layers
 
-    return list(layers.available())
+    return [*layers.available(), *NAMED_FORMS]
+
+
+def _registered(mixer: str) -> tuple[str, dict]:
+    """(registry name, constructor options) of a mixer name or a :data:`NAMED_FORMS` key."""
+    return NAMED_FORMS.get(mixer, (mixer, {}))
 
 
 def method_names() -> tuple[str, ...]:
@@ -94,10 +102,12 @@ def _constructor_parameters(mixer: str) -> frozenset[str]:
 
 
 def layer_options(mixer: str, shape: Shape) -> dict:
-    """Constructor options of ``mixer`` at ``shape``: ``max_len=L`` and ``heads`` where the
-    constructor has those parameters."""
+    """Constructor options of ``mixer`` (a registered name or a :data:`NAMED_FORMS` key) at
+    ``shape``: its named options, ``max_len=L`` and ``heads`` where the constructor has
+    those parameters."""
+    mixer, named = _registered(mixer)
     params = _constructor_parameters(mixer)
-    options = {}
+    options = dict(named)
     if "max_len" in params:
         options["max_len"] = shape.L
     if "heads" in params:
@@ -127,7 +137,7 @@ def _probe(mixer: str, causal: bool):
 
         options = layer_options(mixer, Shape(1, max_len, dim, head_dim))
         try:
-            layer = layers.build(mixer, dim, causal=causal, **options)
+            layer = layers.build(_registered(mixer)[0], dim, causal=causal, **options)
         except ValueError as exc:
             form = "causal" if causal else "non-causal"
             return f"no {form} form at D={dim} (ValueError: {exc})"
@@ -154,8 +164,8 @@ def method(name: str) -> Method:
     def options(shape: Shape) -> dict:
         return layer_options(mixer, shape)
 
-    return Method(name, name, "layer", layer_builder(mixer, causal, options), capped=capped,
-                  probe=_probe(mixer, causal), options=options)
+    return Method(name, name, "layer", layer_builder(_registered(mixer)[0], causal, options),
+                  capped=capped, probe=_probe(mixer, causal), options=options)
 
 
 SPEED_SOFTMAX = "fwd+bwd speed-up vs the softmax layer (softmax layer time / method time)"

@@ -75,10 +75,11 @@ def _build(spec: dict[str, Any], device):
     from weirdnet.experiments.variants import get_variant
     from weirdnet.models.classifier import WeirdNetClassifier
 
+    variant = get_variant(spec["mechanism"]).model_overrides("text", "lra")  # its readout too
     backbone = {"dim": spec["dim"], "depth": spec["depth"], "d_ff": spec["d_ff"],
                 "heads": spec["heads"], "max_len": spec["length"], "vocab_size": 257,
-                **get_variant(spec["mechanism"]).backbone_overrides("lra")}
-    model = WeirdNetClassifier({"backbone": backbone, "num_classes": 2}).to(device)
+                **variant.pop("backbone")}
+    model = WeirdNetClassifier({"backbone": backbone, "num_classes": 2, **variant}).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step(tokens, labels) -> None:

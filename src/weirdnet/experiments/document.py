@@ -28,7 +28,7 @@ def _provenance(records: Sequence[dict[str, Any]]) -> list[str]:
     done = [r for r in records if r.get("status") == "done"]
     if not done:
         return ["No finished cells yet."]
-    machine = done[-1]["machine"]
+    machines = sorted({_machine_text(r["machine"]) for r in done})
     commits = sorted({(r.get("commit") or "?")[:12] + ("+dirty" if r.get("dirty") else "")
                       for r in done})
     minutes = sum(r.get("wall_s", 0.0) for r in done) / 60.0
@@ -40,14 +40,19 @@ def _provenance(records: Sequence[dict[str, Any]]) -> list[str]:
         f"wall time {minutes:.1f} min (sum over cells: data, training, evaluation)"
         + (f"; {shared} of them ran beside other cells (`--jobs`), so their steps/s and "
            "wall times are those of a shared machine" if shared else ""),
-        f"- machine: {machine.get('cpu_model')} ({machine.get('usable_cores')} usable "
-        f"cores){', ' + machine['gpu'] if machine.get('gpu') else ''}; torch "
-        f"{machine.get('torch')}; Python {machine.get('python')}; weirdnet "
-        f"{machine.get('weirdnet')}",
+        ("- machine: " if len(machines) == 1 else "- machines (timings compare only "
+         "within one): ") + "; ".join(machines),
         f"- commits: {', '.join(commits)}; seeds: {', '.join(map(str, seeds))}",
         "- " + ("command" if len(commands) == 1 else "commands") + ": "
         + ", ".join(f"`{command}`" for command in commands),
     ]
+
+
+def _machine_text(machine: dict[str, Any]) -> str:
+    return (f"{machine.get('cpu_model')} ({machine.get('usable_cores')} usable cores)"
+            f"{', ' + machine['gpu'] if machine.get('gpu') else ''}, torch "
+            f"{machine.get('torch')}, Python {machine.get('python')}, weirdnet "
+            f"{machine.get('weirdnet')}")
 
 
 def _readouts(records: Sequence[dict[str, Any]]) -> list[str]:
@@ -213,7 +218,8 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
                 "Speed and memory: training steps/s and peak memory of the "
                 f"{get_task(results.speed_task()).label} cells relative to the "
                 "Transformer's (ours; the training runs' own steps/s, which may have "
-                "shared the machine with another run: indicative only).", "",
+                "shared the machine with another run: indicative only; only cells run on "
+                "the Transformer's machine are compared, `–` where there are none).", "",
                 *lra_table(results, mechanisms, LRA_COLUMNS), ""]
         if figure:
             out += [f"![Fig. 6 layout]({figure})", ""]

@@ -111,9 +111,12 @@ class Results:
             return None
         return learned(baseline, score.mean)
 
-    def speed(self, task: str, variant: str) -> tuple[float | None, float | None]:
-        """(steps/s, memory MiB), means over the finished seeds."""
-        records = self.done(task, variant)
+    def speed(self, task: str, variant: str, machine: str | None = None
+              ) -> tuple[float | None, float | None]:
+        """(steps/s, memory MiB), means over the finished seeds (only those run on
+        ``machine``, a CPU/GPU name as :func:`machine_of` gives, when given)."""
+        records = [r for r in self.done(task, variant)
+                   if machine is None or machine_of(r) == machine]
         rates = [r["steps_per_s"] for r in records if r.get("steps_per_s")]
         memory = [r["memory_mib"] for r in records if r.get("memory_mib") is not None]
         return (statistics.fmean(rates) if rates else None,
@@ -125,10 +128,16 @@ class Results:
         return next((t for t in SPEED_TASKS if self.speed(t, "softmax")[0]), SPEED_TASKS[0])
 
     def relative_speed(self, variant: str) -> tuple[float | None, float | None]:
-        """Steps/s and memory on :meth:`speed_task` relative to the Transformer's."""
+        """Steps/s and memory on :meth:`speed_task` relative to the Transformer's, from
+        cells run on the same machine as the Transformer's (None where there are none:
+        a ratio across machines would measure the machines)."""
         task = self.speed_task()
-        rate, memory = self.speed(task, variant)
-        base_rate, base_memory = self.speed(task, "softmax")
+        machines = {machine_of(r) for r in self.done(task, "softmax")}
+        if len(machines) != 1:
+            return None, None
+        machine = machines.pop()
+        rate, memory = self.speed(task, variant, machine)
+        base_rate, base_memory = self.speed(task, "softmax", machine)
         return (rate / base_rate if rate and base_rate else None,
                 memory / base_memory if memory is not None and base_memory else None)
 
@@ -154,6 +163,12 @@ class Results:
             return Score(mean, n=1)
         half = Z95 * math.sqrt(sum(s.se ** 2 for s in scores)) / len(scores)
         return Score(mean, n=1, low=mean - half, high=mean + half, bounds=scores[0].bounds)
+
+
+def machine_of(record: dict[str, Any]) -> str:
+    """The processor a record's cell ran on (its GPU when it had one)."""
+    machine = record.get("machine") or {}
+    return str(machine.get("gpu") or machine.get("cpu_model"))
 
 
 def _test_metric(record: dict[str, Any], metric: str) -> float:
