@@ -106,6 +106,19 @@ def test_lm_compiles_without_graph_breaks(pattern, masked):
     assert_compiled_matches_eager(lambda: lm(pattern), masked, "aot_eager")
 
 
+@pytest.mark.parametrize("pattern", ["softmax", "B"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_transformerpp_options_compile_without_graph_breaks(pattern, masked):
+    """Rotary positions, RMSNorm, SwiGLU, no biases and a short convolution (issue 30)."""
+    from weirdnet.models.presets import TRANSFORMERPP
+
+    def build():
+        torch.manual_seed(0)
+        return WeirdNetLM({"backbone": {**SMALL, "pattern": pattern, "causal": True,
+                                        **TRANSFORMERPP, "short_conv": 4}})
+    assert_compiled_matches_eager(build, masked, "aot_eager")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def fresh_dynamo():
     """The module's compiled graphs and guards go with it: later tests start with no

@@ -135,10 +135,15 @@ def expected_parameters(preset) -> int:
     heads = bb.get("heads")
     names = {"A": ["weird"], "B": ["weird", "softmax"]}.get(bb["pattern"],
                                                             bb["pattern"].split(","))
+    bias = bb.get("bias", True)  # the Transformer++ options (positions, norm, FFN)
     per_mixer = {
         "weird": 3 * D * D + D + math.ceil(math.log2(L)) * D,  # W_A, W_V, W_O + b_O, w
-        "softmax": 4 * D * D + 4 * D,
+        "softmax": 4 * D * D + (4 * D if bias else 0),
     }
+    swiglu = bb.get("activation") == "swiglu"
+    ffn = (3 if swiglu else 2) * D * d_ff + ((2 if swiglu else 1) * d_ff + D if bias else 0)
+    norm = D if bb.get("norm") == "rmsnorm" else 2 * D  # weight (and bias)
+    positions = L * D if bb.get("positions", "learned") == "learned" else 0
     carried_z = 0
     if "dba" in names:  # the authors' form (the default)
         d_p, d_in = bb["mixer_options"]["dba"]["d_p"], bb["mixer_options"]["dba"]["d_in"]
@@ -147,9 +152,9 @@ def expected_parameters(preset) -> int:
         per_mixer["dba"] = (2 * D * d_in + d_in + D * D + D + 2 * (D * d_in + d_in)
                             + D * D + D + 2 * D + (D + 1) * heads * d_p + D * D + D)
         carried_z = d_p * D  # the first DBA layer's learned Z; later ones receive it
-    layers = sum(per_mixer[names[i % len(names)]] + 2 * D * d_ff + d_ff + D + 4 * D
+    layers = sum(per_mixer[names[i % len(names)]] + ffn + 2 * norm
                  for i in range(N)) + carried_z
-    total = V * D + L * D + layers + 2 * D
+    total = V * D + positions + layers + norm
     if preset.model == "WeirdNetClassifier":
         total += D * cfg["num_classes"] + cfg["num_classes"]
     elif preset.model == "WeirdNetDualEncoder":

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..ops.checks import check_mask, on_host
+from ..ops.rotary import rotary, rotary_angles, token_positions
 from ..ops.softmax_attention import softmax_attention
 from .base import MultiHeadMixer, select_rows
 from .registry import register
@@ -72,17 +73,37 @@ class SoftmaxAttention(MultiHeadMixer):
     """Multi-head softmax attention (``scaled_dot_product_attention``) on (B, L, dim).
 
     Options: ``heads``, ``bias``, ``dropout`` (attention probabilities), see
-    :class:`MultiHeadMixer`.  Causal decoding keeps a :class:`SoftmaxKVCache`.
+    :class:`MultiHeadMixer`; ``rope``: rotate queries and keys by their positions
+    (:mod:`weirdnet.ops.rotary`, Llama's layout; positions count real tokens, as the
+    backbone's do) with base ``rope_theta``.  Causal decoding keeps a
+    :class:`SoftmaxKVCache` (keys stored rotated).
     """
 
     cache_type = SoftmaxKVCache
     initial_capacity = 256
 
     def __init__(self, dim: int, *, causal: bool = True, heads: int | None = None,
-                 bias: bool = True, dropout: float = 0.0):
+                 bias: bool = True, dropout: float = 0.0, rope: bool = False,
+                 rope_theta: float = 10000.0):
         super().__init__(dim, causal=causal, heads=heads, bias=bias, dropout=dropout)
+        if rope and self.head_dim % 2:
+            raise ValueError(f"rope needs an even head width, got dim={dim} / heads="
+                             f"{self.heads} = {self.head_dim}")
+        if not rope_theta > 0:
+            raise ValueError(f"rope_theta must be positive, got {rope_theta!r}")
+        self.rope, self.rope_theta = bool(rope), float(rope_theta)
+
+    def _rotate(self, q, k, mask, start=None):
+        """q, k (B, H, n, d) rotated at their positions (real tokens counted from
+        ``start`` (B,), default 0); unchanged without ``rope``."""
+        if not self.rope:
+            return q, k
+        pos = token_positions(mask, q.shape[0], q.shape[2], q.device, start)
+        cos, sin = rotary_angles(pos, self.head_dim, self.rope_theta, q.dtype)
+        return rotary(q, cos, sin), rotary(k, cos, sin)
 
     def _mix(self, q, k, v, mask):
+        q, k = self._rotate(q, k, mask)
         return softmax_attention(q, k, v, causal=self.causal, mask=mask,
                                  dropout_p=self.dropout_p)
 
@@ -96,6 +117,8 @@ class SoftmaxAttention(MultiHeadMixer):
                               max_len)
 
     def _extend(self, q, k, v, mask, cache: SoftmaxKVCache):
+        if self.rope:  # positions continue from the real tokens cached so far
+            q, k = self._rotate(q, k, mask, cache.mask[:, :cache.position].sum(1))
         keys, values, real = cache.append(k, v, mask)
         if on_host(real) and bool(real.all()):  # no padding so far: SDPA needs no mask
             real = None

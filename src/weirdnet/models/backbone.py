@@ -1,4 +1,4 @@
-"""A Weird-Net backbone: input embedding + learned positions, N blocks, final LayerNorm.
+"""A Weird-Net backbone: input embedding (+ learned positions), N blocks, final norm.
 
 A mixer that carries Z (DBA in its authors' form, docs/design.md §4) hands its state on:
 each such layer's compressed sequence is the next such layer's Z, the first uses its
@@ -20,8 +20,9 @@ import torch.nn as nn
 
 from weirdnet.layers.base import select_rows
 from weirdnet.ops.checks import check_mask, on_host
+from weirdnet.ops.rotary import token_positions
 
-from .blocks import Block, build_mixer
+from .blocks import Block, build_mixer, make_norm
 from .config import BackboneConfig
 
 FUSED_STEP_MAX_BATCH = 8
@@ -85,14 +86,14 @@ class Backbone(nn.Module):
             self.embed = nn.Embedding(config.vocab_size, dim)
         else:
             self.embed = nn.Linear(config.input_dim, dim)
-        self.pos = nn.Embedding(config.max_len, dim)
+        self.pos = nn.Embedding(config.max_len, dim) if config.positions == "learned" else None
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
             Block(build_mixer(name, config), config,
                   None if cross_factory is None else cross_factory())
             for name in config.mixers)
         self.carries_z = _link_z_carriers(self.blocks)
-        self.norm = nn.LayerNorm(dim, eps=config.norm_eps)
+        self.norm = make_norm(config)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -100,7 +101,8 @@ class Backbone(nn.Module):
         nn.init.normal_(self.embed.weight, std=std)
         if isinstance(self.embed, nn.Linear):
             nn.init.zeros_(self.embed.bias)
-        nn.init.normal_(self.pos.weight, std=std)
+        if self.pos is not None:
+            nn.init.normal_(self.pos.weight, std=std)
 
     @property
     def takes_tokens(self) -> bool:
@@ -140,20 +142,16 @@ class Backbone(nn.Module):
 
     def positions(self, mask: torch.Tensor | None, batch: int, length: int,
                   start: torch.Tensor | None = None) -> torch.Tensor:
-        """Position ids (B, L): real tokens counted from ``start`` (B,) (default 0)."""
-        device = self.pos.weight.device
-        if mask is None:
-            pos = torch.arange(length, device=device).expand(batch, length)
-        else:
-            pos = (mask.long().cumsum(1) - 1).clamp(min=0)
-        if start is not None:
-            pos = pos + start.unsqueeze(1)
-        return pos  # < max_len: checked on the length (full pass) or the cache capacity
+        """Position ids (B, L): real tokens counted from ``start`` (B,) (default 0); they
+        stay below max_len (checked on the length, or on the cache's capacity)."""
+        return token_positions(mask, batch, length, self.embed.weight.device, start)
 
     def embed_inputs(self, inputs: torch.Tensor, mask, start=None) -> torch.Tensor:
-        """Token/value embedding + position embedding, dropout: (B, L, D)."""
-        pos = self.positions(mask, inputs.shape[0], inputs.shape[1], start)
-        return self.dropout(self.embed_values(inputs) + self.pos(pos))
+        """Token/value embedding (+ learned position embedding), dropout: (B, L, D)."""
+        h = self.embed_values(inputs)
+        if self.pos is not None:
+            h = h + self.pos(self.positions(mask, inputs.shape[0], inputs.shape[1], start))
+        return self.dropout(h)
 
     def embed_values(self, inputs: torch.Tensor) -> torch.Tensor:
         """The token (or value) embeddings of inputs (B, L[, input_dim]): (B, L, D)."""
@@ -238,7 +236,9 @@ class Backbone(nn.Module):
         if cache.fused is None:
             cache.fused = [block.fused_step(layer)
                            for block, layer in zip(self.blocks, cache.layers)]
-        h = self.embed(tokens.long()) + self.pos(cache.lengths)
+        h = self.embed(tokens.long())
+        if self.pos is not None:
+            h = h + self.pos(cache.lengths)
         contexts = _block_contexts(context, len(self.blocks))
         for block, layer, fused, ctx in zip(self.blocks, cache.layers, cache.fused, contexts):
             if fused is None:
@@ -259,8 +259,8 @@ class Backbone(nn.Module):
         if max_len > self.config.max_len:
             raise ValueError(f"cache max_len={max_len} exceeds the model's "
                              f"max_len={self.config.max_len}")
-        layers = [block.mixer.init_cache(batch_size, max_len) for block in self.blocks]
-        lengths = torch.zeros(batch_size, dtype=torch.long, device=self.pos.weight.device)
+        layers = [block.init_cache(batch_size, max_len) for block in self.blocks]
+        lengths = torch.zeros(batch_size, dtype=torch.long, device=self.embed.weight.device)
         return BackboneCache(layers, lengths, 0, max_len)
 
 

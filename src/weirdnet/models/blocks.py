@@ -1,10 +1,10 @@
 """The pieces of a backbone: mixer construction, the feed-forward network, the block.
 
-Block (GPT-2 style pre-norm, docs/design.md §2)::
+Block (GPT-2 style pre-norm, docs/design.md §2; Norm: LayerNorm or RMSNorm)::
 
-    x = x + Dropout(Mixer(LN(x), mask))
-    x = x + Dropout(CrossMixer(LN(x), context))      # encoder–decoder only
-    x = x + Dropout(FFN(LN(x)))
+    x = x + Dropout(Mixer(Conv(Norm(x)), mask))        # Conv: short_conv > 0 only
+    x = x + Dropout(CrossMixer(Norm(x), context))      # encoder–decoder only
+    x = x + Dropout(FFN(Norm(x)))
 """
 
 from __future__ import annotations
@@ -22,16 +22,21 @@ from weirdnet.layers.weird import WeirdAttention, WeirdAttentionCache
 from weirdnet.ops import block_step
 
 from .config import BackboneConfig
+from .short_conv import ShortConv, ShortConvCache
 
 
 def mixer_options(name: str, config: BackboneConfig) -> dict[str, Any]:
     """Constructor options for mixer ``name`` in a backbone built from ``config``: the
     backbone's max_len, heads, depth (``n_layers``, used by Weird-attention's
-    initialisation) and attention dropout where the mixer takes them, then
-    ``config.mixer_options[name]``."""
+    initialisation), attention dropout, ``bias=False`` and rotary positions (``rope``,
+    ``rope_theta``) where the mixer takes them, then ``config.mixer_options[name]``."""
     accepted = inspect.signature(factory(name)).parameters
     shared = {"max_len": config.max_len, "heads": config.heads, "n_layers": config.depth,
               "dropout": config.attn_dropout}
+    if not config.bias:
+        shared["bias"] = False
+    if config.positions == "rope":
+        shared.update(rope=True, rope_theta=config.rope_theta)
     options = {key: value for key, value in shared.items()
                if key in accepted and value is not None}
     if "dropout" in options and options["dropout"] == 0.0:
@@ -52,31 +57,48 @@ def build_mixer(name: str, config: BackboneConfig) -> nn.Module:
     return factory(name)(config.dim, causal=config.causal, **options)
 
 
-class FeedForward(nn.Module):
-    """``Linear(D, d_ff) → GELU | LeakyReLU(0.01) → Linear(d_ff, D)`` on (..., D).
+def make_norm(config: BackboneConfig) -> nn.Module:
+    """The backbone's normalisation over D: LayerNorm (1, 0) or RMSNorm (weight 1)."""
+    if config.norm == "rmsnorm":
+        return nn.RMSNorm(config.dim, eps=config.norm_eps)
+    return nn.LayerNorm(config.dim, eps=config.norm_eps)
 
-    Initialisation (Weird-Net §III.G): W_1 ~ N(0, 1/√D), W_2 ~ N(0, 1.7047·sqrt((1−2/D) /
-    (2·N·d_ff))), biases 0, with N the number of layers.
+
+class FeedForward(nn.Module):
+    """On (..., D): ``Linear(D, d_ff) → GELU | LeakyReLU(0.01) → Linear(d_ff, D)``, or with
+    ``activation="swiglu"`` ``outer(SiLU(gate(x)) ⊙ inner(x))`` (Llama's MLP: gate_proj,
+    up_proj, down_proj).  ``bias``: biases on the linear maps.
+
+    Initialisation (Weird-Net §III.G): W_1 (and the gate) ~ N(0, 1/√D), W_2 ~ N(0,
+    1.7047·sqrt((1−2/D) / (2·N·d_ff))), biases 0, with N the number of layers.
     """
 
-    def __init__(self, dim: int, d_ff: int, activation: str = "gelu", n_layers: int = 1):
+    def __init__(self, dim: int, d_ff: int, activation: str = "gelu", n_layers: int = 1,
+                 bias: bool = True):
         super().__init__()
-        self.inner = nn.Linear(dim, d_ff)
-        self.outer = nn.Linear(d_ff, dim)
+        self.inner = nn.Linear(dim, d_ff, bias=bias)
+        self.gate = nn.Linear(dim, d_ff, bias=bias) if activation == "swiglu" else None
+        self.outer = nn.Linear(d_ff, dim, bias=bias)
         self.activation, self.n_layers = activation, n_layers
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         dim, d_ff = self.inner.in_features, self.inner.out_features
-        nn.init.normal_(self.inner.weight, std=1.0 / math.sqrt(dim))
         std = 1.7047 * math.sqrt(max(0.0, 1 - 2 / dim) / (2 * self.n_layers * d_ff))
         nn.init.normal_(self.outer.weight, std=std)
-        nn.init.zeros_(self.inner.bias)
-        nn.init.zeros_(self.outer.bias)
+        for lin in (self.inner, self.gate):
+            if lin is not None:
+                nn.init.normal_(lin.weight, std=1.0 / math.sqrt(dim))
+        for lin in (self.inner, self.gate, self.outer):
+            if lin is not None and lin.bias is not None:
+                nn.init.zeros_(lin.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.inner(x)
-        h = F.gelu(h) if self.activation == "gelu" else F.leaky_relu(h, 0.01)
+        if self.gate is not None:
+            h = F.silu(self.gate(x)) * h
+        else:
+            h = F.gelu(h) if self.activation == "gelu" else F.leaky_relu(h, 0.01)
         return self.outer(h)
 
 
@@ -90,12 +112,15 @@ class Block(nn.Module):
     def __init__(self, mixer: nn.Module, config: BackboneConfig, cross: nn.Module | None = None):
         super().__init__()
         dim = config.dim
-        self.norm_mix = nn.LayerNorm(dim, eps=config.norm_eps)
+        self.norm_mix = make_norm(config)
+        self.conv = ShortConv(dim, config.short_conv, config.bias) if config.short_conv \
+            else None
         self.mixer = mixer
-        self.norm_cross = None if cross is None else nn.LayerNorm(dim, eps=config.norm_eps)
+        self.norm_cross = None if cross is None else make_norm(config)
         self.cross = cross
-        self.norm_ffn = nn.LayerNorm(dim, eps=config.norm_eps)
-        self.ffn = FeedForward(dim, config.ffn_dim, config.activation, config.depth)
+        self.norm_ffn = make_norm(config)
+        self.ffn = FeedForward(dim, config.ffn_dim, config.activation, config.depth,
+                               config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     @property
@@ -114,12 +139,25 @@ class Block(nn.Module):
         ``return_z=True`` returns (output, z) instead: for a mixer that carries Z
         (:attr:`carries_z`) it is given ``z`` (None: its own learned Z) and z is the
         state it hands on; any other mixer passes ``z`` through unchanged."""
+        h = self.norm_mix(x)
+        if self.conv is not None:
+            h, state = self.conv(h, mask, None if cache is None else cache.state)
+            if cache is not None:
+                cache.state, cache = state, cache.mixer
         if return_z and self.carries_z:
-            y, z = self.mixer(self.norm_mix(x), mask, z=z, return_z=True)
+            y, z = self.mixer(h, mask, z=z, return_z=True)
         else:
-            y = self.mixer(self.norm_mix(x), mask, cache=cache)
+            y = self.mixer(h, mask, cache=cache)
         x = self._after_mixer(x + self.dropout(y), context, context_mask)
         return (x, z) if return_z else x
+
+    def init_cache(self, batch_size: int, max_len: int | None = None):
+        """The block's decoding state: the mixer's cache, with the short convolution's
+        state beside it when the block has one (:class:`ShortConvCache`)."""
+        cache = self.mixer.init_cache(batch_size, max_len)
+        if self.conv is None:
+            return cache
+        return ShortConvCache(self.conv.init_state(batch_size), cache)
 
     def _after_mixer(self, x, context, context_mask):
         """The cross mixer (if any) and the FFN, with their residuals."""
@@ -130,10 +168,14 @@ class Block(nn.Module):
 
     def fused_step(self, cache) -> FusedBlockStep | None:
         """This block's fused C decoding step over ``cache`` (its mixer's cache), or None
-        where it does not apply: a mixer other than causal Weird/PS-attention, a cross
+        where it does not apply: RMSNorm, SwiGLU, a short convolution, a mixer other than causal
+        Weird/PS-attention, a cross
         mixer, weights other than float32/float64 on CPU, a scan cache on another
         backend, or no C compiler."""
         mixer = self.mixer
+        if not isinstance(self.norm_mix, nn.LayerNorm) or self.ffn.gate is not None \
+                or self.conv is not None:
+            return None  # the fused step is LayerNorm + GELU/LeakyReLU, no convolution
         if not isinstance(mixer, WeirdAttention) or not mixer.causal or self.cross is not None \
                 or not isinstance(cache, WeirdAttentionCache) or cache.scan.backend != "cpu" \
                 or cache.scan.dtype != mixer.proj_o.weight.dtype \

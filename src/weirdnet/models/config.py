@@ -15,7 +15,9 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-ACTIVATIONS = ("gelu", "leaky_relu")
+ACTIVATIONS = ("gelu", "leaky_relu", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("learned", "rope", "none")
 STRUCTURES = {"A": ("weird",), "B": ("weird", "softmax")}
 """The papers' structures (Weird-Net §III.E): A = every mixer Weird-attention; B = Weird in
 layers 1, 3, 5, ... and softmax self-attention in layers 2, 4, ..."""
@@ -57,7 +59,18 @@ class BackboneConfig:
     - ``max_len``: longest sequence (learned positions, Weird-attention levels).
     - ``pattern``: "A", "B" or comma-separated mixer names, repeated to ``depth``.
     - ``causal``: decoder (True) or encoder (False) mixers.
-    - ``activation``: "gelu" (Weird-Net) or "leaky_relu" (Moss, slope 0.01).
+    - ``activation``: the FFN: "gelu" (Weird-Net), "leaky_relu" (Moss, slope 0.01) or
+      "swiglu" (``W_2 (SiLU(x W_gate) ⊙ x W_up)``, Llama's and the Transformer++'s).
+    - ``norm``: "layernorm" (the papers') or "rmsnorm" (Llama); ``norm_eps``: its eps.
+    - ``positions``: "learned" (an embedding per position, the papers'), "rope" (rotary
+      positions inside every mixer that takes ``rope``: softmax attention; no position
+      embedding) or "none" (no position signal but what the mixers make).
+      ``rope_theta``: the rotary base.
+    - ``bias``: biases in the FFN, the short convolution and the mixers that take
+      ``bias`` (softmax, linear, local attention, Linformer); False as in Llama.
+    - ``short_conv``: 0 (none) or the width k of a causal depthwise convolution on every
+      mixer's input (fla's ``use_short_conv``, Mamba's ``d_conv``), with its own decoding
+      state.
     - ``dropout``: on the embeddings and on each residual branch; ``attn_dropout``: given
       to mixers that have an attention dropout.
     - ``mixer_options``: per mixer name, extra constructor options, e.g.
@@ -74,6 +87,11 @@ class BackboneConfig:
     vocab_size: int | None = 256
     input_dim: int | None = None
     activation: str = "gelu"
+    norm: str = "layernorm"
+    positions: str = "learned"
+    rope_theta: float = 10000.0
+    bias: bool = True
+    short_conv: int = 0
     dropout: float = 0.0
     attn_dropout: float = 0.0
     norm_eps: float = 1e-5
@@ -89,8 +107,16 @@ class BackboneConfig:
             raise ConfigError("set exactly one of vocab_size (token inputs) and input_dim "
                               f"(continuous inputs); got vocab_size={self.vocab_size}, "
                               f"input_dim={self.input_dim}")
-        if self.activation not in ACTIVATIONS:
-            raise ConfigError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        for name, known in (("activation", ACTIVATIONS), ("norm", NORMS),
+                            ("positions", POSITIONS)):
+            if getattr(self, name) not in known:
+                raise ConfigError(f"{name} must be one of {known}, got {getattr(self, name)!r}")
+        if isinstance(self.short_conv, bool) or not isinstance(self.short_conv, int) \
+                or self.short_conv < 0:
+            raise ConfigError(f"short_conv must be 0 (none) or a convolution width >= 1, got "
+                              f"{self.short_conv!r}")
+        if not self.rope_theta > 0 or self.rope_theta == float("inf"):
+            raise ConfigError(f"rope_theta must be a positive number, got {self.rope_theta!r}")
         for name in ("dropout", "attn_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")

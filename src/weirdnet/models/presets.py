@@ -7,6 +7,9 @@
 - ``weirdnet-{small,medium,large}``: the GPT-2-size language models of Weird-Net Table VII
   (structure B, GPT-2's 50,257-token vocabulary and 1,024 positions);
   ``gpt2-{small,medium,large}``: the all-softmax models of the same sizes.
+- ``transformerpp-{small,medium,large}``: the Transformer++ the field compares against
+  today (rotary positions, SwiGLU of width 8·D/3, RMSNorm, no biases: Llama's blocks) at
+  the same widths and depths.
 - ``<name>-cpu``: a small version of each, quick to train on a laptop CPU.
 
 Task constants: ListOps has 16 token ids and 10 classes; Text and Retrieval are bytes
@@ -83,6 +86,18 @@ def _lra_config(task: str, depth: int, dim: int, d_ff: int, pattern: str, causal
     return {"backbone": backbone, "num_classes": classes}
 
 
+TRANSFORMERPP = {"positions": "rope", "norm": "rmsnorm", "activation": "swiglu",
+                 "bias": False}
+"""The backbone options of a Transformer++ (Llama's blocks; fla's ``transformer``, mamba's
+``transformerpp``): rotary positions, RMSNorm, a SwiGLU FFN, no biases."""
+
+
+def swiglu_width(dim: int, multiple: int) -> int:
+    """A SwiGLU FFN width with the parameters of a 4·D two-matrix FFN: 8·D/3, rounded up
+    to a multiple of ``multiple`` (Llama's rule)."""
+    return -(-(8 * dim // 3) // multiple) * multiple
+
+
 def _cpu_version(preset: Preset, **backbone) -> Preset:
     config = copy.deepcopy(preset.config)
     config["backbone"].update(backbone)
@@ -127,6 +142,17 @@ def _lm_presets() -> list[Preset]:
             if size == "small":  # one CPU LM per family: bytes, 16K context
                 presets.append(_cpu_version(base, dim=128, depth=4, d_ff=512, heads=4,
                                             max_len=16384, vocab_size=256))
+    for size, (depth, dim, _, heads, _) in _GPT2_SIZES.items():
+        backbone = {"dim": dim, "depth": depth, "d_ff": swiglu_width(dim, 256),
+                    "heads": heads, "max_len": 1024, "pattern": "softmax", "causal": True,
+                    "vocab_size": 50257, **TRANSFORMERPP}
+        base = Preset(f"transformerpp-{size}", "WeirdNetLM", {"backbone": backbone},
+                      "Transformer++ (rotary positions, SwiGLU, RMSNorm, no biases: Llama's "
+                      f"blocks) at the GPT-2 {size} width and depth")
+        presets.append(base)
+        if size == "small":
+            presets.append(_cpu_version(base, dim=128, depth=4, d_ff=swiglu_width(128, 32),
+                                        heads=4, max_len=16384, vocab_size=256))
     cpu_b = next(p for p in presets if p.name == "weirdnet-small-cpu")
     config = copy.deepcopy(cpu_b.config)
     config["backbone"]["pattern"] = "A"

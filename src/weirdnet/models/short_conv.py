@@ -1,0 +1,64 @@
+"""A short causal depthwise convolution on a mixer's input (``short_conv = k``): fla's
+``use_short_conv``, Mamba's ``d_conv = 4``, Zoology's BaseConv.
+
+On x (B, L, D): ``y_t = b + Σ_{j<k} w_j ⊙ x_{t-j}`` per channel, with x_{t-j} = 0 before
+the sequence and at padded positions (so a left-padded sequence gives what it gives
+alone).  Causal in both backbone forms.  Decoding keeps the last k − 1 inputs
+(:class:`ShortConvCache`), beside the mixer's own cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from weirdnet.layers.base import select_rows
+
+
+@dataclass
+class ShortConvCache:
+    """A block's decoding state when it has a short convolution: the last k − 1 inputs of
+    the convolution, ``state`` (B, k − 1, D), and the mixer's cache ``mixer``."""
+
+    state: torch.Tensor
+    mixer: Any
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep sequences ``index`` (B',) in that order (beam search); B becomes B'."""
+        (self.state,) = select_rows(index, self.state)
+        self.mixer.reorder(index)
+
+
+class ShortConv(nn.Module):
+    """Depthwise causal convolution of width ``width`` over (B, L, D); ``bias`` per
+    channel.  PyTorch's Conv1d initialisation."""
+
+    def __init__(self, dim: int, width: int, bias: bool = True):
+        super().__init__()
+        self.width = width
+        self.conv = nn.Conv1d(dim, dim, width, groups=dim, bias=bias)
+
+    def init_state(self, batch_size: int) -> torch.Tensor:
+        """Zeros (B, k − 1, D): the state before the first token."""
+        w = self.conv.weight
+        return w.new_zeros(batch_size, self.width - 1, w.shape[0])
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, L, D), mask (B, L) bool (True = real), state (B, k − 1, D) or None
+        (zeros).  Returns y (B, L, D) and the state after the last position."""
+        if mask is not None:
+            x = x.masked_fill(~mask[..., None], 0.0)
+        if state is None:
+            state = self.init_state(x.shape[0]).to(x.dtype)
+        full = torch.cat((state, x), dim=1)  # (B, k - 1 + L, D)
+        y = F.conv1d(full.transpose(1, 2), self.conv.weight, self.conv.bias,
+                     groups=self.conv.groups).transpose(1, 2)
+        return y, full[:, full.shape[1] - (self.width - 1):]
+
+    def extra_repr(self) -> str:
+        return f"width={self.width}, causal"
