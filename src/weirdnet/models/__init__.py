@@ -18,9 +18,11 @@ from .classifier import (  # noqa: E402
     WeirdNetClassifier,
     WeirdNetDualEncoder,
 )
+from .peers import PEERS, PeerConfig, PeerLM  # noqa: E402
 from .presets import PRESETS, build_preset, get_preset, preset_config  # noqa: E402
 from .seq2seq import Seq2SeqConfig, WeirdNetSeq2Seq  # noqa: E402
 
-__all__ += ["PRESETS", "ClassifierConfig", "ClassifierOutput", "DualEncoderConfig",
-            "Seq2SeqConfig", "WeirdNetClassifier", "WeirdNetDualEncoder", "WeirdNetSeq2Seq",
+__all__ += ["PEERS", "PRESETS", "ClassifierConfig", "ClassifierOutput", "DualEncoderConfig",
+            "PeerConfig", "PeerLM", "Seq2SeqConfig", "WeirdNetClassifier",
+            "WeirdNetDualEncoder", "WeirdNetSeq2Seq",
             "build_preset", "get_preset", "preset_config"]

@@ -38,6 +38,10 @@ class WeirdNetModel(nn.Module):
     """Base class: subclasses set ``config_class`` and build themselves from ``config``."""
 
     config_class: type
+    build_on_meta = True
+    """``load`` builds the model on the meta device and takes the file's tensors as its
+    own; a class whose modules make tensors the file does not hold (buffers that are not
+    saved) or that share weights sets False: it is built on the CPU and loaded by copy."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -94,11 +98,11 @@ class WeirdNetModel(nn.Module):
             config = from_dict(target.config_class, config)
         except ConfigError as error:
             raise CheckpointError(f"{directory / CONFIG_FILE}: {error}") from None
-        with torch.device("meta"):
+        with torch.device("meta" if target.build_on_meta else "cpu"):
             model = target(config)
         tensors = _read_weights(directory, map_location)
         _check_state(model, tensors, directory)
-        model.load_state_dict(tensors, strict=True, assign=True)
+        model.load_state_dict(tensors, strict=True, assign=target.build_on_meta)
         return model
 
 

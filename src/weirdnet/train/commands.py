@@ -297,14 +297,14 @@ def _check_task(model, data, model_dir: Path) -> None:
     options, which belong to another dataset when ``--set data.dataset`` changed it)."""
     from weirdnet.data.registry import available, entry
     from weirdnet.models.base import CheckpointError
-    from weirdnet.train.tasks import MODEL_CLASSES
+    from weirdnet.train.tasks import MODEL_CLASSES, model_fits
 
     name = data.get("dataset") if isinstance(data, dict) else None
     if not isinstance(name, str) or name not in available():
         return  # the config check says what is wrong with it
     task = entry(name).task
     expected = MODEL_CLASSES.get(task)
-    if type(model).__name__ != expected:
+    if not model_fits(type(model).__name__, task):
         raise CheckpointError(f"the model and the dataset do not match: {model_dir} holds a "
                               f"{type(model).__name__}, but dataset {name!r} has task "
                               f"{task!r}, which needs a {expected}")
@@ -313,10 +313,10 @@ def _check_task(model, data, model_dir: Path) -> None:
 def _check_fits(model, info, model_dir: Path) -> None:
     """The model and the dataset agree on the task, vocabulary/channels and classes."""
     from weirdnet.models.base import CheckpointError
-    from weirdnet.train.tasks import MODEL_CLASSES
+    from weirdnet.train.tasks import MODEL_CLASSES, model_fits
 
     expected = MODEL_CLASSES.get(info.task)
-    if type(model).__name__ != expected:
+    if not model_fits(type(model).__name__, info.task):
         raise CheckpointError(f"{model_dir} holds a {type(model).__name__}, but the dataset's "
                               f"task {info.task!r} needs a {expected}")
     cfg = model.config
@@ -373,6 +373,7 @@ def generate_texts(args: argparse.Namespace) -> list[str]:
     import torch
 
     from weirdnet.models.lm import WeirdNetLM
+    from weirdnet.models.peers import PeerLM
     from weirdnet.models.seq2seq import WeirdNetSeq2Seq
     from weirdnet.train.distributed import resolve_device
 
@@ -385,11 +386,11 @@ def generate_texts(args: argparse.Namespace) -> list[str]:
     info = info or {}
     encoding = args.encoding or info.get("encoding") or "utf-8"
     _check_encoding(encoding)
-    if not isinstance(model, WeirdNetLM | WeirdNetSeq2Seq):
+    if not isinstance(model, WeirdNetLM | PeerLM | WeirdNetSeq2Seq):
         raise ValueError(f"{model_dir} holds a {type(model).__name__}; generate needs a "
-                         "language model (WeirdNetLM) or a WeirdNetSeq2Seq")
-    vocab = (model.config.backbone if isinstance(model, WeirdNetLM)
-             else model.config.decoder).vocab_size
+                         "language model (WeirdNetLM, PeerLM) or a WeirdNetSeq2Seq")
+    vocab = (model.config.decoder if isinstance(model, WeirdNetSeq2Seq)
+             else model.config.backbone).vocab_size
     if vocab != 256:
         raise ValueError(f"{model_dir} has a vocabulary of {vocab} ids, not bytes; generate "
                          "encodes prompts as bytes (vocab_size 256)")

@@ -35,8 +35,9 @@ from weirdnet.models.config import ConfigError
 from weirdnet.models.lm import token_nll
 from weirdnet.train.config import merge
 
-__all__ = ["MODEL_CLASSES", "TASKS", "Sums", "Task", "add_sums", "best_metric",
-           "build_model_config", "check_best_metric", "check_lengths", "get", "to_device"]
+__all__ = ["MODEL_CLASSES", "PEER_TASKS", "TASKS", "Sums", "Task", "add_sums", "best_metric",
+           "build_model_config", "check_best_metric", "check_lengths", "get", "model_fits",
+           "to_device"]
 
 _LOWER_IS_BETTER = {"loss", "bpc", "perplexity"}
 IGNORE_TARGET = -100
@@ -232,6 +233,16 @@ TASKS: dict[str, Task] = {t.name: t for t in (LMTask(), ClassificationTask(),
                                               RetrievalTask(), Seq2SeqTask(),
                                               RecallTask())}
 MODEL_CLASSES = {name: task.model_class for name, task in TASKS.items()}
+PEER_TASKS = ("lm", "recall")
+"""The tasks a ``transformers`` peer (``model.peer``, :class:`~weirdnet.models.PeerLM`)
+can train: those of a causal LM."""
+
+
+def model_fits(class_name: str, task: str) -> bool:
+    """Whether a model of class ``class_name`` can run ``task``: the task's own class, or a
+    ``transformers`` peer on a causal-LM task."""
+    return class_name == MODEL_CLASSES.get(task) or (class_name == "PeerLM"
+                                                     and task in PEER_TASKS)
 
 
 def get(name: str) -> Task:
@@ -284,9 +295,10 @@ def build_model_config(model: dict[str, Any], info: DatasetInfo) -> tuple[str, d
     """(model class name, config dict) from the ``[model]`` table and the dataset.
 
     The table may name a ``preset`` (its config is the base) and a ``class``; the rest is
-    merged over the base.  The dataset decides the vocabulary (or input channels), the
-    number of classes and, unless the table sets it, ``max_len``; a table value that
-    contradicts the dataset is an error.
+    merged over the base.  A table with ``peer`` (and no class or preset) is a
+    ``transformers`` peer model (:class:`~weirdnet.models.PeerLM`).  The dataset decides
+    the vocabulary (or input channels), the number of classes and, unless the table sets
+    it, ``max_len``; a table value that contradicts the dataset is an error.
     """
     from weirdnet.models.presets import get_preset
 
@@ -294,6 +306,16 @@ def build_model_config(model: dict[str, Any], info: DatasetInfo) -> tuple[str, d
     preset_name = table.pop("preset", None)
     class_name = table.pop("class", None)
     task_class = MODEL_CLASSES[info.task]
+    if "peer" in table and class_name is None and not preset_name:
+        class_name = "PeerLM"  # a transformers model (weirdnet.models.peers)
+    if class_name == "PeerLM":
+        if info.task not in PEER_TASKS:
+            raise ConfigError(f"model.peer: peer models are causal LMs, for the "
+                              f"{'/'.join(PEER_TASKS)} tasks, not {info.task}")
+        config = merge({"backbone": {"causal": True}}, table)
+        _fill_backbone(config.setdefault("backbone", {}), table.get("backbone", {}), info,
+                       "backbone")
+        return class_name, config
     base: dict[str, Any] = {}
     if preset_name:
         try:

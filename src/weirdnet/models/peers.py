@@ -1,0 +1,190 @@
+"""Peers from ``transformers``, trained by weirdnet's own trainer, data, loss and scorer.
+
+:class:`PeerLM` wraps a ``transformers`` causal LM built from its own config class (never
+re-implemented): ``peer = "llama" | "mamba" | "mamba2" | "rwkv"``.  The backbone keys it
+reads are the ones every peer has a counterpart for (``dim``, ``depth``, ``vocab_size``,
+``max_len``, ``norm_eps``, and ``d_ff`` / ``heads`` where the peer has them); the rest of
+the peer's config keeps the peer's recommended defaults unless ``options`` sets them:
+
+- ``llama``: hidden_size = dim, num_hidden_layers = depth, intermediate_size = d_ff
+  (default: 8·D/3 rounded up to a multiple of 32), heads (default max(1, D // 64)), no
+  biases, max_position_embeddings = max_len.
+- ``mamba``: hidden_size = dim, num_hidden_layers = depth; Mamba's d_state 16, expand 2,
+  d_conv 4.
+- ``mamba2``: hidden_size = dim, num_hidden_layers = depth; Mamba-2's d_state 128, expand 2,
+  head_dim 64 (or expand·D when smaller), 1 group, chunk 256.
+- ``rwkv``: hidden_size = dim, num_hidden_layers = depth, intermediate_size = d_ff (default
+  4·D), context_length = max_len.
+
+On a CPU the Mamba and Mamba-2 layers run ``transformers``' pure-PyTorch reference path
+(their fused kernels are CUDA-only): correct, slower than on a GPU.  Install with
+``pip install 'weirdnet[hf]'``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .base import WeirdNetModel
+from .config import BackboneConfig, ConfigError
+from .lm import LMOutput, lm_loss
+from .presets import swiglu_width
+
+_USED = {"dim", "depth", "vocab_size", "max_len", "norm_eps", "d_ff", "heads", "causal"}
+
+
+def _llama(b: BackboneConfig, tie: bool) -> tuple[str, dict[str, Any]]:
+    heads = b.heads or max(1, b.dim // 64)
+    return "LlamaConfig", {
+        "hidden_size": b.dim, "num_hidden_layers": b.depth, "num_attention_heads": heads,
+        "num_key_value_heads": heads, "intermediate_size": b.d_ff or swiglu_width(b.dim, 32),
+        "max_position_embeddings": b.max_len, "rms_norm_eps": b.norm_eps,
+        "attention_bias": False, "mlp_bias": False}
+
+
+def _mamba(b: BackboneConfig, tie: bool) -> tuple[str, dict[str, Any]]:
+    return "MambaConfig", {"hidden_size": b.dim, "num_hidden_layers": b.depth,
+                           "layer_norm_epsilon": b.norm_eps}
+
+
+def _mamba2(b: BackboneConfig, tie: bool) -> tuple[str, dict[str, Any]]:
+    inner = 2 * b.dim
+    head_dim = min(64, inner)
+    return "Mamba2Config", {"hidden_size": b.dim, "num_hidden_layers": b.depth,
+                            "expand": 2, "head_dim": head_dim, "num_heads": inner // head_dim,
+                            "n_groups": 1, "layer_norm_epsilon": b.norm_eps}
+
+
+def _rwkv(b: BackboneConfig, tie: bool) -> tuple[str, dict[str, Any]]:
+    return "RwkvConfig", {"hidden_size": b.dim, "num_hidden_layers": b.depth,
+                          "attention_hidden_size": b.dim,
+                          "intermediate_size": b.d_ff or 4 * b.dim,
+                          "context_length": b.max_len, "layer_norm_epsilon": b.norm_eps}
+
+
+PEERS: dict[str, tuple[Callable[[BackboneConfig, bool], tuple[str, dict]], frozenset]] = {
+    "llama": (_llama, frozenset({"d_ff", "heads"})),
+    "mamba": (_mamba, frozenset()),
+    "mamba2": (_mamba2, frozenset()),
+    "rwkv": (_rwkv, frozenset({"d_ff"})),
+}
+"""peer name -> (its transformers config from the backbone keys, the optional backbone keys
+it reads besides dim, depth, vocab_size, max_len and norm_eps)."""
+
+
+def _peer_backbone() -> BackboneConfig:
+    return BackboneConfig(causal=True)
+
+
+@dataclass
+class PeerConfig:
+    """``peer``: a key of :data:`PEERS`; ``backbone``: the width, depth, vocabulary and
+    length it maps (the other backbone keys must keep their defaults: the peer has its own
+    blocks); ``tie_embeddings``; ``options``: more keys of the peer's ``transformers``
+    config (e.g. ``{"state_size": 16}``), over the mapped ones."""
+
+    peer: str = "llama"
+    backbone: BackboneConfig = field(default_factory=_peer_backbone)
+    tie_embeddings: bool = True
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.peer not in PEERS:
+            raise ConfigError(f"peer must be one of {tuple(PEERS)}, got {self.peer!r}")
+        b, reads = self.backbone, PEERS[self.peer][1]
+        if b.vocab_size is None:
+            raise ConfigError("a peer language model needs token inputs (backbone.vocab_size)")
+        defaults = _peer_backbone()
+        ignored = [f.name for f in dataclasses.fields(b)
+                   if f.name not in _USED - ({"d_ff", "heads"} - reads)
+                   and getattr(b, f.name) != getattr(defaults, f.name)]
+        ignored += [name for name in ("d_ff", "heads")
+                    if name not in reads and getattr(b, name) is not None]
+        if ignored:
+            raise ConfigError(f"peer {self.peer!r} has its own blocks: backbone key(s) "
+                              f"{', '.join(sorted(ignored))} would be ignored; set the "
+                              f"peer's own keys in model.options instead")
+
+    def transformers_config(self):
+        """The peer's ``transformers`` config object."""
+        transformers = _import_transformers()
+        build = PEERS[self.peer][0]
+        class_name, mapped = build(self.backbone, self.tie_embeddings)
+        keys = {"vocab_size": self.backbone.vocab_size,
+                "tie_word_embeddings": self.tie_embeddings, **mapped, **self.options}
+        try:
+            return getattr(transformers, class_name)(**keys)
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"peer {self.peer!r}: {class_name} refused the config: "
+                              f"{error}") from None
+
+
+def _import_transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise ImportError("peer models come from transformers: pip install "
+                          "'weirdnet[hf]'") from None
+    return transformers
+
+
+class PeerLM(WeirdNetModel):
+    """A ``transformers`` causal LM (:data:`PEERS`) behind weirdnet's LM interface:
+    ``forward(input_ids, targets, mask) -> LMOutput`` with weirdnet's loss, and
+    ``generate``.  Its weights live under ``peer.``."""
+
+    config_class = PeerConfig
+    build_on_meta = False  # rotary buffers are not saved; tied embeddings stay tied
+
+    def __init__(self, config: PeerConfig | dict | None = None):
+        super().__init__(PeerConfig() if config is None else config)
+        transformers = _import_transformers()
+        self.peer = transformers.AutoModelForCausalLM.from_config(
+            self.config.transformers_config())
+
+    @property
+    def max_len(self) -> int:
+        return self.config.backbone.max_len
+
+    def forward(self, input_ids: torch.Tensor, targets: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> LMOutput:
+        """input_ids (B, L); targets (B, L) (-100 = not counted); mask (B, L) bool, True =
+        real token.  Returns :class:`~weirdnet.models.lm.LMOutput`."""
+        if input_ids.dim() != 2 or input_ids.is_floating_point():
+            raise ValueError(f"input_ids must be integer ids (batch, length), got "
+                             f"{input_ids.dtype} {tuple(input_ids.shape)}")
+        if input_ids.shape[1] > self.max_len:
+            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds max_len="
+                             f"{self.max_len}")
+        attention = None if mask is None else mask.long()
+        logits = self.peer(input_ids=input_ids, attention_mask=attention,
+                           use_cache=False).logits
+        loss = None if targets is None else lm_loss(logits, targets, mask)
+        return LMOutput(logits, loss)
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, top_p: float | None = None, *,
+                 prompt_mask: torch.Tensor | None = None, eos_id: int | None = None,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """(B, Lp) -> (B, Lp + new) through the peer's own cached ``generate``
+        (temperature 0: greedy).  ``transformers`` samples from the global random state:
+        with ``generator``, that state is seeded from the generator's seed for this call
+        and restored afterwards, so a seed gives the same samples every time."""
+        sampling = {"do_sample": False} if temperature == 0 else {
+            "do_sample": True, "temperature": temperature, "top_k": top_k or 0,
+            "top_p": 1.0 if top_p is None else top_p}
+        attention = None if prompt_mask is None else prompt_mask.long()
+        devices = [prompt_ids.device] if prompt_ids.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, enabled=generator is not None):
+            if generator is not None:
+                torch.manual_seed(generator.initial_seed())
+            return self.peer.generate(prompt_ids, attention_mask=attention,
+                                      max_new_tokens=max_new_tokens, eos_token_id=eos_id,
+                                      pad_token_id=0 if eos_id is None else eos_id,
+                                      **sampling)

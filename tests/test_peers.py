@@ -1,0 +1,132 @@
+"""Peers from ``transformers`` (Llama, Mamba, Mamba-2, RWKV) behind weirdnet's LM interface:
+built from their own config classes, trained by weirdnet's trainer with its loss, saved,
+loaded, evaluated and sampled like a weirdnet LM."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+transformers = pytest.importorskip("transformers")
+
+from weirdnet.cli import main  # noqa: E402
+from weirdnet.models import PEERS, PeerLM, load  # noqa: E402
+from weirdnet.models.config import ConfigError  # noqa: E402
+
+CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM",
+           "mamba2": "Mamba2ForCausalLM", "rwkv": "RwkvForCausalLM"}
+
+
+def _peer(name: str, **backbone) -> PeerLM:
+    torch.manual_seed(0)
+    return PeerLM({"peer": name, "backbone": {"dim": 32, "depth": 2, "vocab_size": 40,
+                                              "max_len": 64, "causal": True, **backbone}})
+
+
+@pytest.mark.parametrize("name", sorted(PEERS))
+def test_each_peer_is_the_transformers_model_with_weirdnets_loss(name):
+    model = _peer(name).eval()
+    assert type(model.peer).__name__ == CLASSES[name]
+    direct = transformers.AutoModelForCausalLM.from_config(model.config.transformers_config())
+    assert model.num_parameters() == sum(p.numel() for p in direct.parameters())
+    cfg = model.peer.config
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size) == (32, 2, 40)
+    ids = torch.randint(0, 40, (2, 17), generator=torch.Generator().manual_seed(1))
+    out = model(ids[:, :-1], ids[:, 1:])
+    assert out.logits.shape == (2, 16, 40) and torch.isfinite(out.logits).all()
+    want = F.cross_entropy(out.logits.reshape(-1, 40), ids[:, 1:].reshape(-1))
+    assert torch.allclose(out.loss, want)
+    with torch.no_grad():  # transformers' own loss (it shifts the labels itself)
+        theirs = model.peer(ids, labels=ids).loss
+    assert torch.allclose(model(ids[:, :-1], ids[:, 1:]).loss, theirs, rtol=1e-5)
+
+
+def test_the_mapping_of_widths_and_options():
+    llama = _peer("llama", d_ff=48, heads=4).peer.config
+    assert (llama.intermediate_size, llama.num_attention_heads, llama.num_key_value_heads,
+            llama.max_position_embeddings) == (48, 4, 4, 64)
+    assert _peer("llama").peer.config.intermediate_size == 96  # 8·32/3 up to a multiple of 32
+    assert _peer("rwkv", d_ff=80).peer.config.intermediate_size == 80
+    mamba2 = _peer("mamba2").peer.config
+    assert mamba2.num_heads * mamba2.head_dim == 2 * 32
+    model = PeerLM({"peer": "mamba", "options": {"state_size": 8},
+                    "backbone": {"dim": 32, "depth": 1, "vocab_size": 40, "causal": True}})
+    assert model.peer.config.state_size == 8
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"peer": "gpt5"}, "peer must be one of"),
+    ({"peer": "mamba", "backbone": {"dim": 32, "pattern": "B"}}, "pattern would be ignored"),
+    ({"peer": "mamba", "backbone": {"dim": 32, "d_ff": 64}}, "d_ff would be ignored"),
+    ({"peer": "llama", "backbone": {"dim": 32, "positions": "rope"}}, "positions would be"),
+    ({"peer": "llama", "backbone": {"dim": 32, "vocab_size": None, "input_dim": 3}},
+     "needs token inputs"),
+])
+def test_bad_peer_configs_are_one_clear_error(bad, match):
+    with pytest.raises(ConfigError, match=match):
+        PeerLM(bad)
+
+
+def test_save_load_and_seeded_generation(tmp_path):
+    model = _peer("llama").eval()
+    model.save(tmp_path / "m")
+    again = load(tmp_path / "m")
+    assert type(again) is PeerLM and again.config == model.config
+    for (k, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), k
+    peer = again.peer  # tied embeddings stay one tensor
+    assert peer.lm_head.weight is peer.model.embed_tokens.weight
+    prompt = torch.tensor([[1, 2, 3]])
+    greedy = model.generate(prompt, 6, temperature=0)
+    assert greedy.shape == (1, 9) and torch.equal(greedy, again.generate(prompt, 6, 0))
+    seeded = [model.generate(prompt, 6, temperature=1.0,
+                             generator=torch.Generator().manual_seed(5)) for _ in range(2)]
+    assert torch.equal(*seeded)
+
+
+PEER_CONFIG = """
+[run]
+seed = 3
+[data]
+dataset = "python-stdlib"
+options = {{ seq_len = 32, epoch_length = 256 }}
+test_split = ""
+[model]
+peer = "{peer}"
+[model.backbone]
+dim = 32
+depth = 2
+[train]
+steps = 4
+batch_size = 4
+eval_every = 2
+eval_batches = 1
+final_eval_batches = 2
+log_every = 2
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("peer", sorted(PEERS))
+def test_weirdnet_train_trains_evaluates_and_samples_each_peer(peer, tmp_path, capsys):
+    config = tmp_path / f"{peer}.toml"
+    config.write_text(PEER_CONFIG.format(peer=peer))
+    run = tmp_path / "runs" / peer
+    assert main(["train", str(config), "--set", f"run.out_dir={tmp_path / 'runs'}",
+                 "--set", f"run.name={peer}", "--no-progress"]) == 0
+    results = json.loads((run / "results.json").read_text())
+    assert results["steps"] == 4 and results["results"]["val"]["bpc"] > 0
+    assert type(load(run / "best")).__name__ == "PeerLM"
+    assert main(["eval", str(run)]) == 0
+    assert main(["generate", str(run), "--prompt", "def ", "--max-new-tokens", "5"]) == 0
+    capsys.readouterr()
+
+
+def test_a_peer_on_a_task_that_is_not_a_causal_lm_is_refused(tmp_path, capsys):
+    config = tmp_path / "clf.toml"
+    config.write_text('[data]\ndataset = "listops"\noptions = { n_train = 16, n_val = 8, '
+                      'n_test = 8, min_length = 10, max_length = 40 }\n[model]\npeer = "llama"\n'
+                      '[model.backbone]\ndim = 32\n[train]\nsteps = 1\nbatch_size = 2\n')
+    assert main(["train", str(config), "--set", f"run.out_dir={tmp_path}"]) == 2
+    assert "peer models are causal LMs" in capsys.readouterr().err
