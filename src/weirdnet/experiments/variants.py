@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from weirdnet.recipes import TRANSFORMERPP
+
 DBA_OPTIONS = {"form": "authors", "d_p": 16, "d_in": 24}
 """DBA's LRA setting (DBA paper Table 7) as its authors' code runs it, the default of the
 DBA rows (the form is named, so a record says which reading it used)."""
@@ -36,6 +38,7 @@ class Variant:
     - ``pooling``: the classifier's readout as the mechanism's paper runs it, by task name
       or task group (the name wins); unset: "auto" (mean, or the last position when
       causal).  Language modelling has no readout.
+    - ``backbone``: other backbone keys it sets (the Transformer++ options).
     """
 
     name: str
@@ -45,6 +48,7 @@ class Variant:
     mixer_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     bidirectional_only: bool = False
     pooling: dict[str, str] = field(default_factory=dict)
+    backbone: dict[str, Any] = field(default_factory=dict)
     note: str = ""
 
     def unsupported(self, group: str) -> str | None:
@@ -71,7 +75,7 @@ class Variant:
                                     "causal": True if group == "lm" else self.causal}
         if self.mixer_options:
             backbone["mixer_options"] = {k: dict(v) for k, v in self.mixer_options.items()}
-        return backbone
+        return {**backbone, **self.backbone}
 
 
 MECHANISMS = (
@@ -113,7 +117,13 @@ ABLATIONS = (
 )
 """The variants only the ablation tables use (the others reuse main-table cells)."""
 
-VARIANTS = {v.name: v for v in (*MECHANISMS, *ABLATIONS)}
+TODAY = (
+    Variant("transformerpp", "Transformer++", "softmax", backbone=dict(TRANSFORMERPP),
+            note="rotary positions, SwiGLU, RMSNorm, no biases (Llama's blocks); issue 30"),
+)
+"""The baselines the field uses today (issue 30); not yet in the suite's tables."""
+
+VARIANTS = {v.name: v for v in (*MECHANISMS, *ABLATIONS, *TODAY)}
 
 
 def get_variant(name: str) -> Variant:

@@ -23,6 +23,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from weirdnet.recipes import TRANSFORMERPP
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -84,12 +86,6 @@ def _lra_config(task: str, depth: int, dim: int, d_ff: int, pattern: str, causal
     if mixer_options:
         backbone["mixer_options"] = mixer_options
     return {"backbone": backbone, "num_classes": classes}
-
-
-TRANSFORMERPP = {"positions": "rope", "norm": "rmsnorm", "activation": "swiglu",
-                 "bias": False}
-"""The backbone options of a Transformer++ (Llama's blocks; fla's ``transformer``, mamba's
-``transformerpp``): rotary positions, RMSNorm, a SwiGLU FFN, no biases."""
 
 
 def swiglu_width(dim: int, multiple: int) -> int:
