@@ -130,3 +130,13 @@ def test_a_peer_on_a_task_that_is_not_a_causal_lm_is_refused(tmp_path, capsys):
                       '[model.backbone]\ndim = 32\n[train]\nsteps = 1\nbatch_size = 2\n')
     assert main(["train", str(config), "--set", f"run.out_dir={tmp_path}"]) == 2
     assert "peer models are causal LMs" in capsys.readouterr().err
+
+
+def test_info_describes_a_saved_peer_with_its_tied_weights_counted_once(tmp_path):
+    from weirdnet.models.info import describe_target
+
+    model = _peer("mamba")
+    model.save(tmp_path / "m")
+    text = describe_target(str(tmp_path / "m"))
+    assert "peer     MambaForCausalLM from transformers: D=32, 2 layers" in text
+    assert f"parameters  {model.num_parameters():,}" in text and "layers: MambaBlock" in text

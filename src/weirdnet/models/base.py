@@ -98,12 +98,18 @@ class WeirdNetModel(nn.Module):
             config = from_dict(target.config_class, config)
         except ConfigError as error:
             raise CheckpointError(f"{directory / CONFIG_FILE}: {error}") from None
-        with torch.device("meta" if target.build_on_meta else "cpu"):
+        on_meta = target.build_on_meta or torch.device(map_location).type == "meta"
+        with torch.device("meta" if on_meta else "cpu"):
             model = target(config)
         tensors = _read_weights(directory, map_location)
         _check_state(model, tensors, directory)
-        model.load_state_dict(tensors, strict=True, assign=target.build_on_meta)
+        model.load_state_dict(tensors, strict=True, assign=on_meta)
+        model.after_load()
         return model
+
+    def after_load(self) -> None:
+        """Called by :meth:`load` once the weights are in (e.g. to share tied weights
+        again); nothing by default."""
 
 
 def model_document(model: str, config) -> dict[str, Any]:

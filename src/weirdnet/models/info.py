@@ -77,6 +77,15 @@ def describe_target(target: str) -> str:
 def _part(name: str, model: nn.Module) -> str:
     """The part of the model a parameter belongs to, for the breakdown."""
     pieces = name.split(".")
+    if pieces[0] == "peer":  # a transformers model (PeerLM): its own module names
+        if "lm_head" in pieces:
+            return "output head"
+        if any("embed" in piece or piece == "embeddings" for piece in pieces):
+            return "token embedding / input"
+        if "layers" in pieces or "blocks" in pieces:
+            at = pieces.index("layers" if "layers" in pieces else "blocks") + 2
+            return f"layers: {type(model.get_submodule('.'.join(pieces[:at]))).__name__}"
+        return "norms"
     if "blocks" in pieces:
         block = model.get_submodule(".".join(pieces[:pieces.index("blocks") + 2]))
         kind = pieces[pieces.index("blocks") + 2]
@@ -111,8 +120,12 @@ def _structure(backbone: Backbone) -> str:
         widths += f", heads={cfg.heads}"
     source = (f"vocab={cfg.vocab_size}" if cfg.vocab_size is not None
               else f"input_dim={cfg.input_dim}")
+    options = "".join(f", {key}={getattr(cfg, key)}" for key in
+                      ("positions", "norm", "bias", "short_conv")
+                      if getattr(cfg, key) != getattr(type(cfg), key))
     return (f"{cfg.depth} layers, {label} ({form}): {shown}\n"
-            f"    {widths}, max_len={cfg.max_len}, {source}, activation={cfg.activation}")
+            f"    {widths}, max_len={cfg.max_len}, {source}, activation={cfg.activation}"
+            f"{options}")
 
 
 def describe(model: nn.Module, preset: Preset | None = None) -> str:
@@ -124,6 +137,10 @@ def describe(model: nn.Module, preset: Preset | None = None) -> str:
     for name, module in model.named_children():
         if isinstance(module, Backbone):
             lines.append(f"{name:<8} {_structure(module)}")
+    if type(model).__name__ == "PeerLM":
+        b = model.config.backbone
+        lines.append(f"peer     {type(model.peer).__name__} from transformers: D={b.dim}, "
+                     f"{b.depth} layers, vocab={b.vocab_size}, max_len={b.max_len}")
     total = model.num_parameters()
     lines.append(f"parameters  {total:,} ({total / 1e6:.1f}M)")
     for part, count in sorted(parameter_breakdown(model).items(), key=lambda kv: -kv[1]):

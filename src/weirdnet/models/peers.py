@@ -151,6 +151,10 @@ class PeerLM(WeirdNetModel):
     def max_len(self) -> int:
         return self.config.backbone.max_len
 
+    def after_load(self) -> None:
+        """Tie the embeddings again (a load onto the meta device assigns each tensor)."""
+        self.peer.tie_weights()
+
     def forward(self, input_ids: torch.Tensor, targets: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None) -> LMOutput:
         """input_ids (B, L); targets (B, L) (-100 = not counted); mask (B, L) bool, True =
