@@ -83,12 +83,14 @@ class FeedForward(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """In this order (a seed gives the same weights as before the gate existed):
+        W_1, W_2, then the gate."""
         dim, d_ff = self.inner.in_features, self.inner.out_features
+        nn.init.normal_(self.inner.weight, std=1.0 / math.sqrt(dim))
         std = 1.7047 * math.sqrt(max(0.0, 1 - 2 / dim) / (2 * self.n_layers * d_ff))
         nn.init.normal_(self.outer.weight, std=std)
-        for lin in (self.inner, self.gate):
-            if lin is not None:
-                nn.init.normal_(lin.weight, std=1.0 / math.sqrt(dim))
+        if self.gate is not None:
+            nn.init.normal_(self.gate.weight, std=1.0 / math.sqrt(dim))
         for lin in (self.inner, self.gate, self.outer):
             if lin is not None and lin.bias is not None:
                 nn.init.zeros_(lin.bias)
