@@ -198,3 +198,20 @@ def test_a_cache_with_short_convolutions_reorders_its_sequences():
         cache.reorder(torch.tensor([1, 0]))
         rest = model.logits(model.backbone(ids.flip(0)[:, 6:], cache=cache))
     assert torch.allclose(rest, full[:, 6:], rtol=1e-10, atol=1e-10)
+
+
+def test_the_feed_forward_draws_its_weights_in_the_papers_order():
+    """A seed gives the weights it gave before the SwiGLU gate existed (W_1, then W_2):
+    every stored record's seed names the same initial model."""
+    import math
+
+    from weirdnet.models.blocks import FeedForward
+
+    torch.manual_seed(7)
+    ffn = FeedForward(8, 16, n_layers=2)
+    torch.manual_seed(7)
+    inner, outer = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+    torch.nn.init.normal_(inner.weight, std=1 / math.sqrt(8))
+    torch.nn.init.normal_(outer.weight, std=1.7047 * math.sqrt((1 - 2 / 8) / (2 * 2 * 16)))
+    assert torch.equal(ffn.inner.weight, inner.weight)
+    assert torch.equal(ffn.outer.weight, outer.weight)
