@@ -65,8 +65,9 @@ class Variant:
     def model_overrides(self, task: str, group: str) -> dict[str, Any]:
         """The ``model`` keys this variant sets on ``task`` of ``group``."""
         model: dict[str, Any] = {"backbone": self.backbone_overrides(group)}
-        if self.readout(task, group):
-            model["pooling"] = self.readout(task, group)
+        pooling = self.readout(task, group)
+        if pooling:
+            model["pooling"] = pooling
         return model
 
     def backbone_overrides(self, group: str) -> dict[str, Any]:

@@ -35,10 +35,11 @@ from .config import BackboneConfig, ConfigError
 from .lm import LMOutput, lm_loss
 from .presets import swiglu_width
 
-_USED = {"dim", "depth", "vocab_size", "max_len", "norm_eps", "d_ff", "heads", "causal"}
+_MAPPED = frozenset({"dim", "depth", "vocab_size", "max_len", "norm_eps", "causal"})
+"""The backbone keys every peer reads (causal: a peer is always a causal LM)."""
 
 
-def _llama(b: BackboneConfig, tie: bool) -> tuple[str, dict[str, Any]]:
+def _llama(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
     heads = b.heads or max(1, b.dim // 64)
     return "LlamaConfig", {
         "hidden_size": b.dim, "num_hidden_layers": b.depth, "num_attention_heads": heads,
@@ -47,12 +48,12 @@ def _llama(b: BackboneConfig, tie: bool) -> tuple[str, dict[str, Any]]:
         "attention_bias": False, "mlp_bias": False}
 
 
-def _mamba(b: BackboneConfig, tie: bool) -> tuple[str, dict[str, Any]]:
+def _mamba(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
     return "MambaConfig", {"hidden_size": b.dim, "num_hidden_layers": b.depth,
                            "layer_norm_epsilon": b.norm_eps}
 
 
-def _mamba2(b: BackboneConfig, tie: bool) -> tuple[str, dict[str, Any]]:
+def _mamba2(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
     inner = 2 * b.dim
     head_dim = min(64, inner)
     return "Mamba2Config", {"hidden_size": b.dim, "num_hidden_layers": b.depth,
@@ -60,14 +61,14 @@ def _mamba2(b: BackboneConfig, tie: bool) -> tuple[str, dict[str, Any]]:
                             "n_groups": 1, "layer_norm_epsilon": b.norm_eps}
 
 
-def _rwkv(b: BackboneConfig, tie: bool) -> tuple[str, dict[str, Any]]:
+def _rwkv(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
     return "RwkvConfig", {"hidden_size": b.dim, "num_hidden_layers": b.depth,
                           "attention_hidden_size": b.dim,
                           "intermediate_size": b.d_ff or 4 * b.dim,
                           "context_length": b.max_len, "layer_norm_epsilon": b.norm_eps}
 
 
-PEERS: dict[str, tuple[Callable[[BackboneConfig, bool], tuple[str, dict]], frozenset]] = {
+PEERS: dict[str, tuple[Callable[[BackboneConfig], tuple[str, dict]], frozenset]] = {
     "llama": (_llama, frozenset({"d_ff", "heads"})),
     "mamba": (_mamba, frozenset()),
     "mamba2": (_mamba2, frozenset()),
@@ -96,15 +97,12 @@ class PeerConfig:
     def __post_init__(self) -> None:
         if self.peer not in PEERS:
             raise ConfigError(f"peer must be one of {tuple(PEERS)}, got {self.peer!r}")
-        b, reads = self.backbone, PEERS[self.peer][1]
+        b, reads = self.backbone, _MAPPED | PEERS[self.peer][1]
         if b.vocab_size is None:
             raise ConfigError("a peer language model needs token inputs (backbone.vocab_size)")
         defaults = _peer_backbone()
         ignored = [f.name for f in dataclasses.fields(b)
-                   if f.name not in _USED - ({"d_ff", "heads"} - reads)
-                   and getattr(b, f.name) != getattr(defaults, f.name)]
-        ignored += [name for name in ("d_ff", "heads")
-                    if name not in reads and getattr(b, name) is not None]
+                   if f.name not in reads and getattr(b, f.name) != getattr(defaults, f.name)]
         if ignored:
             raise ConfigError(f"peer {self.peer!r} has its own blocks: backbone key(s) "
                               f"{', '.join(sorted(ignored))} would be ignored; set the "
@@ -114,7 +112,7 @@ class PeerConfig:
         """The peer's ``transformers`` config object."""
         transformers = _import_transformers()
         build = PEERS[self.peer][0]
-        class_name, mapped = build(self.backbone, self.tie_embeddings)
+        class_name, mapped = build(self.backbone)
         keys = {"vocab_size": self.backbone.vocab_size,
                 "tie_word_embeddings": self.tie_embeddings, **mapped, **self.options}
         try:
