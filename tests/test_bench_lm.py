@@ -40,7 +40,8 @@ def test_equal_compute_lm_smoke(tmp_path):
     assert timed["evaluations"] and timed["evaluations"][0]["step"] == 2
     assert timed["config"]["train"]["batch_size"] == 1024 // 64
     report = (tmp_path / "results" / "lm-quick" / "lm.md").read_text()
-    assert "| Weird-Net A | 20 |" in report and "val bits/byte at step 20" in report
+    assert "| Weird-Net A | 0.795M (+0.2%) | 1 | 20 |" in report
+    assert "val bits/byte at step 20" in report
     again = run_cli(*args, cwd=tmp_path)
     assert again.returncode == 0 and "2 already done, 0 to run" in again.stdout
     # --recalibrate measures the rates again from scratch; the timed runs keep their
@@ -108,3 +109,62 @@ def test_missing_corpus_is_one_line_with_the_install_command_and_status_2(tmp_pa
     assert len(lines) == 1 and lines[0].startswith("weirdnet bench lm: gensim==4.4.0 ")
     assert "pip install --no-deps gensim==4.4.0" in lines[0]
     assert not (tmp_path / "results" / "lm-quick" / "cells").exists()  # no failed record
+
+
+def test_every_model_is_matched_to_the_reference_within_five_percent():
+    """bench lm's models have the reference's non-embedding parameters within 5%, by
+    their feed-forward width (Mamba and Mamba-2: their number of layers); the count
+    leaves out the embedding tables, whose size follows the context."""
+    from weirdnet.experiments import matching
+    from weirdnet.experiments.lm_compute import (
+        MECHANISMS,
+        REFERENCE_MODEL,
+        model_table,
+        reference_parameters,
+    )
+
+    target = reference_parameters()
+    assert target == matching.count(REFERENCE_MODEL)
+    for name in MECHANISMS:
+        table, count = model_table(name)
+        assert abs(count - target) <= 0.05 * target, name
+        assert count == matching.count(table)
+    assert model_table("softmax")[0]["backbone"]["d_ff"] == 512  # the reference itself
+    assert model_table("mamba2")[0]["backbone"]["depth"] != 8  # layers are its knob
+    assert model_table("transformerpp")[0]["backbone"]["d_ff"] < 512  # SwiGLU: 3 matrices
+    with pytest.raises(ValueError, match="more than 5%"):  # one layer more than it can take
+        matching.matched({"peer": "mamba2", "backbone": {"dim": 512, "depth": 2}}, 10_000)
+
+
+def test_embedding_tables_are_left_out_of_the_matched_count():
+    from weirdnet.models import WeirdNetLM
+
+    model = WeirdNetLM({"backbone": {"dim": 16, "depth": 1, "heads": 2, "vocab_size": 50,
+                                     "max_len": 30, "causal": True}})
+    tables = 50 * 16 + 30 * 16  # tokens and learned positions (the head is tied)
+    assert model.num_parameters() - model.num_parameters(embeddings=False) == tables
+
+
+@pytest.mark.slow
+def test_equal_steps_lm_smoke(tmp_path):
+    """bench lm --steps: no calibration, every model the same steps (a transformers peer
+    among them), evaluated every steps / 8, its parameters in the record and report."""
+    _corpus_or_skip()
+    pytest.importorskip("transformers")
+    args = ["bench", "lm", "--contexts", "64", "--mechanisms", "weird-a,llama",
+            "--steps", "8", "--quick", "--out", str(tmp_path / "results"),
+            "--work", str(tmp_path / "runs"), "--no-plot"]
+    out = run_cli(*args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+    assert "calibration:" not in out.stdout and out.stdout.startswith("lm: 2 cells")
+    cells = tmp_path / "results" / "lm-quick" / "cells"
+    record = json.loads((cells / "llama--L64--n8--s0.json").read_text())
+    assert record["kind"] == "steps" and record["steps"] == 8
+    assert [e["step"] for e in record["evaluations"]][:2] == [1, 2]
+    assert record["config"]["model"]["peer"] == "llama"
+    assert record["non_embedding_parameters"] > 0 and record["machine"]["transformers"]
+    report = (tmp_path / "results" / "lm-quick" / "lm.md").read_text()
+    assert "## Equal steps (8 steps), context 64 bytes" in report
+    assert "| Llama (transformers) |" in report and "Weird-Net A vs Llama" in report
+    refused = run_cli(*args, "--recalibrate", cwd=tmp_path)
+    assert refused.returncode == 2 and "--recalibrate" in refused.stderr

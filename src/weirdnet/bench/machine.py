@@ -6,6 +6,7 @@ import datetime
 import os
 import platform
 import shlex
+import sys
 
 import torch
 
@@ -70,6 +71,8 @@ def machine_info(device: torch.device, command: list[str], allocator: str) -> di
         "scan_backend": _scan_backend(device),
         "allocator": allocator,
     }
+    if "transformers" in sys.modules:  # a peer model ran: its library's version
+        info["transformers"] = getattr(sys.modules["transformers"], "__version__", None)
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
         info["cuda"] = torch.version.cuda

@@ -39,6 +39,11 @@ class Variant:
       or task group (the name wins); unset: "auto" (mean, or the last position when
       causal).  Language modelling has no readout.
     - ``backbone``: other backbone keys it sets (the Transformer++ options).
+    - ``peer``: a ``transformers`` model instead of a weirdnet backbone (a key of
+      :data:`weirdnet.models.PEERS`; causal LM tasks only), with ``peer_options`` (keys
+      of its ``transformers`` config) and ``depth_factor`` (its layers per layer of the
+      weirdnet models it is compared with: 2 for Mamba and Mamba-2, whose one block
+      stands for attention and feed-forward).
     """
 
     name: str
@@ -50,12 +55,34 @@ class Variant:
     pooling: dict[str, str] = field(default_factory=dict)
     backbone: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    peer: str | None = None
+    peer_options: dict[str, Any] = field(default_factory=dict)
+    depth_factor: int = 1
 
     def unsupported(self, group: str) -> str | None:
         """Why this variant cannot run a task of ``group`` (None: it can)."""
         if group == "lm" and self.bidirectional_only:
             return f"{self.label} has no causal form, so no language model"
+        if self.peer and group != "lm":
+            return f"{self.label} comes from transformers as a causal LM: language models only"
         return None
+
+    def lm_model(self, widths: dict[str, Any]) -> dict[str, Any]:
+        """The ``model`` table of this variant as a language model whose sizes are
+        ``widths`` (backbone keys: dim, depth, d_ff, heads, ...).  A peer takes the width,
+        depth (times ``depth_factor``), and the feed-forward width and heads where it
+        has them; a weirdnet model takes every key."""
+        if not self.peer:
+            return {"backbone": {**widths, **self.backbone_overrides("lm")}}
+        from weirdnet.models.peers import PEERS
+
+        reads = PEERS[self.peer][1]
+        backbone = {"dim": widths["dim"], "depth": widths["depth"] * self.depth_factor,
+                    **{k: widths[k] for k in ("d_ff", "heads") if k in reads and k in widths}}
+        table: dict[str, Any] = {"peer": self.peer, "backbone": backbone}
+        if self.peer_options:
+            table["options"] = dict(self.peer_options)
+        return table
 
     def readout(self, task: str, group: str) -> str | None:
         """The ``model.pooling`` this variant sets on ``task`` of ``group`` (None: the
@@ -120,9 +147,24 @@ ABLATIONS = (
 
 TODAY = (
     Variant("transformerpp", "Transformer++", "softmax", backbone=dict(TRANSFORMERPP),
-            note="rotary positions, SwiGLU, RMSNorm, no biases (Llama's blocks); issue 30"),
+            note="rotary positions, SwiGLU, RMSNorm, no biases (Llama's blocks)"),
+    Variant("weird-a-pp", "Weird-Net A++", "A", backbone=dict(TRANSFORMERPP),
+            note="structure A with the Transformer++ options (no positional table: "
+                 "rotary positions act only inside softmax heads, and A has none)"),
+    Variant("weird-b-pp", "Weird-Net B++", "B", causal=True, backbone=dict(TRANSFORMERPP),
+            note="structure B with the Transformer++ options (rotary positions in its "
+                 "softmax layers)"),
+    Variant("llama", "Llama (transformers)", "softmax", peer="llama",
+            note="transformers' LlamaForCausalLM"),
+    Variant("mamba", "Mamba (transformers)", "mamba", peer="mamba", depth_factor=2,
+            note="transformers' MambaForCausalLM; on CPU its pure-PyTorch reference path"),
+    Variant("mamba2", "Mamba-2 (transformers)", "mamba2", peer="mamba2", depth_factor=2,
+            note="transformers' Mamba2ForCausalLM; on CPU its pure-PyTorch reference path"),
+    Variant("rwkv", "RWKV-4 (transformers)", "rwkv", peer="rwkv",
+            note="transformers' RwkvForCausalLM; on CPU its pure-PyTorch path"),
 )
-"""The baselines the field uses today (issue 30); not yet in the suite's tables."""
+"""The baselines the field uses today (issue 30): the Transformer++, Weird-Net with its
+options, and the ``transformers`` peers (language models only)."""
 
 VARIANTS = {v.name: v for v in (*MECHANISMS, *ABLATIONS, *TODAY)}
 

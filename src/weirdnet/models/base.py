@@ -56,9 +56,15 @@ class WeirdNetModel(nn.Module):
                               f"got {type(config).__name__}")
         self.config = config
 
-    def num_parameters(self, trainable_only: bool = False) -> int:
-        """Number of parameters (each tied tensor counted once)."""
-        seen = {id(p): p for p in self.parameters() if p.requires_grad or not trainable_only}
+    def num_parameters(self, trainable_only: bool = False, embeddings: bool = True) -> int:
+        """Number of parameters (each tied tensor counted once).  ``embeddings=False``
+        leaves out every ``nn.Embedding`` table (token and learned-position embeddings,
+        and an output head tied to them): the non-embedding count by which models of
+        different families are matched (Kaplan et al. 2020)."""
+        tables = set() if embeddings else {id(m.weight) for m in self.modules()
+                                           if isinstance(m, nn.Embedding)}
+        seen = {id(p): p for p in self.parameters()
+                if (p.requires_grad or not trainable_only) and id(p) not in tables}
         return sum(p.numel() for p in seen.values())
 
     def save(self, directory: str | os.PathLike,

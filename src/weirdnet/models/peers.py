@@ -10,7 +10,9 @@ the peer's config keeps the peer's recommended defaults unless ``options`` sets 
   (default: 8·D/3 rounded up to a multiple of 32), heads (default max(1, D // 64)), no
   biases, max_position_embeddings = max_len.
 - ``mamba``: hidden_size = dim, num_hidden_layers = depth; Mamba's d_state 16, expand 2,
-  d_conv 4.
+  d_conv 4; ``use_mambapy`` (without the CUDA kernels, it trains through mamba.py's
+  parallel scan, ``transformers``' recommended fallback, rather than a step-by-step loop;
+  the ``mambapy`` package comes with ``weirdnet[hf]``).
 - ``mamba2``: hidden_size = dim, num_hidden_layers = depth; Mamba-2's d_state 128, expand 2,
   head_dim 64 (or expand·D when smaller), 1 group, chunk 256.
 - ``rwkv``: hidden_size = dim, num_hidden_layers = depth, intermediate_size = d_ff (default
@@ -50,7 +52,7 @@ def _llama(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
 
 def _mamba(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
     return "MambaConfig", {"hidden_size": b.dim, "num_hidden_layers": b.depth,
-                           "layer_norm_epsilon": b.norm_eps}
+                           "layer_norm_epsilon": b.norm_eps, "use_mambapy": True}
 
 
 def _mamba2(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
