@@ -38,6 +38,24 @@ def test_a_batch_decodes_together(tmp_path, capsys):
                  str(tmp_path / "zero")]) == 2
 
 
+def test_bench_lm_models_and_a_transformers_peer_decode_side_by_side(tmp_path, capsys):
+    """--models takes bench lm's matched models; a peer decodes through its own cached
+    generate, timed between tokens; the last model is the baseline of the ratios."""
+    pytest.importorskip("transformers")
+    assert main(["bench", "decode", "--quick", "--models", "weird-a,llama,transformerpp",
+                 "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    doc = json.loads((tmp_path / "decode_cpu.json").read_text())
+    rows = {(r["model"], r["context"]): r for r in doc["results"]}
+    assert rows["llama", 512]["generate"] == "transformers"
+    assert rows["llama", 512]["tokens_per_s"] > 0 and rows["llama", 512]["prefill_s"] > 0
+    assert rows["weird-a", 512]["weird_layer_step_us"] is not None
+    assert set(doc["ratios"]) == {"weird-a", "llama"}
+    assert "Tokens/s relative to transformerpp" in text and "own cached greedy" in text
+    assert main(["bench", "decode", "--quick", "--models", "mamba3", "--out",
+                 str(tmp_path / "bad")]) == 2
+
+
 def test_too_long_context_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="within its max_len=16384"):
         main(["bench", "decode", "--contexts", "20000", "--new-tokens", "8",

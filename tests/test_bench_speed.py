@@ -54,6 +54,30 @@ def test_slow_mechanisms_skip_longer_lengths(tmp_path):
 
 
 def test_unknown_mechanism_is_a_clear_error(tmp_path):
+    out = run_cli("bench", "speed", "--mechanisms", "mamba3", "--out", str(tmp_path),
+                  cwd=tmp_path)
+    assert out.returncode == 2 and "unknown mechanism 'mamba3'" in out.stderr
+    # a transformers peer is a language model: classification refuses it, naming the task
     out = run_cli("bench", "speed", "--mechanisms", "mamba", "--out", str(tmp_path),
                   cwd=tmp_path)
-    assert out.returncode == 2 and "unknown mechanism 'mamba'" in out.stderr
+    assert out.returncode == 2 and "language models only" in out.stderr
+
+
+def test_language_model_speed_with_a_peer_against_the_transformerpp(tmp_path):
+    """--task lm: matched byte-level LMs, a transformers peer among them, ratios against
+    the Transformer++ (added as the reference), tokens/s and parameters in the report."""
+    pytest.importorskip("transformers")
+    out = run_cli("bench", "speed", "--task", "lm", "--lengths", "32", "--mechanisms",
+                  "weird-a,rwkv", "--out", str(tmp_path), "--steps", "1", "--warmup", "0",
+                  cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads((tmp_path / "speed_lm_cpu.json").read_text())
+    assert result["settings"]["reference"] == "transformerpp"
+    rows = {r["mechanism"]: r for r in result["rows"]}
+    assert set(rows) == {"weird-a", "rwkv", "transformerpp"}
+    assert all(r["status"] == "ok" and r["tokens_per_s"] > 0 for r in rows.values())
+    counts = [r["non_embedding_parameters"] for r in rows.values()]
+    assert max(counts) <= 1.05 * min(counts) / 0.95  # each within 5% of one reference
+    text = (tmp_path / "speed_lm_cpu.md").read_text()
+    assert "relative to the Transformer++" in text and "| RWKV-4 (transformers) ¹ |" in text
+    assert "DBA Table 1" not in text and result["machine"]["transformers"]

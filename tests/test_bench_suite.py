@@ -32,15 +32,16 @@ def test_plan_covers_every_table_once_and_leaves_out_non_causal_lms():
     keys = [c.key for c in cells]
     assert len(keys) == len(set(keys))
     main = len(TASKS) * len(MECHANISMS) - 2  # DBA and Linformer have no causal LM
-    # W = exp(w) x 5, encoder B x 4, 5 DBA settings x 5 LRA tasks, paper-literal DBA x 8
-    extra = 5 + 4 + 5 * 5 + 8
+    # W = exp(w) x 5, encoder B x 4, 5 DBA settings x 5 LRA tasks, paper-literal DBA x 8,
+    # today's baselines on LM: Weird-Net A/B++, Transformer++ and 4 transformers peers
+    extra = 5 + 4 + 5 * 5 + 8 + 7
     assert len(cells) == main + extra
     assert "lm--dba--s0" not in keys and "lm--linformer--s0" not in keys
     assert "listops--weird-a--s0" in keys  # shared by main, table9 and table10: once
 
 
 @pytest.mark.parametrize("bad", [{"tables": ["table99"]}, {"tasks": ["cifar"]},
-                                 {"variants": ["mamba"]}])
+                                 {"variants": ["mamba3"]}])
 def test_plan_names_unknown_tables_tasks_and_mechanisms(bad):
     with pytest.raises(ValueError, match="known"):
         plan_cells(get_budget("smoke"), bad.get("tables", ALL_TABLES), bad.get("tasks"),
@@ -54,6 +55,10 @@ def test_every_cell_of_every_budget_is_a_valid_training_config(budget, tmp_path)
         config = TrainConfig.from_dict(data)
         check(config)
         backbone = data["model"]["backbone"]
+        if cell.variant.peer:  # a transformers model: widths only, always causal
+            assert data["model"]["peer"] == cell.variant.peer and "pattern" not in backbone
+            assert config.run.name == cell.key
+            continue
         assert backbone["pattern"] == cell.variant.pattern
         assert backbone["causal"] == (cell.task.group == "lm" or cell.variant.causal)
         assert config.run.name == cell.key and config.run.seed == 0

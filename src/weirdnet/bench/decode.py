@@ -42,12 +42,16 @@ examples:
   weirdnet bench decode --out benchmarks/results # the committed results
   weirdnet bench decode --contexts 1024 4096 --new-tokens 16
   weirdnet bench decode --quick                  # seconds-long smoke run
+  weirdnet bench decode --models weird-a,weird-b,softmax,llama,mamba,mamba2,rwkv,transformerpp
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                        help="comma-separated causal LM presets (default: %(default)s)")
+                        help="comma-separated causal LM presets, or bench lm models "
+                             "(weird-a, transformerpp, llama, mamba, mamba2, rwkv, ...; "
+                             "parameter-matched at bench lm's sizes); the last is the "
+                             "baseline of the ratios (default: %(default)s)")
     parser.add_argument("--contexts", type=int, nargs="+", default=list(DEFAULT_CONTEXTS),
                         metavar="L", help="context lengths (default: %(default)s)")
     parser.add_argument("--new-tokens", type=int, default=32, metavar="N",
@@ -94,6 +98,67 @@ def _decode_steps(model, prompt, n: int, device) -> tuple[float, list[float]]:
     return prefill, steps
 
 
+def _peer_decode_steps(model, prompt, n: int, device) -> tuple[float, list[float]]:
+    """Prefill seconds and the n − 1 step times (s) of a ``transformers`` peer's own cached
+    greedy ``generate``: the time from the call to the first token (prefill and that
+    token), then between consecutive tokens (each step includes ``generate``'s own
+    per-token work: logits processors and stopping checks)."""
+    import torch
+    import transformers
+
+    stamps: list[float] = []
+
+    class Stamp(transformers.StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            _sync(device)
+            stamps.append(time.perf_counter())
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    with torch.no_grad():
+        start = time.perf_counter()
+        model.peer.generate(prompt, attention_mask=torch.ones_like(prompt),
+                            max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                            pad_token_id=0, stopping_criteria=[Stamp()])
+    return stamps[0] - start, [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def _build(name: str, context: int, device):
+    """A preset, or a ``bench lm`` model (a suite variant or a ``transformers`` peer,
+    matched to the GPT-2-style Transformer's non-embedding parameters at bench lm's
+    sizes), with max_len ``context``."""
+    import torch
+
+    from weirdnet.models import build_preset
+    from weirdnet.models.presets import PRESETS
+
+    if name in PRESETS:
+        return build_preset(name, device=device)
+    from weirdnet.experiments import matching
+    from weirdnet.experiments.lm_compute import MODEL
+
+    table = matching.matched_variant(name, MODEL)[0]
+    with torch.device(device):
+        return matching.build(table, max_len=context)
+
+
+def _check_models(models: list[str]) -> None:
+    """BenchError (one line, status 2) for a name that is neither a preset nor a bench lm
+    model, or a model that cannot be matched."""
+    from weirdnet.models.presets import PRESETS
+
+    for name in models:
+        if name in PRESETS:
+            continue
+        from weirdnet.experiments import matching
+        from weirdnet.experiments.lm_compute import MODEL
+
+        try:
+            matching.matched_variant(name, MODEL)
+        except (ValueError, ImportError) as error:
+            raise output.BenchError(f"--models {name}: {error} (presets: "
+                                    f"{', '.join(PRESETS)})") from None
+
+
 def _layer_step_us(mixer, context: int, device, batch: int, repeats: int = 20) -> float:
     """Median µs of one cached step of ``mixer`` (``batch`` sequences) at the end of
     ``context`` tokens."""
@@ -123,26 +188,46 @@ def measure(model_name: str, context: int, new_tokens: int, device, batch: int =
     """One row: tokens/s, prefill time and per-layer step times at ``context``."""
     import torch
 
-    from weirdnet.models import build_preset
-
     torch.manual_seed(0)
-    model = build_preset(model_name, device=device).eval()
+    model = _build(model_name, context, device).eval()
     if context > model.max_len or context <= new_tokens:
         raise ValueError(f"{model_name}: context {context} must exceed the {new_tokens} new "
                          f"tokens and stay within its max_len={model.max_len}")
+    peer = hasattr(model, "peer")
+    decode = _peer_decode_steps if peer else _decode_steps
     vocab = model.config.backbone.vocab_size
     prompt = torch.randint(0, vocab, (batch, context - new_tokens), device=device)
-    _decode_steps(model, prompt[:, :64], 4, device)  # warm-up
-    prefill, steps = _decode_steps(model, prompt, new_tokens, device)
+    decode(model, prompt[:, :64], 4, device)  # warm-up
+    prefill, steps = decode(model, prompt, new_tokens, device)
     row = {"model": model_name, "context": context, "new_tokens": new_tokens,
            "batch": batch, "prefill_s": prefill,
            "step_ms_median": 1e3 * statistics.median(steps),
-           "tokens_per_s": batch / statistics.median(steps)}
+           "tokens_per_s": batch / statistics.median(steps),
+           "non_embedding_parameters": model.num_parameters(embeddings=False),
+           "generate": "transformers" if peer else "weirdnet"}
     for name in ("weird", "softmax"):
-        mixer = _mixer_of(model, name)
+        mixer = None if peer else _mixer_of(model, name)
         row[f"{name}_layer_step_us"] = (None if mixer is None
                                         else _layer_step_us(mixer, context, device, batch))
     return row
+
+
+def _peer_lines(doc: dict) -> list[str]:
+    """What the report says about ``transformers`` peers and matched models, if any ran."""
+    rows = doc["results"]
+    lines = []
+    if any(r.get("generate") == "transformers" for r in rows):
+        lines.append(f"- `transformers` peers ({doc['machine'].get('transformers', '?')}) "
+                     "decode with their own cached greedy `generate`; their step is the time "
+                     "between consecutive tokens (it includes `generate`'s own per-token work; "
+                     "prefill s: up to the first token). Mamba and Mamba-2 run their "
+                     "pure-PyTorch path on a CPU (the fused kernels are CUDA-only).")
+    counts = {r["model"]: r["non_embedding_parameters"] for r in rows
+              if r.get("non_embedding_parameters")}
+    if counts:
+        lines.append("- non-embedding parameters: " + "; ".join(
+            f"{m} {n / 1e6:.3f}M" for m, n in counts.items()))
+    return lines
 
 
 def _markdown(doc: dict) -> str:
@@ -162,7 +247,7 @@ def _markdown(doc: dict) -> str:
              "layer, each Weird-attention block as one fused C call up to batch "
              f"{FUSED_STEP_MAX_BATCH})",
              "- layer step: median of the last 20 cached steps of one mixer layer (projections "
-             "included, as PyTorch ops) up to `context` tokens", ""]
+             "included, as PyTorch ops) up to `context` tokens", *_peer_lines(doc), ""]
     header = ["context", "model", "tokens/s", "step ms", "prefill s", "weird layer µs",
               "softmax layer µs"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -215,6 +300,7 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path,
     new_tokens = 8 if args.quick else args.new_tokens
     if args.batch < 1:
         raise output.BenchError("--batch must be >= 1")
+    _check_models(models)
     device = torch.device(args.device)
     previous = torch.get_num_threads()
     torch.set_num_threads(args.threads or machine.usable_cores())

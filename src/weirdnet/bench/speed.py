@@ -16,6 +16,11 @@ One training step = forward, loss, backward, optimizer step.
 
 A mechanism whose step took longer than ``--max-step-seconds`` at one length is not run
 at longer ones (marked in the table), so the quadratic Transformer cannot stall the run.
+
+``--task lm`` measures byte-level language models instead (vocabulary 256, next-byte
+loss), the models of ``weirdnet bench lm`` and its ``transformers`` peers (Llama, Mamba,
+Mamba-2, RWKV), each matched to the non-embedding parameters of the GPT-2-style
+Transformer at the chosen sizes within 5%, with ratios against the Transformer++.
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ from . import output
 from .alloc import reuse_freed_memory
 
 DESCRIPTION = __doc__.split("\n\n", 1)[0].replace("``", "`") + "\n\n" + \
-    "Writes speed_<device>.{json,md,png} to OUT and prints the Markdown table. OUT is " \
-    "--out DIR, else $WEIRDNET_BENCH_DIR, else ~/.cache/weirdnet/bench; the committed " \
+    "Writes speed_<device>.{json,md,png} (--task lm: speed_lm_<device>.*) to OUT and " \
+    "prints the Markdown table. OUT is --out DIR, else $WEIRDNET_BENCH_DIR, else " \
+    "~/.cache/weirdnet/bench; the committed " \
     "results are rewritten only with --out benchmarks/results."
 EXAMPLES = """\
 examples:
@@ -41,25 +47,41 @@ examples:
   weirdnet bench speed --out benchmarks/results          # the committed results
   weirdnet bench speed --device cuda                     # LRA Text sizes, batch 32
   weirdnet bench speed --lengths 1024 4096 --mechanisms weird-a,dba,softmax
+  weirdnet bench speed --task lm                         # LMs and the transformers peers
 """
 LENGTHS = (256, 512, 1024, 2048, 3072, 4096, 8192, 16384)
 SIZES = {"cpu": {"dim": 64, "depth": 2, "d_ff": 128, "heads": 4, "batch": 4},
          "cuda": {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "batch": 32}}
 """Default model and batch per device: CPU-sized, and LRA Text's (Weird-Net Table II)."""
+LM_LENGTHS = (1024, 2048, 4096, 8192, 16384)
+LM_SIZES = {"cpu": {"dim": 128, "depth": 4, "d_ff": 512, "heads": 4, "batch": 1},
+            "cuda": {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "batch": 8}}
+"""``--task lm``: bench lm's model on CPU (one sequence per step), a wider one on CUDA."""
+LM_MECHANISMS = ("weird-a", "weird-b", "weird-a-pp", "weird-b-pp", "softmax", "llama",
+                 "mamba", "mamba2", "rwkv", "transformerpp")
+REFERENCE = {"classify": "softmax", "lm": "transformerpp"}
+"""The model every ratio of a task is taken against."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from weirdnet.experiments.variants import MECHANISMS
 
     names = ",".join(m.name for m in MECHANISMS)
+    parser.add_argument("--task", choices=("classify", "lm"), default="classify",
+                        help="classify: byte-level text classification (the papers' "
+                             "tables; default); lm: byte-level language models with the "
+                             "transformers peers")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
-    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
-    parser.add_argument("--mechanisms", default=names, help=f"comma-separated (default: "
-                        f"{names})")
+    parser.add_argument("--lengths", type=int, nargs="+", default=None,
+                        help=f"default: {' '.join(map(str, LENGTHS))} (classify), "
+                             f"{' '.join(map(str, LM_LENGTHS))} (lm)")
+    parser.add_argument("--mechanisms", default=None, help=f"comma-separated (default: "
+                        f"{names}; lm: {','.join(LM_MECHANISMS)})")
     for key in ("dim", "depth", "d_ff", "heads", "batch"):
         parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=None,
                             help=f"default: {SIZES['cpu'][key]} (CPU), "
-                                 f"{SIZES['cuda'][key]} (CUDA)")
+                                 f"{SIZES['cuda'][key]} (CUDA); lm: "
+                                 f"{LM_SIZES['cpu'][key]}, {LM_SIZES['cuda'][key]}")
     parser.add_argument("--steps", type=int, default=3, help="timed steps (default 3)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps (default 1)")
     parser.add_argument("--max-step-seconds", type=float, default=30.0,
@@ -69,10 +91,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # --- the child: one (mechanism, length) ------------------------------------------------
 
+def _widths(spec: dict[str, Any]) -> dict[str, Any]:
+    return {key: spec[key] for key in ("dim", "depth", "d_ff", "heads")}
+
+
+def _build_lm(spec: dict[str, Any], device):
+    """The matched language model of ``spec["mechanism"]`` (see :mod:`weirdnet.
+    experiments.matching`), its step and its batches of random bytes."""
+    import torch
+
+    from weirdnet.experiments import matching
+
+    table = matching.matched_variant(spec["mechanism"], _widths(spec))[0]
+    model = matching.build(table, max_len=spec["length"]).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(tokens, targets) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        model(tokens, targets).loss.backward()
+        optimizer.step()
+
+    def batch(length: int):
+        generator = torch.Generator().manual_seed(0)
+        tokens = torch.randint(0, 256, (spec["batch"], length + 1), generator=generator)
+        return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+
+    return model, step, batch
+
+
 def _build(spec: dict[str, Any], device):
     import torch
 
     from weirdnet.experiments.variants import get_variant
+
+    if spec.get("task") == "lm":
+        return _build_lm(spec, device)
     from weirdnet.models.classifier import WeirdNetClassifier
 
     variant = get_variant(spec["mechanism"]).model_overrides("text", "lra")  # its readout too
@@ -131,8 +184,10 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     seconds = statistics.median(times)
     return {"mechanism": spec["mechanism"], "length": spec["length"], "status": "ok",
             "step_s": seconds, "steps_per_s": 1.0 / seconds,
+            "tokens_per_s": spec["batch"] * spec["length"] / seconds,
             "memory_mib": memory_mib, "rss_mib": rss_mib, "allocator": allocator,
-            "parameters": sum(p.numel() for p in model.parameters())}
+            "parameters": model.num_parameters(),
+            "non_embedding_parameters": model.num_parameters(embeddings=False)}
 
 
 def _run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -154,11 +209,13 @@ def _resolve(args: argparse.Namespace) -> dict[str, Any]:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is available")
-    sizes = dict(SIZES["cuda" if device.startswith("cuda") else "cpu"])
+    table = LM_SIZES if args.task == "lm" else SIZES
+    sizes = dict(table["cuda" if device.startswith("cuda") else "cpu"])
     for key in sizes:
         if getattr(args, key) is not None:
             sizes[key] = getattr(args, key)
-    return {"device": device, **sizes, "steps": args.steps, "warmup": args.warmup}
+    return {"task": args.task, "reference": REFERENCE[args.task], "device": device,
+            **sizes, "steps": args.steps, "warmup": args.warmup}
 
 
 def measure_all(base: dict[str, Any], mechanisms: list[str], lengths: list[int],
@@ -191,12 +248,19 @@ def measure_all(base: dict[str, Any], mechanisms: list[str], lengths: list[int],
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Measure every cell, write and print the report (see :mod:`.output`); the exit
     status."""
-    from weirdnet.experiments.variants import get_variant
+    from weirdnet.experiments.variants import MECHANISMS, get_variant
 
+    lm = args.task == "lm"
+    if args.lengths is None:
+        args.lengths = list(LM_LENGTHS if lm else LENGTHS)
+    if args.mechanisms is None:
+        args.mechanisms = ",".join(LM_MECHANISMS if lm else (m.name for m in MECHANISMS))
     try:
         mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
         for name in mechanisms:
-            get_variant(name)
+            why = get_variant(name).unsupported("lm" if lm else "lra")
+            if why:
+                raise ValueError(f"{why} (--task {args.task})")
     except ValueError as error:
         print(f"weirdnet bench speed: {error}", file=sys.stderr)
         return 2
@@ -222,13 +286,23 @@ def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: 
     except ValueError as error:
         print(f"weirdnet bench speed: {error}", file=sys.stderr)
         return 2
-    if "softmax" not in mechanisms:
-        mechanisms.append("softmax")  # the reference of every ratio
+    if base["reference"] not in mechanisms:
+        mechanisms.append(base["reference"])  # the reference of every ratio
+    if base["task"] == "lm":
+        try:  # every model matched before any is timed
+            from weirdnet.experiments import matching
+
+            for name in mechanisms:
+                matching.matched_variant(name, _widths(base))
+        except (ValueError, ImportError) as error:
+            print(f"weirdnet bench speed: {error}", file=sys.stderr)
+            return 2
     rows = measure_all(base, mechanisms, args.lengths, args.max_step_seconds)
     command = ["weirdnet", *argv]
     info = machine_info(torch.device(base["device"]), command, reuse_freed_memory())
     result = {"settings": base, "machine": info, "rows": rows}
-    stem = f"speed_{torch.device(base['device']).type}"
+    stem = ("speed_lm_" if base["task"] == "lm" else "speed_") + \
+        torch.device(base["device"]).type
     text = markdown(result, f"{stem}.png")
     paths = [out / f"{stem}.json", out / f"{stem}.md"]
     with output.write_whole():

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet.experiments import numbers
+from weirdnet.experiments.lm_report import SLOW_ON_CPU
 from weirdnet.experiments.variants import VARIANTS
 
 from .report import markdown_table
@@ -27,11 +28,20 @@ def _short(length: int) -> str:
     return f"{length // 1024}K" if length % 1024 == 0 else str(length)
 
 
+def reference(result: dict[str, Any]) -> str:
+    """The mechanism every ratio is taken against (older results: the Transformer)."""
+    return result["settings"].get("reference", "softmax")
+
+
+def _is_lm(result: dict[str, Any]) -> bool:
+    return result["settings"].get("task") == "lm"
+
+
 def ratio(result: dict[str, Any], mechanism: str, length: int, key: str) -> float | None:
     """``key`` ("steps_per_s", "memory_mib" or "rss_mib") of ``mechanism`` over the
-    Transformer's."""
+    reference's."""
     cells = _by_cell(result)
-    mine, base = cells.get((mechanism, length)), cells.get(("softmax", length))
+    mine, base = cells.get((mechanism, length)), cells.get((reference(result), length))
     if not mine or not base or mine["status"] != "ok" or base["status"] != "ok":
         return None
     if mine.get(key) is None or not base.get(key):
@@ -53,12 +63,16 @@ def _per_length(result, entry) -> list[str]:
     """One row per mechanism, one column per length: ``entry(mechanism, length)``."""
     lengths = _lengths(result)
     return markdown_table(["Model", *(_short(n) for n in lengths)],
-                          [[VARIANTS[m].label, *(entry(m, n) for n in lengths)]
+                          [[_label(m), *(entry(m, n) for n in lengths)]
                            for m in _mechanisms(result)])
 
 
 def _table(result, key: str) -> list[str]:
     return _per_length(result, lambda m, n: _entry(result, m, n, key))
+
+
+def _label(mechanism: str) -> str:
+    return VARIANTS[mechanism].label + (" ¹" if mechanism in SLOW_ON_CPU else "")
 
 
 def _absolute(result) -> list[str]:
@@ -69,7 +83,9 @@ def _absolute(result) -> list[str]:
         if not cell or cell["status"] != "ok":
             return "–"
         rss = f" (RSS {cell['rss_mib']:.0f})" if cell.get("rss_mib") is not None else ""
-        return f"{cell['step_s'] * 1000:.0f} ms / {cell['memory_mib']:.0f} MiB{rss}"
+        tokens = f"{cell['tokens_per_s']:,.0f} tok/s, " if _is_lm(result) else ""
+        return (f"{tokens}{cell['step_s'] * 1000:.0f} ms / {cell['memory_mib']:.0f} "
+                f"MiB{rss}")
 
     return _per_length(result, entry)
 
@@ -96,34 +112,66 @@ _MEMORY_NOTE = {
 def _rss_section(result) -> list[str]:
     if not any(c.get("rss_mib") is not None for c in result["rows"]):
         return []
-    return ["### Peak RSS relative to the Transformer (ours)", "",
+    return [f"### Peak RSS relative to the {VARIANTS[reference(result)].label} (ours)", "",
             *_table(result, "rss_mib"), ""]
+
+
+def _parameters(result) -> list[str]:
+    """Each language model's non-embedding parameters (the count they are matched by)."""
+    counts: dict[str, int] = {}
+    for row in result["rows"]:
+        if row.get("status") == "ok" and row.get("non_embedding_parameters"):
+            counts.setdefault(row["mechanism"], row["non_embedding_parameters"])
+    if not counts:
+        return []
+    target = counts.get("softmax")
+    return ["Non-embedding parameters (matched to the GPT-2-style Transformer's within 5%): "
+            + "; ".join(f"{VARIANTS[m].label} {n / 1e6:.3f}M"
+                        + (f" ({n / target - 1:+.1%})" if target else "")
+                        for m, n in counts.items()), ""]
+
+
+def _setting(result) -> str:
+    s = result["settings"]
+    what = ("byte-level language models (next-byte loss; the `bench lm` models and the "
+            "`transformers` peers)" if _is_lm(result) else
+            "byte-level text classification")
+    return (f"- {what}, batch {s['batch']} for every model, D = {s['dim']}, N = "
+            f"{s['depth']}, d_ff = {s['d_ff']}, {s['heads']} heads; AdamW; median of "
+            f"{s['steps']} timed steps after {s['warmup']} warm-up")
+
+
+_SLOW_NOTE = ("¹ `transformers` runs this peer's layers on its pure-PyTorch path on a CPU "
+              "(Mamba through mamba.py's parallel scan; the fused kernels are CUDA-only): "
+              "its speed is what a CPU user gets, not what a GPU gives.")
 
 
 def markdown(result: dict[str, Any], plot: str) -> str:
     """The report: settings, relative speed, relative memory, absolute numbers, papers'."""
-    s, m = result["settings"], result["machine"]
-    out = [f"# Training speed and memory vs the Transformer ({m['device']})", "",
-           f"- byte-level text classification, batch {s['batch']} for every model, D = "
-           f"{s['dim']}, N = {s['depth']}, d_ff = {s['d_ff']}, {s['heads']} heads; AdamW; "
-           f"median of {s['steps']} timed steps after {s['warmup']} warm-up",
+    m, ref = result["machine"], VARIANTS[reference(result)].label
+    lm = _is_lm(result)
+    versions = f"; transformers {m['transformers']}" if m.get("transformers") else ""
+    out = [f"# Training speed and memory vs the {ref} ({m['device']})", "",
+           _setting(result),
            f"- machine: {m['cpu_model']} ({m['usable_cores']} usable cores)"
-           + (f", {m['gpu']}" if m.get("gpu") else "") + f"; torch {m['torch']}; "
+           + (f", {m['gpu']}" if m.get("gpu") else "") + f"; torch {m['torch']}{versions}; "
            f"weirdnet {m['weirdnet']}; {m['date']}",
            f"- command: `{m['command']}`",
-           "- the Transformer is softmax attention through "
-           "`scaled_dot_product_attention` (a fused, memory-efficient kernel), not the "
-           "materialised L x L attention of the papers' baselines",
-           "", "## Training steps per second relative to the Transformer (ours, higher is "
-           "faster)", "", *_table(result, "steps_per_s"), "",
-           "## Peak memory of a training step relative to the Transformer (ours, lower is "
+           "- softmax attention runs through `scaled_dot_product_attention` (a fused, "
+           "memory-efficient kernel), not the materialised L x L attention of the papers' "
+           "baselines", "", *_parameters(result),
+           f"## Training {'tokens' if lm else 'steps'} per second relative to the {ref} "
+           "(ours, higher is faster)", "", *_table(result, "steps_per_s"), "",
+           *([_SLOW_NOTE, ""] if lm else []),
+           f"## Peak memory of a training step relative to the {ref} (ours, lower is "
            "smaller)", "", _MEMORY_NOTE[m["device"] == "cuda"], "",
            *_table(result, "memory_mib"), "", *_rss_section(result),
            f"![speed and memory]({plot})", "",
-           "## Absolute: time per training step / peak extra memory (ours)", "",
-           *_absolute(result), "",
-           "## The papers' numbers (their GPUs and their baselines' implementations)", "",
-           *_paper(result), ""]
+           f"## Absolute: {'training tokens/s, ' if lm else ''}time per training step / "
+           "peak extra memory (ours)", "", *_absolute(result), ""]
+    if not lm:
+        out += ["## The papers' numbers (their GPUs and their baselines' implementations)",
+                "", *_paper(result), ""]
     return "\n".join(out) + "\n"
 
 
@@ -145,15 +193,17 @@ def draw(result: dict[str, Any], out: Path) -> Path:
             if points:
                 ax.plot(*zip(*points), marker="o", color=f"C{index % 10}",
                         label=VARIANTS[mechanism].label)
-    for ax, title in zip(axes, ("training steps/s relative to the Transformer",
-                                "peak memory relative to the Transformer")):
+    ref = VARIANTS[reference(result)].label
+    for ax, title in zip(axes, (f"training steps/s relative to the {ref}",
+                                f"peak memory relative to the {ref}")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length L")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, which="both")
     axes[0].legend(fontsize=8)
-    figure.suptitle(f"byte-level text classification, {result['machine']['device']}, "
+    task = "byte-level language models" if _is_lm(result) else "byte-level text classification"
+    figure.suptitle(f"{task}, {result['machine']['device']}, "
                     f"batch {result['settings']['batch']}")
     figure.tight_layout()
     return write_png(figure, out)

@@ -55,10 +55,31 @@ class Cell:
         config = read_toml(configs_dir() / name)
         for table in self.budget.task_overrides(self.task.name):
             config = merge(config, table)
-        config = merge(config, {"model": self.variant.model_overrides(self.task.name,
-                                                                      self.task.group)})
+        if self.variant.peer:  # a transformers model in place of the task's model
+            config["model"] = peer_model(self.variant, config["model"])
+        else:
+            config = merge(config, {"model": self.variant.model_overrides(self.task.name,
+                                                                          self.task.group)})
         return merge(config, {"run": {"name": self.key, "out_dir": str(work_dir),
                                       "seed": self.seed}})
+
+
+WIDTHS = ("dim", "depth", "d_ff", "heads")
+
+
+def peer_model(variant: Variant, model: dict[str, Any]) -> dict[str, Any]:
+    """The ``model`` table of the peer ``variant`` standing in for the task's ``model``
+    table: the peer matched to the non-embedding parameters of the GPT-2-style
+    Transformer with the task model's widths (its preset's, then its own keys)."""
+    from weirdnet.models.presets import get_preset
+
+    from .matching import matched_variant
+
+    backbone = dict(get_preset(model["preset"]).config["backbone"]) if "preset" in model \
+        else {}
+    backbone.update(model.get("backbone", {}))
+    widths = {key: backbone[key] for key in WIDTHS if backbone.get(key) is not None}
+    return matched_variant(variant.name, widths)[0]
 
 
 def config_hash(config: dict[str, Any]) -> str:

@@ -28,7 +28,7 @@ from weirdnet.bench import output
 
 from .budgets import BUDGETS, Budget, get_budget
 from .cells import Cell, CellStore, config_hash
-from .plan import TABLES_BY_NAME, plan_cells
+from .plan import DEFAULT_TABLES, OPT_IN_TABLES, TABLES_BY_NAME, plan_cells
 from .tasks import TASKS_BY_NAME
 from .variants import VARIANTS
 
@@ -72,9 +72,10 @@ def _names(text: str) -> list[str]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", required=True, choices=list(BUDGETS),
                         help="sizes and steps of every cell (see above)")
-    parser.add_argument("--tables", type=_names, default=list(TABLES_BY_NAME),
-                        help=f"comma-separated tables (default: all): "
-                             f"{', '.join(TABLES_BY_NAME)}")
+    parser.add_argument("--tables", type=_names, default=list(DEFAULT_TABLES),
+                        help=f"comma-separated tables (default: all but "
+                             f"{', '.join(OPT_IN_TABLES)}, which run the transformers "
+                             f"peers: hours a cell on a CPU): {', '.join(TABLES_BY_NAME)}")
     parser.add_argument("--tasks", type=_names, default=None,
                         help=f"only these tasks: {', '.join(TASKS_BY_NAME)}")
     parser.add_argument("--mechanisms", type=_names, default=None,

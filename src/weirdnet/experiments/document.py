@@ -9,6 +9,7 @@ from . import numbers
 from .budgets import Budget
 from .claims import claim_lines
 from .numbers import LRA_COLUMNS, TABLE_X_TASKS, UEA_COLUMNS
+from .plan import TABLES_BY_NAME
 from .report import (
     Results,
     ablation_table,
@@ -239,6 +240,15 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
     if "table12" in tables:
         out += ["## DBA d_p and d_in (DBA Table 12)", "",
                 *ablation_table(results, numbers.TABLE_12, LRA_COLUMNS, "setting"), ""]
+    if "today" in tables:
+        out += ["## The baselines the field uses today (byte-level LM)", "",
+                "The Transformer++ (rotary positions, SwiGLU, RMSNorm, no biases) and the "
+                "`transformers` peers, each peer matched to the non-embedding parameters "
+                "of the GPT-2-style Transformer with this task's widths (within 5%; "
+                "Mamba and Mamba-2 by their number of layers); Weird-Net A and B with and "
+                "without the Transformer++ options. On a CPU, Mamba and Mamba-2 run "
+                "`transformers`' pure-PyTorch path: their steps/s is a CPU user's.", "",
+                *lm_table(results, TABLES_BY_NAME["today"].variants), ""]
     if "dba-forms" in tables:
         out += ["## DBA: the authors' code against eqs. 7-12 read literally", "",
                 "Both rows train the same model, data and readout; only the DBA form "

@@ -33,7 +33,6 @@ reference path, so their speed is a CPU user's, not a GPU's.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +55,7 @@ DEFAULT_MINUTES = 10.0
 CORPUS = "wiki-xml"
 MODEL = {"dim": 128, "depth": 4, "d_ff": 512, "heads": 4, "dropout": 0.0}
 """The sizes every model starts from before its parameters are matched."""
-REFERENCE_MODEL = {"backbone": {**MODEL, "pattern": "softmax", "causal": True}}
+REFERENCE_MODEL = matching.reference(MODEL)
 """The model whose non-embedding parameters every model matches: the GPT-2-style
 Transformer at :data:`MODEL`."""
 
@@ -86,17 +85,15 @@ class Scale:
 QUICK = Scale(bytes_per_step=1024, calibration_steps=5, eval_batches=1, final_eval_batches=2)
 
 
-@functools.cache
 def reference_parameters() -> int:
     """Non-embedding parameters of :data:`REFERENCE_MODEL`."""
-    return matching.count(REFERENCE_MODEL)
+    return matching.matched_variant("softmax", MODEL)[2]
 
 
-@functools.cache
 def model_table(name: str) -> tuple[dict[str, Any], int]:
     """(the ``model`` table of mechanism ``name``, matched to the reference; its
     non-embedding parameters).  ValueError when it cannot be matched within 5%."""
-    return matching.matched(get_variant(name).lm_model(MODEL), reference_parameters())
+    return matching.matched_variant(name, MODEL)[:2]
 
 
 @dataclass(frozen=True)
