@@ -552,3 +552,26 @@ def test_speed_ratios_compare_only_cells_run_on_the_transformers_machine():
     results = Results(records)
     assert results.relative_speed("dba")[0] == 4.0
     assert results.relative_speed("relation") == (None, None)
+
+
+def test_todays_baselines_table_trains_a_transformers_peer_in_a_suite_cell(tmp_path):
+    """--tables today: a transformers peer in place of the task's model, matched to the
+    task's widths, trained and reported beside the Transformer++ (LM task only)."""
+    pytest.importorskip("transformers")
+    from weirdnet.data.registry import DataMissingError
+    from weirdnet.experiments.lm_compute import require_corpus
+
+    try:
+        require_corpus()
+    except DataMissingError as error:
+        pytest.skip(f"the LM task trains on the wiki-xml corpus: {error}")
+    out = run_cli("bench", "suite", "--budget", "smoke", "--tables", "today", "--tasks", "lm",
+                  "--mechanisms", "llama,transformerpp", "--out", str(tmp_path / "results"),
+                  "--work", str(tmp_path / "work"), "--no-plot", cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+    cells = tmp_path / "results" / "suite-smoke" / "cells"
+    record = json.loads((cells / "lm--llama--s0.json").read_text())
+    assert record["status"] == "done" and record["config"]["model"]["peer"] == "llama"
+    report = (tmp_path / "results" / "suite-smoke" / "report.md").read_text()
+    assert "## The baselines the field uses today (byte-level LM)" in report
+    assert "| Llama (transformers) |" in report and "| Transformer++ |" in report
