@@ -140,3 +140,22 @@ def test_info_describes_a_saved_peer_with_its_tied_weights_counted_once(tmp_path
     text = describe_target(str(tmp_path / "m"))
     assert "peer     MambaForCausalLM from transformers: D=32, 2 layers" in text
     assert f"parameters  {model.num_parameters():,}" in text and "layers: MambaBlock" in text
+
+
+def test_mambas_decay_rate_and_skip_are_left_out_of_weight_decay():
+    """mamba_ssm trains A_log and D without weight decay; the peer carries that mark and
+    the trainer's optimiser honours it (Mamba's A_log is a matrix)."""
+    from weirdnet.train.config import TrainConfig
+    from weirdnet.train.trainer import make_optimizer
+
+    model = _peer("mamba")
+    marked = {n for n, p in model.named_parameters() if getattr(p, "_no_weight_decay", False)}
+    assert marked and all(n.endswith(("A_log", ".D")) for n in marked)
+    optimizer = make_optimizer(model, TrainConfig.from_dict({"data": {"dataset": "wiki-xml"}}))
+    decayed = {id(p) for g in optimizer.param_groups if g["weight_decay"] > 0
+               for p in g["params"]}
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert not any(names[i].endswith("A_log") for i in decayed)
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(model.parameters()))
+    assert not any(getattr(p, "_no_weight_decay", False)
+                   for p in _peer("llama").parameters())

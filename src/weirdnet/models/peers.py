@@ -80,6 +80,11 @@ PEERS: dict[str, tuple[Callable[[BackboneConfig], tuple[str, dict]], frozenset]]
 it reads besides dim, depth, vocab_size, max_len and norm_eps)."""
 
 
+_NO_WEIGHT_DECAY = {"mamba": ("A_log", "D"), "mamba2": ("A_log", "D")}
+"""Tensors the peer's reference training leaves out of weight decay (mamba_ssm marks its
+A_log and D ``_no_weight_decay``; ``transformers`` does not carry the mark)."""
+
+
 def _peer_backbone() -> BackboneConfig:
     return BackboneConfig(causal=True)
 
@@ -146,6 +151,9 @@ class PeerLM(WeirdNetModel):
         transformers = _import_transformers()
         self.peer = transformers.AutoModelForCausalLM.from_config(
             self.config.transformers_config())
+        for name, parameter in self.peer.named_parameters():
+            if name.rsplit(".", 1)[-1] in _NO_WEIGHT_DECAY.get(self.config.peer, ()):
+                parameter._no_weight_decay = True
 
     @property
     def max_len(self) -> int:

@@ -113,10 +113,13 @@ def build_model(config: TrainConfig, info) -> nn.Module:
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW or Adam; weight decay only on matrices (not on biases, norms, w levels)."""
+    """AdamW or Adam; weight decay only on matrices (not on biases, norms, w levels, nor
+    on a tensor marked ``_no_weight_decay``, mamba_ssm's convention for its A_log and
+    D)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    rest = [p for p in params if p.dim() < 2]
+    decay = [p for p in params if p.dim() >= 2 and not getattr(p, "_no_weight_decay", False)]
+    decayed = {id(p) for p in decay}
+    rest = [p for p in params if id(p) not in decayed]
     opt = config.optim
     groups = [{"params": decay, "weight_decay": opt.weight_decay},
               {"params": rest, "weight_decay": 0.0}]
