@@ -23,8 +23,9 @@ Modules (one concern each, none imports torch at import time except where noted)
 - ``report``: Markdown/JSON rendering and atomic file writing.
 - ``progress``: a progress line per measurement on stderr.
 - ``speed``: ``weirdnet bench speed``, training steps/s and peak memory of whole models
-  vs the Transformer on byte-level text classification; ``speed_report``: its tables and
-  plot.
+  vs the Transformer on byte-level text classification (``--task lm``: the parameter-
+  matched language models and the ``transformers`` peers vs the Transformer++);
+  ``speed_report``: its tables and plot.
 - ``paper``: ``weirdnet bench suite``, the papers' tables (a package: see its doc).
 - ``output``: where every command writes (``--out``, else a scratch folder outside the
   repository), no quick run over full results, one writer per folder, stop signals;
