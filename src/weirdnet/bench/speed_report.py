@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet.experiments import numbers
-from weirdnet.experiments.lm_report import SLOW_ON_CPU
+from weirdnet.experiments.lm_report import label as _label
 from weirdnet.experiments.variants import VARIANTS
 
 from .report import markdown_table
@@ -69,10 +69,6 @@ def _per_length(result, entry) -> list[str]:
 
 def _table(result, key: str) -> list[str]:
     return _per_length(result, lambda m, n: _entry(result, m, n, key))
-
-
-def _label(mechanism: str) -> str:
-    return VARIANTS[mechanism].label + (" ¹" if mechanism in SLOW_ON_CPU else "")
 
 
 def _absolute(result) -> list[str]:

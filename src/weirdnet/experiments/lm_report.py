@@ -46,7 +46,8 @@ def _at_step(record: dict[str, Any], step: int) -> float | None:
     return next((bpc for s, _, bpc in curve(record) if s == step), None)
 
 
-def _label(name: str) -> str:
+def label(name: str) -> str:
+    """The table label of variant ``name``, marked ¹ where it runs a CPU reference path."""
     return VARIANTS[name].label + (" ¹" if name in SLOW_ON_CPU else "")
 
 
@@ -84,7 +85,7 @@ def context_table(cells: Sequence, done: dict[str, dict]) -> list[str]:
         steps = records[0]["steps"]
         at_step = [v for r in records if (v := _at_step(r, common)) is not None]
         bytes_per_step = records[0]["config"]["train"]["batch_size"] * cells[0].context
-        rows.append([_label(name), _parameters(records[0]), str(len(records)),
+        rows.append([label(name), _parameters(records[0]), str(len(records)),
                      f"{steps:,}", f"{rate:.2f}", f"{rate * bytes_per_step:,.0f}",
                      f"{steps / rate / 60:.1f}",
                      _mean_text([r["results"]["test"]["bpc"] for r in records]),
@@ -94,12 +95,8 @@ def context_table(cells: Sequence, done: dict[str, dict]) -> list[str]:
 
 def _test_bpc(cells: Sequence, done: dict[str, dict]) -> dict[str, list[float]]:
     """Test bits per byte of each mechanism's finished runs (one per seed), by name."""
-    out: dict[str, list[float]] = {}
-    for cell in cells:
-        if cell.key in done:
-            out.setdefault(cell.variant.name, []).append(
-                done[cell.key]["results"]["test"]["bpc"])
-    return out
+    return {name: [r["results"]["test"]["bpc"] for r in records]
+            for name, records in _by_variant(cells, done).items()}
 
 
 def pairs(names: Sequence[str]) -> list[tuple[str, str]]:
