@@ -1,0 +1,77 @@
+"""Cheap checks of the documentation, without building it (`.ci/run` runs
+`mkdocs build --strict`, which checks every link, anchor and API reference).
+
+- every page that mkdocs.yml's nav names exists;
+- every relative link in README.md points at a file or folder that exists;
+- every table included from a generated report by line range
+  (``--8<-- "benchmarks/results/....md:START:END"``) is still exactly one whole table
+  there, so a report rewritten with more or fewer lines fails here, not silently on the
+  site.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+MKDOCS = ROOT / "mkdocs.yml"
+SNIPPET = re.compile(r'^--8<-- "([^"]+?)(?::(\d+):(\d+))?"\s*$', re.M)
+
+
+def _nav_pages() -> list[str]:
+    """The .md paths of mkdocs.yml's nav (``- page.md`` or ``- Title: page.md``)."""
+    text = MKDOCS.read_text(encoding="utf-8")
+    nav = text[text.index("\nnav:"):]
+    return re.findall(r"^\s*- (?:[^\n]*?: )?([\w./-]+\.md)\s*$", nav, re.M)
+
+
+def _snippets() -> list[tuple[str, str, int | None, int | None]]:
+    found = []
+    for page in sorted(DOCS.glob("*.md")) + sorted(DOCS.glob("api/*.md")):
+        for match in SNIPPET.finditer(page.read_text(encoding="utf-8")):
+            start, end = match[2], match[3]
+            found.append((page.name, match[1], start and int(start), end and int(end)))
+    return found
+
+
+def test_the_nav_lists_pages():
+    assert len(_nav_pages()) >= 10
+
+
+@pytest.mark.parametrize("page", _nav_pages())
+def test_every_nav_page_exists(page):
+    assert (DOCS / page).is_file(), f"mkdocs.yml's nav names docs/{page}, which is missing"
+
+
+def test_every_relative_link_in_the_readme_exists():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)\s]+)\)", text)
+    relative = [t for t in targets if not re.match(r"[a-z][a-z0-9+.-]*:|#", t)]
+    assert relative, "README.md links to no file of the repository"
+    missing = [t for t in relative if not (ROOT / t.split("#")[0]).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_the_reports_are_pages_of_the_site():
+    assert (DOCS / "results").resolve() == (ROOT / "benchmarks" / "results").resolve()
+
+
+@pytest.mark.parametrize("page,path,start,end", _snippets())
+def test_every_included_table_is_one_whole_table(page, path, start, end):
+    source = ROOT / path
+    assert source.is_file(), f"docs/{page} includes {path}, which is missing"
+    if start is None:
+        return
+    lines = source.read_text(encoding="utf-8").split("\n")
+    chunk = lines[start - 1:end]
+    where = f"docs/{page} includes {path}:{start}:{end}"
+    assert chunk and all(line.startswith("|") for line in chunk), \
+        f"{where}, but those lines are not all table rows; update the line numbers"
+    assert len(chunk) >= 2 and re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", chunk[1]), \
+        f"{where}, but its second line is not a table's header separator"
+    before = lines[start - 2] if start >= 2 else ""
+    after = lines[end] if end < len(lines) else ""
+    assert not before.startswith("|") and not after.startswith("|"), \
+        f"{where}, which is only part of a table; update the line numbers"
