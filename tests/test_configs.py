@@ -17,9 +17,9 @@ from weirdnet.data.lra.pathfinder import pathfinder_info
 from weirdnet.data.registry import DatasetInfo, entry
 from weirdnet.data.seq2seq.digits import BOS_ID, EOS_ID
 from weirdnet.models.base import model_class
-from weirdnet.models.config import from_dict
 from weirdnet.train.config import TrainConfig, load_config
 from weirdnet.train.tasks import build_model_config
+from weirdnet.typed_config import from_dict
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ALL = sorted(CONFIGS.rglob("*.toml"))

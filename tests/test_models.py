@@ -371,7 +371,7 @@ def test_causal_backbones_refuse_first_position_readouts(pooling):
 @pytest.mark.parametrize("model_class", [WeirdNetClassifier, WeirdNetDualEncoder])
 def test_save_load_round_trips_the_readout(pooling, model_class, tmp_path):
     from weirdnet.models import load
-    from weirdnet.models.config import from_dict, to_dict
+    from weirdnet.typed_config import from_dict, to_dict
 
     model = pooled(pooling, "weird,dba", model_class=model_class)
     assert from_dict(model.config_class, to_dict(model.config)) == model.config

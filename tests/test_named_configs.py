@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from weirdnet.cli import main
-from weirdnet.models.config import ConfigError
 from weirdnet.train.named_configs import config_dir, names, resolve, summaries
+from weirdnet.typed_config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 from weirdnet.cli import main  # noqa: E402
 from weirdnet.models import PEERS, PeerLM, load  # noqa: E402
-from weirdnet.models.config import ConfigError  # noqa: E402
+from weirdnet.typed_config import ConfigError  # noqa: E402
 
 CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM",
            "mamba2": "Mamba2ForCausalLM", "rwkv": "RwkvForCausalLM"}

@@ -9,8 +9,8 @@ import torch
 
 from helpers.numerics import rel_err
 from weirdnet.ops import WeirdScanCache, weird_scan, weird_scan_bidirectional
-from weirdnet.ops.weird_scan import dispatch, library
-from weirdnet.ops.weird_scan import torch as torch_backend
+from weirdnet.ops.weird_scan import dispatch, op
+from weirdnet.ops.weird_scan import pytorch as torch_backend
 
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),
@@ -31,7 +31,7 @@ def scan_inputs(L, D=4, B=2, dtype=torch.float64, masked=False, seed=0):
     return a, v, log_w, mask
 
 
-# (L, masked, split: "causal" = D, "reverse" = 0, "both" = D // 2, dtype)
+# (L, masked, direction: "causal", "reverse" or "both" (split D // 2), dtype)
 OPCHECK_CASES = [
     (1, False, "causal", torch.float64),
     (2, True, "reverse", torch.float64),
@@ -41,19 +41,21 @@ OPCHECK_CASES = [
 ]
 
 
-def split_of(kind: str, D: int) -> int:
-    return {"causal": D, "reverse": 0, "both": D // 2}[kind]
+def directions(kind: str, D: int) -> tuple[bool, int]:
+    """The ops' (reverse, split) arguments of a direction."""
+    return {"causal": (False, op.NO_SPLIT), "reverse": (True, op.NO_SPLIT),
+            "both": (False, D // 2)}[kind]
 
 
 @pytest.mark.parametrize("L,masked,kind,dtype", OPCHECK_CASES)
 def test_opcheck_forward_and_backward(backend, L, masked, kind, dtype):
     a, v, log_w, mask = scan_inputs(L, dtype=dtype, masked=masked)
-    split = split_of(kind, a.shape[-1])
+    reverse, split = directions(kind, a.shape[-1])
     leaves = [t.requires_grad_() for t in (a, v, log_w)]
-    torch.library.opcheck(library.scan_op, (*leaves, mask, split, backend))
+    torch.library.opcheck(op.scan_op, (*leaves, mask, reverse, split, backend))
     grad = torch.randn_like(a)
-    torch.library.opcheck(library.scan_backward_op,
-                          (grad, a.detach(), v.detach(), log_w.detach(), mask, split, backend))
+    torch.library.opcheck(op.scan_backward_op, (grad, a.detach(), v.detach(), log_w.detach(),
+                                                mask, reverse, split, backend))
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -62,7 +64,7 @@ def test_opcheck_decode_step(backend, masked):
     cache = WeirdScanCache(log_w, batch_size=2, max_len=8, backend=backend)
     cache.extend(a[:, :3], v[:, :3], None if mask is None else mask[:, :3])
     rings = [r.clone() for r in cache._ring]
-    torch.library.opcheck(library.extend_op,
+    torch.library.opcheck(op.extend_op,
                           (a[:, 3:], v[:, 3:], cache.log_w, None if mask is None else mask[:, 3:],
                            *rings, 3, backend))
 

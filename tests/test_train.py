@@ -264,7 +264,7 @@ def test_bf16_autocast_trains_and_fp16_needs_cuda(tmp_path):
     assert bf16["results"]["val"]["loss"] == pytest.approx(fp32["results"]["val"]["loss"],
                                                            rel=2e-2)
     if not torch.cuda.is_available():
-        from weirdnet.models.config import ConfigError
+        from weirdnet.typed_config import ConfigError
 
         with pytest.raises(ConfigError, match="fp16.*needs a CUDA device"):
             _train(tmp_path, "run.name=fp16", "train.precision=fp16", steps=2)

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from weirdnet.models import WeirdNetLM
-from weirdnet.models.config import BackboneConfig, ConfigError
+from weirdnet.models.config import BackboneConfig
 from weirdnet.ops.rotary import rotary, rotary_angles
+from weirdnet.typed_config import ConfigError
 
 transformers = pytest.importorskip("transformers")
 

@@ -233,8 +233,8 @@ def _add_configs(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_configs(args: argparse.Namespace, argv: list[str]) -> int:
-    from weirdnet.models.config import ConfigError
     from weirdnet.train.named_configs import config_dir, summaries
+    from weirdnet.typed_config import ConfigError
 
     try:
         if args.path:

@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from weirdnet.typed_config import ConfigError, coerce
+
 __all__ = ["DataMissingError", "DatasetInfo", "DatasetEntry", "available", "check_options",
            "data_root", "entry", "get", "register", "signature_options"]
 
@@ -228,8 +230,6 @@ def check_options(name: str, options: Mapping[str, Any], prefix: str = "") -> di
     types; ints are accepted for floats and become floats); ``prefix`` is put before each
     name in the messages, e.g. "data.options.".  Raises ``ConfigError`` (a ValueError)
     for an unknown name (suggesting the closest) or a value of the wrong type."""
-    from weirdnet.models.config import ConfigError, _coerce
-
     found = entry(name)
     if not isinstance(options, Mapping):
         raise ConfigError(f"{prefix.rstrip('.') or 'options'} of dataset {name!r} must be "
@@ -245,5 +245,5 @@ def check_options(name: str, options: Mapping[str, Any], prefix: str = "") -> di
             listed = f"(known: {', '.join(known)})" if known else "(it takes no options)"
             raise ConfigError(f"unknown option {prefix + key!r} of dataset {name!r}{hint} "
                               f"{listed}")
-        checked[key] = _coerce(found.options[key], value, f"{prefix}{key}")
+        checked[key] = coerce(found.options[key], value, f"{prefix}{key}")
     return checked

@@ -19,7 +19,7 @@ from transformers import PreTrainedConfig
 
 from weirdnet.models import LMConfig, WeirdNetLM
 from weirdnet.models.base import HF_MODEL_TYPE, model_document
-from weirdnet.models.config import ConfigError, from_dict
+from weirdnet.typed_config import ConfigError, from_dict
 
 PAD_ID, BOS_ID, EOS_ID = 0, 2, 3
 

@@ -99,6 +99,15 @@ class Mixer(nn.Module):
             raise ValueError(f"cache was made for batch_size={cache.batch_size}, "
                              f"got a batch of {batch}")
 
+    def fused_step_parts(self, cache):
+        """What a block's fused C decoding step needs from this mixer over ``cache``
+        (its cache from :meth:`init_cache`): ``(weights, scan_cache)``, with weights a
+        :class:`weirdnet.ops.block_step.ScanMixerWeights` and scan_cache the
+        :class:`weirdnet.ops.WeirdScanCache` the step advances; or None where the mixer
+        has no fused step (the default: every mixer but causal Weird/PS-attention on the
+        C scan backend).  The block then decodes through :meth:`forward` as usual."""
+        return None
+
     def not_decodable(self, what: str) -> ValueError:
         """The error for decoding with a mixer that cannot (``what``: the refused call)."""
         return ValueError(f"incremental decoding needs a causal layer (causal=True): "

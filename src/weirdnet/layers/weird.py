@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 from ..ops import WeirdScanCache, levels_needed, weird_scan, weird_scan_bidirectional
+from ..ops.block_step import ScanMixerWeights
 from .base import Mixer
 from .registry import register
 
@@ -142,6 +143,20 @@ class WeirdAttention(Mixer):
 
     def _mix_cached(self, x, mask, cache: WeirdAttentionCache):
         return self.proj_o(cache.scan.extend(self.proj_a(x), self.proj_v(x), mask))
+
+    def fused_step_parts(self, cache):
+        """``(ScanMixerWeights, scan cache)`` for a fused block step over ``cache``, or
+        None: not causal, not this layer's cache, a scan cache on a backend other than
+        the C kernel, or a cache dtype other than the weights'."""
+        if not self.causal or not isinstance(cache, WeirdAttentionCache):
+            return None
+        scan = cache.scan
+        if scan.backend != "cpu" or scan.dtype != self.proj_o.weight.dtype:
+            return None
+        weights = ScanMixerWeights(self.proj_a.weight, self.proj_a.bias, self.proj_v.weight,
+                                   self.proj_v.bias, self.proj_o.weight, self.proj_o.bias,
+                                   scan.log_w)
+        return weights, scan
 
     def extra_repr(self) -> str:
         form = "causal" if self.causal else "bidirectional"

@@ -2,10 +2,12 @@
 model with cached generation, classifiers, a retrieval dual encoder, an encoder–decoder,
 presets of the papers' sizes, and save/load (config JSON + safetensors)."""
 
+from weirdnet.typed_config import ConfigError
+
 from .backbone import Backbone, BackboneCache
 from .base import CheckpointError, WeirdNetModel, load
 from .blocks import Block, FeedForward
-from .config import BackboneConfig, ConfigError, resolve_pattern
+from .config import BackboneConfig, resolve_pattern
 from .lm import LMConfig, LMOutput, WeirdNetLM
 
 __all__ = ["Backbone", "BackboneCache", "BackboneConfig", "Block", "CheckpointError",

@@ -18,8 +18,8 @@ import torch.nn as nn
 
 from weirdnet import __version__
 from weirdnet._atomic import write_atomic
+from weirdnet.typed_config import ConfigError, from_dict, to_dict
 
-from .config import ConfigError, from_dict, to_dict
 from .safetensors_io import load_file, save_file
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"

@@ -18,8 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from weirdnet.layers.registry import factory
-from weirdnet.layers.weird import WeirdAttention, WeirdAttentionCache
-from weirdnet.ops import block_step
+from weirdnet.ops import WeirdScanCache, block_step
 
 from .config import BackboneConfig
 from .short_conv import ShortConv, ShortConvCache
@@ -170,31 +169,27 @@ class Block(nn.Module):
 
     def fused_step(self, cache) -> FusedBlockStep | None:
         """This block's fused C decoding step over ``cache`` (its mixer's cache), or None
-        where it does not apply: RMSNorm, SwiGLU, a short convolution, a mixer other than causal
-        Weird/PS-attention, a cross
-        mixer, weights other than float32/float64 on CPU, a scan cache on another
-        backend, or no C compiler."""
-        mixer = self.mixer
+        where it does not apply: RMSNorm, SwiGLU, a short convolution, a cross mixer, a
+        mixer without a fused step (:meth:`Mixer.fused_step_parts`), weights other than
+        float32/float64 on CPU, or no C compiler."""
         if not isinstance(self.norm_mix, nn.LayerNorm) or self.ffn.gate is not None \
-                or self.conv is not None:
+                or self.conv is not None or self.cross is not None:
             return None  # the fused step is LayerNorm + GELU/LeakyReLU, no convolution
-        if not isinstance(mixer, WeirdAttention) or not mixer.causal or self.cross is not None \
-                or not isinstance(cache, WeirdAttentionCache) or cache.scan.backend != "cpu" \
-                or cache.scan.dtype != mixer.proj_o.weight.dtype \
-                or block_step.unavailable_reason() is not None:
+        parts = self.mixer.fused_step_parts(cache)
+        if parts is None or block_step.unavailable_reason() is not None:
             return None
-        if any(t.device.type != "cpu" or t.dtype != cache.scan.dtype
-               for t in self.parameters()):
+        mixer, scan = parts
+        if any(t.device.type != "cpu" or t.dtype != scan.dtype for t in self.parameters()):
             return None
         ffn = self.ffn
         weights = block_step.BlockWeights(
             self.norm_mix.weight, self.norm_mix.bias, self.norm_mix.eps,
-            mixer.proj_a.weight, mixer.proj_a.bias, mixer.proj_v.weight, mixer.proj_v.bias,
-            mixer.proj_o.weight, mixer.proj_o.bias, cache.scan.log_w,
+            mixer.a_weight, mixer.a_bias, mixer.v_weight, mixer.v_bias,
+            mixer.o_weight, mixer.o_bias, mixer.log_w,
             self.norm_ffn.weight, self.norm_ffn.bias, self.norm_ffn.eps,
             ffn.inner.weight, ffn.inner.bias, ffn.outer.weight, ffn.outer.bias,
             ffn.activation)
-        return FusedBlockStep(block_step.BlockStep(weights), cache)
+        return FusedBlockStep(block_step.BlockStep(weights), scan)
 
 
 class FusedBlockStep:
@@ -202,8 +197,8 @@ class FusedBlockStep:
     residual stream x (B, D) at the next position into the block's output, in place,
     and advances the cache.  Holds the weights as they were when it was made."""
 
-    def __init__(self, step: block_step.BlockStep, cache: WeirdAttentionCache):
-        self.step, self.scan = step, cache.scan
+    def __init__(self, step: block_step.BlockStep, scan: WeirdScanCache):
+        self.step, self.scan = step, scan
 
     def __call__(self, x: torch.Tensor) -> None:
         scan = self.scan

@@ -27,9 +27,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from weirdnet.typed_config import ConfigError
+
 from .backbone import Backbone
 from .base import WeirdNetModel
-from .config import BackboneConfig, ConfigError
+from .config import BackboneConfig
 
 POOLINGS = ("auto", "mean", "last", "first", "cls")
 """The readouts ``pooling`` takes (see the module docstring)."""

@@ -8,12 +8,10 @@ the wrong type, so a config file with a typo fails loudly instead of being ignor
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any
+
+from weirdnet.typed_config import ConfigError
 
 ACTIVATIONS = ("gelu", "leaky_relu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
@@ -21,10 +19,6 @@ POSITIONS = ("learned", "rope", "none")
 STRUCTURES = {"A": ("weird",), "B": ("weird", "softmax")}
 """The papers' structures (Weird-Net §III.E): A = every mixer Weird-attention; B = Weird in
 layers 1, 3, 5, ... and softmax self-attention in layers 2, 4, ..."""
-
-
-class ConfigError(ValueError):
-    """A config with an unknown key, a value of the wrong type or an invalid value."""
 
 
 def resolve_pattern(pattern: str | list[str] | tuple[str, ...], depth: int) -> list[str]:
@@ -141,67 +135,3 @@ def _positive(config: Any, name: str) -> None:
     value = getattr(config, name)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name} must be a positive int, got {value!r}")
-
-
-def to_dict(config: Any) -> dict[str, Any]:
-    """A JSON-ready dict of a config dataclass (nested configs become dicts)."""
-    return dataclasses.asdict(config)
-
-
-def from_dict(cls: type, data: dict[str, Any], where: str = "config") -> Any:
-    """Build config dataclass ``cls`` from ``data``, checking keys and value types."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where} must be a mapping, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for key, value in data.items():
-        if key not in fields:
-            close = difflib.get_close_matches(key, list(fields), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"unknown key {where}.{key}{hint} "
-                              f"(known: {', '.join(fields)})")
-        values[key] = _coerce(hints[key], value, f"{where}.{key}")
-    return cls(**values)
-
-
-def _coerce(hint: Any, value: Any, where: str) -> Any:
-    """Check ``value`` against type ``hint`` (nested dataclasses are built from dicts)."""
-    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-        return from_dict(hint, value, where)
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _coerce(option, value, where)
-            except ConfigError as error:
-                errors.append(str(error))
-        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
-    if origin is dict or hint is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where} must be a mapping, got {value!r}")
-        return value
-    if origin in (list, tuple):
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{where} must be a list, got {value!r}")
-        return origin(value)
-    return _scalar(hint, value, where)
-
-
-def _scalar(hint: Any, value: Any, where: str) -> Any:
-    if hint is Any:
-        return value
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint is int and isinstance(value, bool):
-        raise ConfigError(f"{where} must be an int, got {value!r}")
-    if isinstance(hint, type) and not isinstance(value, hint):
-        raise ConfigError(f"{where} must be {hint.__name__}, got {value!r} "
-                          f"({type(value).__name__})")
-    return value

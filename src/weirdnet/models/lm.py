@@ -15,9 +15,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from weirdnet.typed_config import ConfigError
+
 from .backbone import Backbone
 from .base import WeirdNetModel
-from .config import BackboneConfig, ConfigError
+from .config import BackboneConfig
 from .generation import Sampling, decode
 
 

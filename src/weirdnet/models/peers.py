@@ -32,8 +32,10 @@ from typing import Any
 
 import torch
 
+from weirdnet.typed_config import ConfigError
+
 from .base import WeirdNetModel
-from .config import BackboneConfig, ConfigError
+from .config import BackboneConfig
 from .lm import LMOutput, lm_loss
 from .presets import swiglu_width
 

@@ -15,10 +15,11 @@ import torch
 
 from weirdnet.layers import DBACrossAttention
 from weirdnet.layers.softmax import SoftmaxCrossAttention
+from weirdnet.typed_config import ConfigError
 
 from .backbone import Backbone, PerBlockContext
 from .base import WeirdNetModel
-from .config import BackboneConfig, ConfigError
+from .config import BackboneConfig
 from .generation import Sampling, decode, inference
 from .lm import LMOutput, lm_loss, output_head, output_logits
 

@@ -101,8 +101,8 @@ def _fail(command: str, error: BaseException) -> int:
 def _expected_errors() -> tuple[type[BaseException], ...]:
     from weirdnet.data.registry import DataMissingError
     from weirdnet.models.base import CheckpointError
-    from weirdnet.models.config import ConfigError
     from weirdnet.train.trainer import RunError
+    from weirdnet.typed_config import ConfigError
 
     return (ConfigError, CheckpointError, DataMissingError, RunError, FileNotFoundError,
             KeyError, ImportError, ValueError)
@@ -159,8 +159,8 @@ def run_dir_config(run_dir: Path, overrides: list[str]):
     placed in ``run_dir`` itself: ``run.out_dir`` and ``run.name`` become its parent and its
     name, whatever the file says (a copied, moved or renamed run trains where it is; the
     trainer says so when they differ).  Overriding them is refused: RUN_DIR is the run."""
-    from weirdnet.models.config import ConfigError
     from weirdnet.train.config import load_config
+    from weirdnet.typed_config import ConfigError
 
     config_file = run_dir / "train_config.json"
     if not config_file.is_file():

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet._tables import merge
-from weirdnet.models.config import ConfigError, from_dict
+from weirdnet.typed_config import ConfigError, from_dict
 
 __all__ = ["ConfigError", "DataConfig", "OptimConfig", "RunConfig", "ScheduleConfig",
            "TrainConfig", "TrainSection", "apply_overrides", "load_config", "parse_value",

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from weirdnet.models.config import ConfigError
+from weirdnet.typed_config import ConfigError
 
 ENV = "WEIRDNET_CONFIGS"
 

@@ -34,7 +34,6 @@ import torch.nn as nn
 from weirdnet._atomic import write_atomic
 from weirdnet._faults import fault_point
 from weirdnet._signals import STOP, Interrupted, signal_name
-from weirdnet.models.config import ConfigError
 from weirdnet.train import checkpoint as ckpt
 from weirdnet.train import distributed as dist_util
 from weirdnet.train import tasks
@@ -43,6 +42,7 @@ from weirdnet.train.loading import EvalBatches, ResumableSampler, train_loader
 from weirdnet.train.rundir import RunDirError, check_run_dir, claim_run_dir
 from weirdnet.train.runlog import RunLog, results_table
 from weirdnet.train.schedule import extend_phases, phased_multiplier
+from weirdnet.typed_config import ConfigError
 
 __all__ = ["Progress", "RunError", "evaluate", "train"]
 
@@ -105,7 +105,7 @@ def load_datasets(config: TrainConfig) -> dict[str, Any]:
 def build_model(config: TrainConfig, info) -> nn.Module:
     """The model for the dataset ``info`` (errors name the ``model.`` key)."""
     from weirdnet.models.base import model_class
-    from weirdnet.models.config import from_dict
+    from weirdnet.typed_config import from_dict
 
     class_name, model_config = tasks.build_model_config(config.model, info)
     cls = model_class(class_name)

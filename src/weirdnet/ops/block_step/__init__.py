@@ -8,12 +8,13 @@ reference beside the kernel.
 At decoding widths every separate PyTorch op costs more in dispatch than in arithmetic;
 the fused step does a whole block (two LayerNorms, five matrix-vector products, the
 activation and the scan's own decoding step) in one call.  ``Backbone.step`` uses it for
-every Weird-attention block when decoding on CPU without autograd.
+every block whose mixer offers one (``Mixer.fused_step_parts``) when decoding on CPU
+without autograd.
 """
 
 from .cpu import BlockStep, unavailable_reason
 from .reference import block_step_reference
-from .weights import ACTIVATIONS, BlockWeights
+from .weights import ACTIVATIONS, BlockWeights, ScanMixerWeights
 
-__all__ = ["ACTIVATIONS", "BlockStep", "BlockWeights", "block_step_reference",
-           "unavailable_reason"]
+__all__ = ["ACTIVATIONS", "BlockStep", "BlockWeights", "ScanMixerWeights",
+           "block_step_reference", "unavailable_reason"]

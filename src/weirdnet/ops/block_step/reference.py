@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..weird_scan import torch as scan_torch
+from ..weird_scan import pytorch as scan_torch
 from .weights import BlockWeights
 
 

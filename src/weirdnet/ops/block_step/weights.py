@@ -10,6 +10,22 @@ ACTIVATIONS = ("gelu", "leaky_relu")
 
 
 @dataclass(frozen=True)
+class ScanMixerWeights:
+    """The mixer part of a fused block step: a causal Weird-attention layer's
+    projections in ``nn.Linear`` layouts (a_weight, v_weight, o_weight (D, D); biases (D,)
+    or None) and its scan log-weights ``log_w`` (K, D), as a layer's
+    :meth:`~weirdnet.layers.Mixer.fused_step_parts` hands them to the block."""
+
+    a_weight: torch.Tensor
+    a_bias: torch.Tensor | None
+    v_weight: torch.Tensor
+    v_bias: torch.Tensor | None
+    o_weight: torch.Tensor
+    o_bias: torch.Tensor | None
+    log_w: torch.Tensor
+
+
+@dataclass(frozen=True)
 class BlockWeights:
     """One pre-norm Weird-attention block with a feed-forward network (width D, inner F):
 

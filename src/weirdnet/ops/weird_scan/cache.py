@@ -20,7 +20,7 @@ from ..checks import (
 )
 from . import dispatch
 from .dispatch import compute_dtype, prepare_input
-from .library import extend
+from .op import extend
 
 
 class WeirdScanCache:

@@ -126,7 +126,7 @@ def _rows(t: torch.Tensor) -> tuple[int, int, int]:
 
 
 def fwd(a, v, log_w, mask, split: int, nlev: int) -> torch.Tensor:
-    """Forward scan; see ``weird_scan.torch.fwd`` for the contract.  Returns O (B, L, D)."""
+    """Forward scan; see ``weird_scan.pytorch.fwd`` for the contract.  Returns O (B, L, D)."""
     lib = load()
     B, L, D = a.shape
     out = torch.empty((B, L, D), dtype=a.dtype)

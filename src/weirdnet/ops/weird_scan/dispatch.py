@@ -1,7 +1,7 @@
 """The backends of ``weird_scan``, written down once, and the rule that picks one.
 
 Every backend implements the same three functions (the contract is
-``weird_scan.torch``'s; docs/design.md §8 has the algorithm):
+``weird_scan.pytorch``'s; docs/design.md §8 has the algorithm):
 
     fwd(a, v, log_w, mask, split, nlev) -> O                       (B, L, D)
     bwd(a, v, log_w, mask, grad, split, nlev) -> (dA, dV, dlog_w)  dlog_w (nlev, D) float64
@@ -39,7 +39,7 @@ import torch
 
 from ..checks import levels_needed
 from . import cpu as cpu_kernels
-from . import torch as torch_kernels
+from . import pytorch as torch_kernels
 
 ENV_BACKEND = "WEIRDNET_SCAN_BACKEND"
 ENV_SELFCHECK = "WEIRDNET_SCAN_SELFCHECK"

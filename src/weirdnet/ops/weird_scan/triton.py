@@ -1,7 +1,7 @@
 """Fused Triton kernels for the Weird-attention scan: backend ``"triton"`` of ``weird_scan``.
 
-Same contracts as ``weird_scan.torch`` and the C kernels (``fwd``, ``bwd``, ``extend``).  The state
-is the running-max triple ``(m, h, u)`` of docs/design.md §8 (``H = e^m h``,
+Same contracts as ``weird_scan.pytorch`` and the C kernels (``fwd``, ``bwd``, ``extend``).
+The state is the running-max triple ``(m, h, u)`` of docs/design.md §8 (``H = e^m h``,
 ``U = e^m u``) in float32 (float64 for float64 inputs) whatever the input dtype; A, V and
 the output gradient are read in their own dtype (bf16, fp16, fp32, fp64), and O, dA, dV
 are written in it.
@@ -59,7 +59,7 @@ inputs are kept between forward and backward, so the forward does not write ``lo
 the backward's last pass computes it exactly, for free.
 
 Decoding (``extend``): one launch per call; one program per (batch row, channel block)
-walks the tokens and levels in order over the ring buffers of ``weird_scan.torch.extend``, with
+walks the tokens and levels in order over the ring buffers of ``weird_scan.pytorch.extend``, with
 the full pass's change of form every ``c`` levels, so its outputs are ``fwd``'s bit for bit
 (same combine, same order; checked under the interpreter).  The PyTorch step runs about
 20 small kernels per level, ~20 K launches per token on a GPU; this is one.
@@ -77,7 +77,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .torch import _parts  # (channel slice, reverse?) of the causal/anti-causal ranges
+from .pytorch import _parts  # (channel slice, reverse?) of the causal/anti-causal ranges
 
 LEVELS_PER_PASS = 8  # c: levels per pass; a tile is 2^c rows (and 2^c more of halo)
 TILE_ELEMENTS = 4096  # target rows x columns of one state tensor in a program
@@ -110,7 +110,7 @@ _SUM = tl.standard._sum_combine
 
 @triton.jit
 def _combine(m, h, u, mp, hp, up):
-    """Merge partner (mp, hp, up) into (m, h, u): the combine of weird_scan.torch and the C code."""
+    """Merge partner (mp, hp, up) into (m, h, u): the combine of ``pytorch.py`` and the C code."""
     d = m - mp
     e = tl.exp(-tl.abs(d))
     keep = d >= 0
@@ -351,7 +351,7 @@ def _extend_kernel(a_ptr, v_ptr, valid_ptr, logw_ptr, rm_ptr, rh_ptr, ru_ptr, ou
                    NEG: tl.constexpr):
     """Tokens t0 .. t0+T-1 of one batch row and channel block, in order.
 
-    Ring rows as in ``weird_scan.torch.extend``: level k owns rows [2^k - 1, 2^(k+1) - 1) of
+    Ring rows as in ``weird_scan.pytorch.extend``: level k owns rows [2^k - 1, 2^(k+1) - 1) of
     (rows, B, D), row (2^k - 1) + (t mod 2^k) holding position t's state before level k.
     After every ``cpass`` levels the state takes the form the full pass hands from one
     pass to the next, so the outputs are bitwise those of the full pass.
@@ -526,7 +526,7 @@ def bwd(a, v, log_w, mask, grad, split: int, nlev: int):
 
 
 def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> torch.Tensor:
-    """Decode tokens t0 .. t0+T-1 in one launch; contract of ``weird_scan.torch.extend``.
+    """Decode tokens t0 .. t0+T-1 in one launch; contract of ``weird_scan.pytorch.extend``.
 
     a, v: (B, T, D) in the state dtype; valid: (B, T) bool or None; ring_*:
     (2^nlev - 1, B, D) contiguous.  Returns O (B, T, D), bitwise ``fwd``'s outputs.

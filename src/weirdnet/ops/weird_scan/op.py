@@ -1,0 +1,216 @@
+"""``weird_scan``: the Weird-attention weighted log-step scan as a public op, exact and stable.
+
+    O_i = sum_{j <= i} a_{i-j} e^{A_j} V_j / sum_{j <= i} a_{i-j} e^{A_j},
+    a_d = prod_{k in bits(d)} e^{log_w[k]}
+
+computed by the running-max log-step scan of docs/design.md §8 in float32 (float64 for
+float64 inputs), with a custom backward (the mirrored scan) that recomputes the forward
+levels instead of storing them: between forward and backward only the inputs are kept.
+
+This module is the whole public op, top to bottom:
+
+1. the public functions (:func:`weird_scan`, :func:`weird_scan_bidirectional`) check their
+   arguments (a ValueError naming the argument, before any kernel runs, in eager mode and
+   under ``torch.compile`` alike) and call
+2. the custom ops, registered with :func:`torch.library.custom_op`, each with a fake
+   (meta) implementation, so ``torch.compile(fullgraph=True)`` keeps them in the graph as
+   opaque calls and ``torch.export`` records them::
+
+       weirdnet::weird_scan(a, v, log_w, mask?, reverse, split, backend) -> O
+       weirdnet::weird_scan_backward(grad, a, v, log_w, mask?, reverse, split, backend)
+           -> (dA, dV, dlog_w)
+       weirdnet::weird_scan_extend(a, v, log_w, valid?, ring_m!, ring_h!, ring_u!, t0,
+           backend) -> O
+
+   The forward op's autograd formula calls the backward op (once differentiable: the
+   backward op has no derivative of its own).  The decoding step runs through its op
+   inside a traced graph and calls the same implementation directly in eager mode
+   (:func:`extend`), where the op's dispatch would cost more than the step itself;
+3. each op resolves a backend of ``dispatch.BACKENDS`` on its real tensors (so a traced
+   graph holds no device test) and runs its ``fwd`` / ``bwd`` / ``extend``:
+   * ``"cpu"``: fused C kernels (``csrc/weird_scan.c``), built on first use;
+   * ``"torch"``: pure PyTorch (``pytorch.py``), any device;
+   * ``"triton"``: fused Triton kernels (``triton.py``) for CUDA tensors, checked against
+     the PyTorch backend on first use; on CPU tensors only under the Triton interpreter
+     (``TRITON_INTERPRET=1``, for tests).
+
+``backend=None`` picks ``"cpu"`` for CPU tensors when the kernels can be built, else
+``"torch"``, and ``"triton"`` for CUDA tensors when ``triton`` imports, else ``"torch"``.
+``WEIRDNET_SCAN_BACKEND=torch`` forces the fallback everywhere (any name forces that one).
+
+Directions.  The ops carry ``reverse`` (False: causal prefix scan, True: anti-causal suffix
+scan) and ``split``: -1 scans every channel in the direction ``reverse`` names; a split
+s >= 0 is the encoder form, channels [0, s) causal and [s, D) anti-causal (``reverse``
+False).  The backends' kernels take only the number of causal channels
+(:func:`causal_channels`), computed in one place, here.
+
+Outputs: O and dA in ``a``'s dtype, dV in ``v``'s, d log_w in ``log_w``'s shape and dtype
+(zero in the levels the sequence does not use); extend's O in ``a``'s dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..checks import check_scan_inputs, levels_needed
+from . import dispatch
+
+NO_SPLIT = -1
+"""``split`` of a one-direction scan: every channel in the direction ``reverse`` names."""
+
+
+def scan_backend_name(device: torch.device | str = "cpu") -> str:
+    """Name of the backend ``weird_scan`` uses for tensors on ``device``."""
+    return dispatch.resolve(torch.device(device)).name
+
+
+def weird_scan(a, v, log_w, *, reverse=False, mask=None, backend=None):
+    """Weird-attention scan O = H / U of ``E = exp(a)``-weighted values ``v``.
+
+    Args:
+        a: (B, L, D) attention logits A, any floating dtype.
+        v: (B, L, D) values V, same dtype as ``a``.
+        log_w: (K, D) log of the per-level distance weights, K >= ceil(log2 L).
+            Mode "cumexp" passes ``cumsum(w, 0)``, "exp" passes ``w``, PS-attention zeros.
+        reverse: False for the causal prefix scan (decoder), True for the anti-causal
+            suffix scan.
+        mask: optional (B, L) bool, True for real tokens; padded tokens contribute nothing.
+            Outputs at padded positions are finite (0 where no real token is in reach).
+        backend: None (auto), "cpu" (fused C kernel), "torch" or "triton" (fused Triton
+            kernels; CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``).
+
+    Returns:
+        O: (B, L, D) in ``a``'s dtype, computed with float32 state (float64 for float64).
+
+    Non-finite values are never hidden; every backend, the decoding cache and
+    :func:`weirdnet.ops.weird_scan_reference` (the specification) agree, per channel:
+      * NaN or +inf in A, or NaN or +-inf in V, at a real position j: every output with j
+        in its window (causal i >= j, reverse i <= j) is NaN, as ``torch.softmax`` is NaN
+        for +inf.
+      * -inf in A is a zero weight: an output with a finite-A real token in its window is
+        exactly the output with j padded; one whose real tokens are all -inf is NaN (0/0).
+      * Padded positions are left out whatever they hold; a window of padding only gives
+        0, as before.
+      * Gradients: every real input in the window of a NaN output gets NaN dA and dV
+        (padding gets 0), and d log_w of a channel with a NaN output is NaN; elsewhere they
+        are finite and exact.  ``log_w`` must be finite (the layers make it so); finite
+        logits are assumed above -1e29 (-1e299 in float64), the padding level.
+    """
+    return _scan(a, v, log_w, mask, bool(reverse), NO_SPLIT, backend)
+
+
+def weird_scan_bidirectional(a, v, log_w, *, mask=None, split=None, backend=None):
+    """Encoder form: channels [0, split) causal, [split, D) anti-causal, in one call.
+
+    Same arguments as :func:`weird_scan`; ``split`` defaults to D // 2, and row k of
+    ``log_w`` holds the forward half's weights in [0, split) and the backward half's in
+    [split, D).  Returns O (B, L, D).
+    """
+    D = a.shape[-1] if isinstance(a, torch.Tensor) and a.dim() == 3 else 0
+    split = D // 2 if split is None else int(split)
+    if not 0 <= split <= D:
+        raise ValueError(f"split must be in [0, D={D}], got {split}")
+    return _scan(a, v, log_w, mask, False, split, backend)
+
+
+def _scan(a, v, log_w, mask, reverse: bool, split: int, backend: str | None):
+    check_scan_inputs(a, v, log_w, mask)
+    dispatch.check_name(backend)
+    return scan_op(a, v, log_w, mask, reverse, split, backend or "")
+
+
+def causal_channels(width: int, reverse: bool, split: int) -> int:
+    """The kernels' direction argument: channels [0, n) causal, [n, width) anti-causal."""
+    if split != NO_SPLIT:
+        return split
+    return 0 if reverse else width
+
+
+# --- the custom ops --------------------------------------------------------------------
+
+
+def _levels_of_ring(ring: Tensor) -> int:
+    """K for ring buffers of 2^K - 1 rows."""
+    return (ring.shape[0] + 1).bit_length() - 1
+
+
+@torch.library.custom_op("weirdnet::weird_scan", mutates_args=())
+def scan_op(a: Tensor, v: Tensor, log_w: Tensor, mask: Tensor | None, reverse: bool,
+            split: int, backend: str) -> Tensor:
+    """O (B, L, D) in the directions ``reverse`` and ``split`` name (module docstring)."""
+    impl = dispatch.resolve(a.device, backend or None)
+    n_causal = causal_channels(a.shape[-1], reverse, split)
+    out = impl.fwd(a, v, log_w, mask, n_causal, levels_needed(a.shape[1]))
+    return out.to(a.dtype).contiguous()
+
+
+@scan_op.register_fake
+def _scan_fake(a, v, log_w, mask, reverse, split, backend):
+    return a.new_empty(a.shape)
+
+
+@torch.library.custom_op("weirdnet::weird_scan_backward", mutates_args=())
+def scan_backward_op(grad: Tensor, a: Tensor, v: Tensor, log_w: Tensor, mask: Tensor | None,
+                     reverse: bool, split: int,
+                     backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    """(dA, dV, dlog_w) of ``sum(grad * scan_op(a, v, log_w, mask, reverse, split))``."""
+    impl = dispatch.resolve(a.device, backend or None)
+    nlev = levels_needed(a.shape[1])
+    n_causal = causal_channels(a.shape[-1], reverse, split)
+    da, dv, dlogw = impl.bwd(a, v, log_w, mask, grad, n_causal, nlev)
+    grad_log_w = log_w.new_zeros(log_w.shape)
+    grad_log_w[:nlev] = dlogw.to(log_w.dtype)
+    return da.to(a.dtype).contiguous(), dv.to(v.dtype).contiguous(), grad_log_w
+
+
+@scan_backward_op.register_fake
+def _scan_backward_fake(grad, a, v, log_w, mask, reverse, split, backend):
+    return a.new_empty(a.shape), v.new_empty(v.shape), log_w.new_empty(log_w.shape)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    a, v, log_w, mask, reverse, split, backend = inputs
+    ctx.save_for_backward(a, v, log_w, mask)
+    ctx.reverse, ctx.split, ctx.backend = reverse, split, backend
+
+
+def _backward(ctx, grad):
+    a, v, log_w, mask = ctx.saved_tensors
+    da, dv, dlogw = scan_backward_op(grad, a, v, log_w, mask, ctx.reverse, ctx.split,
+                                     ctx.backend)
+    return da, dv, dlogw, None, None, None, None
+
+
+scan_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def extend(a: Tensor, v: Tensor, log_w: Tensor, valid: Tensor | None, ring_m: Tensor,
+           ring_h: Tensor, ring_u: Tensor, t0: int, backend: str) -> Tensor:
+    """Decode T tokens at positions t0 .. t0+T-1 through the ring buffers (updated in
+    place).  a, v: (B, T, D) and log_w, rings (2^K - 1, B, D) in the compute dtype.
+
+    Outside a traced graph this is called directly: a decoding step is short, and the
+    custom op's dispatch would add tens of microseconds per layer and token."""
+    if torch.compiler.is_compiling():
+        return extend_op(a, v, log_w, valid, ring_m, ring_h, ring_u, t0, backend)
+    return _extend_impl(a, v, log_w, valid, ring_m, ring_h, ring_u, t0, backend)
+
+
+def _extend_impl(a, v, log_w, valid, ring_m, ring_h, ring_u, t0, backend):
+    impl = dispatch.resolve(a.device, backend or None)
+    out = impl.extend(a, v, log_w, valid, ring_m, ring_h, ring_u, _levels_of_ring(ring_m), t0)
+    return out.to(a.dtype).contiguous()
+
+
+@torch.library.custom_op("weirdnet::weird_scan_extend",
+                         mutates_args=("ring_m", "ring_h", "ring_u"))
+def extend_op(a: Tensor, v: Tensor, log_w: Tensor, valid: Tensor | None, ring_m: Tensor,
+              ring_h: Tensor, ring_u: Tensor, t0: int, backend: str) -> Tensor:
+    """The decoding step as a custom op (see :func:`extend`)."""
+    return _extend_impl(a, v, log_w, valid, ring_m, ring_h, ring_u, t0, backend)
+
+
+@extend_op.register_fake
+def _extend_fake(a, v, log_w, valid, ring_m, ring_h, ring_u, t0, backend):
+    return a.new_empty(a.shape)

@@ -1,0 +1,75 @@
+"""The package's layering, read from the source (no imports run): the core (ops, layers,
+models, data, train, hf) never imports the lab (bench, experiments), and the model layer
+reaches a mixer only through the mixer contract, never by naming one."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "weirdnet"
+CORE = ("ops", "layers", "models", "data", "train", "hf")
+LAB = ("bench", "experiments")
+
+
+def module_name(path: Path) -> str:
+    """weirdnet.a.b for src/weirdnet/a/b.py (and weirdnet.a for a/__init__.py)."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, anywhere in it (function-local imports included),
+    with relative imports resolved to absolute names."""
+    here = module_name(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                stem = f"{base}.{node.module}" if node.module else base
+            else:
+                stem = node.module or ""
+            found.add(stem)
+            found.update(f"{stem}.{alias.name}" for alias in node.names)
+    return found
+
+
+def core_files() -> list[Path]:
+    return sorted(p for name in CORE for p in (PACKAGE / name).rglob("*.py"))
+
+
+def test_the_core_exists_as_listed():
+    assert all((PACKAGE / name / "__init__.py").is_file() for name in CORE + LAB)
+    assert len(core_files()) > 50
+
+
+@pytest.mark.parametrize("path", core_files(), ids=lambda p: module_name(p))
+def test_the_core_never_imports_the_lab(path):
+    lab = tuple(f"weirdnet.{name}" for name in LAB)
+    bad = sorted(m for m in imported_modules(path)
+                 if m in lab or m.startswith(tuple(f"{x}." for x in lab)))
+    assert not bad, f"{module_name(path)} imports the lab: {bad}"
+
+
+def test_relative_imports_resolve_as_python_does():
+    """The resolver above, on this package's own shapes."""
+    blocks = PACKAGE / "models" / "blocks.py"
+    assert "weirdnet.layers.registry" in imported_modules(blocks)
+    init = PACKAGE / "ops" / "weird_scan" / "__init__.py"
+    assert "weirdnet.ops.weird_scan.op" in imported_modules(init)
+    cache = PACKAGE / "ops" / "weird_scan" / "cache.py"
+    assert "weirdnet.ops.checks" in imported_modules(cache)
+
+
+def test_blocks_reach_mixers_only_through_the_contract():
+    """The block builds its mixer from the registry and asks it for a fused decoding
+    step (``Mixer.fused_step_parts``); it names no mixer module or class."""
+    for name in ("blocks.py", "backbone.py"):
+        path = PACKAGE / "models" / name
+        mixers = {m for m in imported_modules(path) if m.startswith("weirdnet.layers.")
+                  and m.split(".")[2] not in ("registry", "base")}
+        assert not mixers, f"models/{name} names a mixer: {sorted(mixers)}"
