@@ -85,6 +85,6 @@ def test_monkeypatch_must_not_patch_torch_config_modules():
 
     pattern = re.compile(r"monkeypatch\.setattr\(\s*torch\.(_inductor|_dynamo|compiler|"
                          r"_functorch)\.config")
-    offenders = [path.name for path in Path(__file__).parent.glob("test_*.py")
+    offenders = [path.name for path in Path(__file__).parent.rglob("test_*.py")
                  if pattern.search(path.read_text(encoding="utf-8"))]
     assert offenders == [], offenders

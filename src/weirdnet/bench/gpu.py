@@ -6,8 +6,8 @@ timed out and the next step runs), each writing its JSON record under OUT/record
 before the next begins:
 
 1. env: the device, driver, CUDA, torch, triton and weirdnet versions, the git commit;
-2. correctness: the CUDA-parametrised tests (tests/test_scan_triton.py,
-   tests/test_scan_nonfinite.py: every Triton scan kernel against the float64 reference
+2. correctness: the CUDA-parametrised tests (tests/ops/test_scan_triton.py,
+   tests/ops/test_scan_nonfinite.py: every Triton scan kernel against the float64 reference
    at awkward sizes, forward and gradients, fp32/bf16/fp16, masks, reverse, decoding,
    stability at 64K) in a pytest child, then the Triton backend's self-check;
 3. scan: `weirdnet bench scan` at B=8, D=1024, bf16, L=1K..64K (scan, the kernels
@@ -80,12 +80,12 @@ NO_CUDA = ("weirdnet bench gpu: no CUDA device (torch.cuda.is_available() is Fal
            "it on a GPU machine, or pass --dry-run-cpu to check the control flow on the CPU")
 DRY_RUN_NOTE = "CPU dry run: no GPU numbers"
 
-GPU_TESTS = {"full": ("tests/test_scan_triton.py", "tests/test_scan_nonfinite.py"),
-             "quick": ("tests/test_scan_triton.py",)}
+GPU_TESTS = {"full": ("tests/ops/test_scan_triton.py", "tests/ops/test_scan_nonfinite.py"),
+             "quick": ("tests/ops/test_scan_triton.py",)}
 """The test files whose cases run on CUDA when it is there (relative to the checkout)."""
-DRY_RUN_TESTS = ("tests/test_scan_triton.py::test_forward_matches_reference[True-37-2]",
-                 "tests/test_scan_triton.py::test_gradients_match_reference[37-2-False-dtype11]",
-                 "tests/test_scan_triton.py::test_decoding_is_bitwise_the_full_pass[2]")
+DRY_RUN_TESTS = ("tests/ops/test_scan_triton.py::test_forward_matches_reference[True-37-2]",
+                 "tests/ops/test_scan_triton.py::test_gradients_match_reference[37-2-False-dtype11]",
+                 "tests/ops/test_scan_triton.py::test_decoding_is_bitwise_the_full_pass[2]")
 """A few Triton kernels under the interpreter at tiny sizes (about 10 s on a CPU)."""
 
 SCAN = {"full": {"lengths": (1024, 2048, 4096, 8192, 16384, 32768, 65536)},
@@ -277,7 +277,7 @@ def _repository() -> Path | None:
     import weirdnet
 
     for root in (Path(weirdnet.__file__).resolve().parents[2], Path.cwd()):
-        if (root / "tests" / "test_scan_triton.py").exists():
+        if (root / "tests" / "ops" / "test_scan_triton.py").exists():
             return root
     return None
 

@@ -21,7 +21,7 @@ from weirdnet._signals import Interrupted
 from weirdnet.bench import children, output
 from weirdnet.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "benchmarks" / "results"
 
 

@@ -21,7 +21,7 @@ from weirdnet.train.config import TrainConfig, load_config
 from weirdnet.train.tasks import build_model_config
 from weirdnet.typed_config import from_dict
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 ALL = sorted(CONFIGS.rglob("*.toml"))
 CPU = [p for p in ALL if p.stem.endswith("-cpu")]
 # Files that are neither a paper experiment nor its CPU variant.

@@ -11,7 +11,7 @@ from weirdnet.cli import main
 from weirdnet.train.named_configs import config_dir, names, resolve, summaries
 from weirdnet.typed_config import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_package_configs_are_the_repository_configs():

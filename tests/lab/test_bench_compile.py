@@ -8,7 +8,7 @@ import pytest
 from weirdnet.bench import compile as compile_bench
 from weirdnet.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_quickstart_workload_is_the_quickstart_config():

@@ -11,7 +11,7 @@ from weirdnet.data import DataMissingError, get
 from weirdnet.data.common import contiguous_bounds
 from weirdnet.data.text.lm import ByteLMDataset, read_official
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 TEXT = ("<page><title>Ærø</title><text>'''Anarchism''' is a [[political philosophy]] — "
         "日本語 ok.</text></page>\n").encode() * 40
 
