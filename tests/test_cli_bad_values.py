@@ -169,9 +169,9 @@ def _help_examples():
     the help text (max_new_tokens: the default when not given)."""
     import shlex
 
-    from weirdnet.train.commands import GENERATE_DESCRIPTION
+    from weirdnet.commands.generate import DESCRIPTION
 
-    text = GENERATE_DESCRIPTION.replace("\\\n", " ")
+    text = DESCRIPTION.replace("\\\n", " ")
     for line in text.splitlines():
         if not line.strip().startswith("weirdnet generate runs/quickstart"):
             continue

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "weirdnet"
-CORE = ("ops", "layers", "models", "data", "train", "hf")
+CORE = ("ops", "layers", "models", "data", "train", "hf", "commands")
 LAB = ("bench", "experiments")
 
 

@@ -1,6 +1,5 @@
 """weirdnet data download: checked HTTP downloads, pip sources, Debian hints, the command."""
 
-import argparse
 import hashlib
 import subprocess
 from pathlib import Path
@@ -8,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from helpers.archives import write_zip
-from weirdnet.data.cmd_download import add_download
+from weirdnet.cli import main
 from weirdnet.data.sources import download as dl
 from weirdnet.data.sources.packages import DebianPackage
 
@@ -113,10 +112,7 @@ def test_debian_sources_and_unknown_names(tmp_path, monkeypatch):
 
 
 def _command(argv):
-    parser = argparse.ArgumentParser(prog="weirdnet data")
-    add_download(parser.add_subparsers(dest="data_command"))
-    args = parser.parse_args(argv)
-    return args.handler(args, argv)
+    return main(["data", *argv])
 
 
 def test_command_line(tmp_path, monkeypatch, capsys):

@@ -9,7 +9,7 @@ import pytest
 
 from helpers.train import run_cli
 from weirdnet.experiments.intervals import mean_interval, wilson
-from weirdnet.experiments.recall import CAUSAL_MECHANISMS, plan
+from weirdnet.experiments.recall import causal_mechanisms, plan
 from weirdnet.train.config import TrainConfig
 
 
@@ -21,7 +21,7 @@ def test_plan_and_configs(tmp_path):
         assert config.model["backbone"]["causal"] is True
         assert config.model["backbone"]["dim"] == cell.width
         assert config.data.options["seq_len"] == cell.length
-    assert "dba" not in CAUSAL_MECHANISMS and "weird-a" in CAUSAL_MECHANISMS
+    assert "dba" not in causal_mechanisms() and "weird-a" in causal_mechanisms()
     with pytest.raises(ValueError, match="no causal form"):
         plan(["mqar"], [64], [16], ["dba"], 1, 10)
     with pytest.raises(ValueError, match="unknown diagnostic"):

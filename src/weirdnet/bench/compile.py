@@ -26,6 +26,8 @@ from typing import Any
 
 from . import output
 
+HELP = "training steps/s eager vs torch.compile(fullgraph=True)"
+
 DESCRIPTION = __doc__.split("\n\n", 1)[0].replace("``", "`") + "\n\n" + \
     "Writes compile_<device>.{json,md} to OUT and prints the Markdown table. OUT is --out " \
     "DIR, else $WEIRDNET_BENCH_DIR, else ~/.cache/weirdnet/bench; the committed results " \

@@ -29,6 +29,8 @@ RATIO_TARGETS = {"weirdnet-small-cpu": 1.5, "weirdnet-a-small-cpu": 12.0}
 SPEED_TARGETS = {"weirdnet-a-small-cpu": 4000.0}
 """Tokens/s at TARGET_CONTEXT, batch 1."""
 
+HELP = "tokens/s of cached decoding vs context: Weird-Net A and B vs softmax"
+
 DESCRIPTION = __doc__.split("\n\n", 1)[1] + """
 Output: a Markdown table on stdout and in OUT/decode_<device>.md, raw numbers in
 OUT/decode_<device>.json. OUT is --out DIR, else $WEIRDNET_BENCH_DIR, else

@@ -40,6 +40,8 @@ from pathlib import Path
 
 from . import output
 
+HELP = "the GPU path in one command: tests, scan, models, decoding, suite pilot"
+
 DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "`") + """
 OUT gets report.md (every step's results on one page), gpu.json (the run), records/N-STEP.json
 (one per step), logs/ (each child's output) and the benchmarks' own folders, laid out as

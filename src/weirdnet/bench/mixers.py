@@ -23,11 +23,13 @@ the run has no softmax layer row.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from . import runner
 from .opbench import Cap, OpBench, Ratio, Target
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -253,3 +255,51 @@ OPBENCH = OpBench(
                  "form), and sdpa, sdpa-causal (raw SDPA op) (default: every form that "
                  "exists)",
 )
+
+
+# --- the command: ``weirdnet bench mixers`` --------------------------------------------
+
+HELP = "every registered mixer layer vs SDPA: time and peak memory"
+DESCRIPTION = """\
+Benchmark every registered sequence mixer (weirdnet.layers) as a full layer, with raw
+PyTorch scaled_dot_product_attention (SDPA) as the baseline, side by side in one process.
+
+Methods are found in the registry at run time: NAME is a mixer's non-causal form
+(build(NAME, D, causal=False)), NAME-causal its causal form; a form whose build raises
+ValueError does not exist and is left out. Constructors with a max_len parameter get
+max_len=L, with a heads parameter heads=D/head-dim; other options keep their defaults.
+sdpa and sdpa-causal are the raw op (no projections) with D/64 heads of 64.
+
+For every length L and method it reports the median time of an inference forward and of
+a forward+backward (x and all layer parameters require grad, fixed random grad_out), and
+the peak extra memory of one forward+backward (CPU: peak RSS in a fresh child process per
+row; CUDA: torch.cuda.max_memory_allocated). Ratios per L compare each method with the
+softmax mixer layer and with raw SDPA of the same form. Targets (only for lengths that
+were measured): DBA fwd+bwd at L=4096 >= 4x faster than SDPA and with less peak memory,
+Relation fwd+bwd at L=16384 >= 20x faster than SDPA (all non-causal; SDPA = the softmax
+layer when it was measured, else raw sdpa; the report says which).
+
+Output: a Markdown report on stdout and in OUT/mixers_<device>.md, all raw numbers and
+machine info in OUT/mixers_<device>.json. Progress goes to stderr. OUT is --out DIR, else
+$WEIRDNET_BENCH_DIR, else ~/.cache/weirdnet/bench (a scratch folder); the committed
+results are rewritten only with --out benchmarks/results, and a --quick run refuses a
+folder that holds a full run's report (unless --force). One run writes into OUT at a
+time; Ctrl-C or SIGTERM ends the run without a report (OUT left as it was).
+
+examples:
+  weirdnet bench mixers                        # full run (long on CPU: softmax at 16K)
+  weirdnet bench mixers --out benchmarks/results   # full run, into the committed results
+  weirdnet bench mixers --lengths 4096 --methods dba,softmax,sdpa
+  weirdnet bench mixers --softmax-max-len 4096 # skip the slow quadratic rows above 4K
+  weirdnet bench mixers --quick                # seconds-long smoke run
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of every operator benchmark (:mod:`.runner`), for this one."""
+    runner.add_arguments(parser, OPBENCH)
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Measure, report and write the records (:func:`.runner.run`); the exit status."""
+    return runner.run(OPBENCH, args, argv)

@@ -13,10 +13,12 @@ and non-causal), lengths, ratios and targets.
 
 from __future__ import annotations
 
+import argparse
 import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from . import runner
 from .opbench import Cap, OpBench, Ratio, Target
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -111,3 +113,51 @@ OPBENCH = OpBench(
     cap=Cap("--torch-max-len", 4096,
             "longest L for the slow backend='torch' scan row, 0 for no limit (default: 4096)"),
 )
+
+
+# --- the command: ``weirdnet bench scan`` --------------------------------------------
+
+HELP = "weird_scan vs SDPA: time and peak memory of forward(+backward)"
+DESCRIPTION = """\
+Benchmark the weighted log-step scan (weirdnet.ops.weird_scan) against PyTorch's
+scaled_dot_product_attention (SDPA), side by side in one process.
+
+For every length L and method it reports the median time of an inference forward and of
+a forward+backward (all inputs require grad, fixed random grad_out), and the peak extra
+memory of one forward+backward (CPU: peak RSS in a fresh child process per row; CUDA:
+torch.cuda.max_memory_allocated). Then the ratios SDPA/scan per L and PASS/FAIL of the
+targets: fwd+bwd at L=16384 >= 10x faster than SDPA causal, at L=1024 no slower, the
+custom-op wrapper at most 5% of the forward at L=1024, and peak memory at L=16384 <= 3x
+SDPA causal's (only for lengths that were measured).
+
+Methods: scan (weird_scan causal), scan-kernel (the same kernels called without the
+custom op and checks: what the wrapper costs), scan-rev (reverse=True, anti-causal), scan-bidir
+(weird_scan_bidirectional: half the channels each way), scan-torch (backend="torch",
+the pure-PyTorch fallback), sdpa-causal, sdpa (non-causal); SDPA uses D/64 heads of 64.
+
+glibc is told to keep freed memory in the heap (no mmap/munmap per big tensor) in the
+timing process and in each memory child, so timings are not dominated by page faults.
+
+Output: a Markdown report on stdout and in OUT/scan_<device>.md, all raw numbers and
+machine info in OUT/scan_<device>.json. Progress goes to stderr. OUT is --out DIR, else
+$WEIRDNET_BENCH_DIR, else ~/.cache/weirdnet/bench (a scratch folder); the committed
+results are rewritten only with --out benchmarks/results, and a --quick run refuses a
+folder that holds a full run's report (unless --force). One run writes into OUT at a
+time; Ctrl-C or SIGTERM ends the run without a report (OUT left as it was).
+
+examples:
+  weirdnet bench scan                          # full run (a few minutes on CPU)
+  weirdnet bench scan --out benchmarks/results # full run, into the committed results
+  weirdnet bench scan --lengths 1024 4096 --methods scan,sdpa-causal
+  weirdnet bench scan --quick                  # seconds-long smoke run
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of every operator benchmark (:mod:`.runner`), for this one."""
+    runner.add_arguments(parser, OPBENCH)
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Measure, report and write the records (:func:`.runner.run`); the exit status."""
+    return runner.run(OPBENCH, args, argv)

@@ -36,6 +36,8 @@ from typing import Any
 from . import output
 from .alloc import reuse_freed_memory
 
+HELP = "training steps/s and peak memory of each model vs the Transformer"
+
 DESCRIPTION = __doc__.split("\n\n", 1)[0].replace("``", "`") + "\n\n" + \
     "Writes speed_<device>.{json,md,png} (--task lm: speed_lm_<device>.*) to OUT and " \
     "prints the Markdown table. OUT is --out DIR, else $WEIRDNET_BENCH_DIR, else " \

@@ -39,7 +39,6 @@ the options go to).  An unknown name suggests the closest known one.
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
 import os
 import typing
@@ -48,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from weirdnet._registry import Registry
 from weirdnet.typed_config import ConfigError, coerce
 
 __all__ = ["DataMissingError", "DatasetInfo", "DatasetEntry", "available", "check_options",
@@ -104,10 +104,6 @@ class DatasetEntry:
     options: Mapping[str, Any] | None = None
 
 
-_REGISTRY: dict[str, DatasetEntry] = {}
-_LOADED = False
-
-
 def data_root() -> Path:
     """The cache directory: ``$WEIRDNET_DATA`` if set, else ``~/.cache/weirdnet``."""
     root = os.environ.get("WEIRDNET_DATA")
@@ -148,27 +144,13 @@ def _factory_options(factory: Callable[..., Any], extra: Mapping[str, Any] | Non
     return table
 
 
-def register(name: str, *, splits: tuple[str, ...], task: str, summary: str,
-             options: Mapping[str, Any] | None = None
-             ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register ``factory(split, root=None, **options)`` under ``name``.
-
-    options: for a factory that passes ``**options`` on, what they may be (name -> type
-    hint, e.g. from :func:`signature_options`); the factory's own keyword parameters are
-    read from its signature.
-    """
-
-    def decorate(factory: Callable[..., Any]) -> Callable[..., Any]:
-        if name in _REGISTRY and _REGISTRY[name].factory is not factory:
-            raise ValueError(f"dataset {name!r} is already registered")
-        _REGISTRY[name] = DatasetEntry(name, factory, tuple(splits), task, summary,
-                                       _factory_options(factory, options))
-        return factory
-
-    return decorate
+def _entry(name: str, factory: Callable[..., Any], *, splits: tuple[str, ...], task: str,
+           summary: str, options: Mapping[str, Any] | None = None) -> DatasetEntry:
+    return DatasetEntry(name, factory, tuple(splits), task, summary,
+                        _factory_options(factory, options))
 
 
-BUILTIN_MODULES = (
+DATASETS: Registry[DatasetEntry] = Registry("dataset", (
     "weirdnet.data.lra.listops",      # listops: generator + official TSV reader
     "weirdnet.data.lra.pathfinder",   # pathfinder32, pathfinder128: generator + reader
     "weirdnet.data.lra.imdb",         # LRA Text (IMDb) and its offline stand-ins
@@ -182,34 +164,33 @@ BUILTIN_MODULES = (
     "weirdnet.data.recall.mqar",      # recall diagnostics: generators
     "weirdnet.data.recall.selective_copy",
     "weirdnet.data.recall.induction",
-)
-"""The modules whose ``@register`` factories are the built-in datasets, imported on the
-first lookup (so ``import weirdnet.data`` stays cheap).  A new dataset module goes here."""
+), error=KeyError, wrap=_entry)
+"""Every dataset.  The modules listed hold the built-in ones (``@register`` beside each
+factory), imported on the first lookup (so ``import weirdnet.data`` stays cheap).  A new
+dataset module goes in this list."""
 
 
-def _load_builtin() -> None:
-    """Import :data:`BUILTIN_MODULES` (once): their factories register themselves."""
-    global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        for module in BUILTIN_MODULES:
-            importlib.import_module(module)
+def register(name: str, *, splits: tuple[str, ...], task: str, summary: str,
+             options: Mapping[str, Any] | None = None
+             ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register ``factory(split, root=None, **options)`` under ``name``.
+
+    options: for a factory that passes ``**options`` on, what they may be (name -> type
+    hint, e.g. from :func:`signature_options`); the factory's own keyword parameters are
+    read from its signature.
+    """
+    return DATASETS.register(name, splits=splits, task=task, summary=summary,
+                             options=options)
 
 
 def available() -> list[str]:
     """Sorted names of all registered datasets."""
-    _load_builtin()
-    return sorted(_REGISTRY)
+    return DATASETS.names()
 
 
 def entry(name: str) -> DatasetEntry:
     """The registered :class:`DatasetEntry` for ``name``; unknown names suggest the closest."""
-    _load_builtin()
-    if name not in _REGISTRY:
-        close = difflib.get_close_matches(name, list(_REGISTRY), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise KeyError(f"unknown dataset {name!r}{hint} Available: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name]
+    return DATASETS.get(name)
 
 
 def get(name: str, split: str, *, root: str | os.PathLike | None = None, **options: Any):

@@ -32,6 +32,8 @@ from .plan import DEFAULT_TABLES, OPT_IN_TABLES, TABLES_BY_NAME, plan_cells
 from .tasks import TASKS_BY_NAME
 from .variants import VARIANTS
 
+HELP = "the papers' tables: every mechanism on every task, one budget"
+
 DESCRIPTION = """\
 Train every mechanism on the papers' tasks under one budget and print the papers' tables
 with our numbers beside theirs: LRA (Weird-Net Table III / DBA Table 2), UEA (DBA Table 3),

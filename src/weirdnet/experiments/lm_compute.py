@@ -59,6 +59,8 @@ REFERENCE_MODEL = matching.reference(MODEL)
 """The model whose non-embedding parameters every model matches: the GPT-2-style
 Transformer at :data:`MODEL`."""
 
+HELP = "byte-level LMs at equal CPU-minutes or equal steps: bits per byte, peers included"
+
 DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "`")
 EXAMPLES = """\
 examples:

@@ -35,7 +35,12 @@ from .variants import MECHANISMS, Variant, get_variant
 DIAGNOSTICS = ("mqar", "selective-copy", "induction")
 LENGTHS = (64, 128)
 WIDTHS = (16, 32, 64)
-CAUSAL_MECHANISMS = tuple(v.name for v in MECHANISMS if not v.bidirectional_only)
+
+
+def causal_mechanisms() -> tuple[str, ...]:
+    """The suite's mechanisms with a causal form (the diagnostics are language models);
+    read from the mixers, so it imports torch."""
+    return tuple(v.name for v in MECHANISMS if not v.bidirectional_only)
 DEFAULT_LR = 3e-3
 """The learning rate of a cell unless ``--lrs`` says otherwise (a cell at another rate
 has ``--lr<rate>`` in its key)."""
@@ -49,6 +54,8 @@ TRAIN_SEQUENCES = 100_000
 BATCH_SIZE = 32
 TEST_SEQUENCES = 1000
 """Sequences in the validation and test splits."""
+
+HELP = "recall diagnostics (MQAR, selective copying, induction) vs width"
 
 DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "`")
 EXAMPLES = """\
@@ -139,7 +146,7 @@ def plan(diagnostics, lengths, widths, mechanisms, seeds: int, steps: int,
     for variant in variants:
         if variant.bidirectional_only:
             raise ValueError(f"{variant.label} has no causal form; the recall diagnostics "
-                             f"need one (causal mechanisms: {', '.join(CAUSAL_MECHANISMS)})")
+                             f"need one (causal mechanisms: {', '.join(causal_mechanisms())})")
     return [RecallCell(d, n, w, v, s, steps, lr) for d in diagnostics for n in lengths
             for w in widths for v in variants for lr in dict.fromkeys(lrs)
             for s in range(seeds)]
@@ -174,8 +181,8 @@ def _names(text: str) -> list[str]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--diagnostics", default=",".join(DIAGNOSTICS),
                         help="comma-separated (default: %(default)s)")
-    parser.add_argument("--mechanisms", default=",".join(CAUSAL_MECHANISMS),
-                        help="comma-separated (default: %(default)s)")
+    parser.add_argument("--mechanisms", default=None,
+                        help="comma-separated (default: every mechanism with a causal form)")
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
     parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
     parser.add_argument("--seeds", type=int, default=1, help="seeds per cell (default 1)")
@@ -207,8 +214,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         if args.seeds < 1 or args.steps < 1:
             raise ValueError("--seeds and --steps must be >= 1")
-        cells = plan(_names(args.diagnostics), args.lengths, args.widths,
-                     _names(args.mechanisms), args.seeds, args.steps, args.lrs)
+        mechanisms = _names(args.mechanisms) if args.mechanisms else causal_mechanisms()
+        cells = plan(_names(args.diagnostics), args.lengths, args.widths, mechanisms,
+                     args.seeds, args.steps, args.lrs)
         configs = {cell.key: cell.config_dict(store.work_dir) for cell in cells}
     except (ValueError, KeyError) as error:
         print(f"weirdnet bench recall: {error}", file=sys.stderr)
@@ -228,5 +236,5 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         return output.fail(error)
 
 
-__all__ = ["CAUSAL_MECHANISMS", "DEFAULT_LR", "DIAGNOSTICS", "RecallCell",
+__all__ = ["causal_mechanisms", "DEFAULT_LR", "DIAGNOSTICS", "RecallCell",
            "diagnostic_options", "plan", "run"]

@@ -33,8 +33,6 @@ class Variant:
     - ``pattern``: backbone pattern ("A", "B" or mixer names); ``causal``: decoder form on
       classification tasks (language modelling is always causal).
     - ``mixer_options``: per-mixer constructor options merged over the task's.
-    - ``bidirectional_only``: the mixer has no causal form, so it cannot be a language
-      model (Linformer, DBA).
     - ``pooling``: the classifier's readout as the mechanism's paper runs it, by task name
       or task group (the name wins); unset: "auto" (mean, or the last position when
       causal).  Language modelling has no readout.
@@ -51,13 +49,24 @@ class Variant:
     pattern: str
     causal: bool = False
     mixer_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    bidirectional_only: bool = False
     pooling: dict[str, str] = field(default_factory=dict)
     backbone: dict[str, Any] = field(default_factory=dict)
     note: str = ""
     peer: str | None = None
     peer_options: dict[str, Any] = field(default_factory=dict)
     depth_factor: int = 1
+
+    @property
+    def bidirectional_only(self) -> bool:
+        """A mixer of the pattern has no causal form (Linformer, DBA), so the variant
+        cannot be a language model: read from the mixers themselves."""
+        if self.peer:
+            return False
+        # deferred: the layers import torch, and the command line reads this module
+        from weirdnet.layers.registry import has_causal_form
+        from weirdnet.models.config import pattern_mixers
+
+        return not all(has_causal_form(name) for name in pattern_mixers(self.pattern))
 
     def unsupported(self, group: str) -> str | None:
         """Why this variant cannot run a task of ``group`` (None: it can)."""
@@ -114,14 +123,13 @@ MECHANISMS = (
     Variant("ps", "PS-attention", "ps", note="Weird-attention with W = 1 in every layer"),
     Variant("relation", "Relation", "relation", pooling=RELATION_POOLING,
             note="first-token readout (Relation §3.2.1)"),
-    Variant("dba", "DBA", "dba", mixer_options={"dba": DBA_OPTIONS},
-            bidirectional_only=True, pooling=DBA_POOLING,
+    Variant("dba", "DBA", "dba", mixer_options={"dba": DBA_OPTIONS}, pooling=DBA_POOLING,
             note="the authors' code; d_p = 16, d_in = 24 (DBA paper Table 7); [CLS] "
                  "readout on LRA (mean on Pathfinder), mean on UEA"),
     Variant("softmax", "Transformer", "softmax",
             note="softmax attention through scaled_dot_product_attention"),
     Variant("linear", "Linear Trans.", "linear"),
-    Variant("linformer", "Linformer", "linformer", bidirectional_only=True),
+    Variant("linformer", "Linformer", "linformer"),
     Variant("local", "Local Attention", "local"),
 )
 """The mechanisms of the main table, in its row order."""
@@ -132,15 +140,15 @@ ABLATIONS = (
     Variant("weird-a-enc-b", "encoder, structure B", "B",
             note="structure B, bidirectional (Table X)"),
     *(Variant(f"dba-dp{d_p}", f"DBA d_p = {d_p}", "dba",
-              mixer_options={"dba": {**DBA_OPTIONS, "d_p": d_p}}, bidirectional_only=True,
+              mixer_options={"dba": {**DBA_OPTIONS, "d_p": d_p}},
               pooling=DBA_POOLING)
       for d_p in (8, 64, 256)),
     *(Variant(f"dba-din{d_in}", f"DBA d_in = {d_in}", "dba",
-              mixer_options={"dba": {**DBA_OPTIONS, "d_in": d_in}}, bidirectional_only=True,
+              mixer_options={"dba": {**DBA_OPTIONS, "d_in": d_in}},
               pooling=DBA_POOLING)
       for d_in in (12, 64)),
     Variant("dba-literal", "DBA, paper-literal", "dba", mixer_options={"dba": DBA_LITERAL},
-            bidirectional_only=True, pooling=DBA_POOLING,
+            pooling=DBA_POOLING,
             note="eqs. 7-12 read literally (docs/design.md §4), otherwise as DBA"),
 )
 """The variants only the ablation tables use (the others reuse main-table cells)."""

@@ -40,7 +40,7 @@ def export_hf(source: str | os.PathLike, out: str | os.PathLike, *,
               overwrite: bool = False) -> Path:
     """Export the LM of ``source`` (a run directory, its best/, a checkpoint, or a folder
     written by ``model.save``) to the folder ``out``; returns ``out``."""
-    from weirdnet.train.commands import load_trained
+    from weirdnet.train.trained import load_trained
 
     out = Path(out)
     _check_out(out, overwrite)

@@ -13,7 +13,7 @@ A mixer maps (B, L, dim) to (B, L, dim)::
 returned).  ``mask`` is (B, L) bool, True for real tokens.  A subclass supplies
 ``_mix_full(x, mask)``, and when it decodes, ``cache_type``, ``_new_cache(B, max_len)`` and
 ``_mix_cached(x, mask, cache)``; input and cache checks, ``init_cache`` and ``step`` are
-here.  ``tests/test_mixers_common.py`` checks the contract for every registered mixer.
+here.  ``tests/layers/test_mixers_common.py`` checks the contract for every registered mixer.
 """
 
 from __future__ import annotations

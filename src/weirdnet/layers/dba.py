@@ -218,7 +218,7 @@ class DBAuthorsAttention(Mixer):
     PyTorch's defaults with Z ~ N(0, 1/dim), but feeds its first layer inputs scaled by
     √dim (post-norm); on this pre-norm backbone, whose mixers see unit-scale inputs, those
     defaults leave the compression near-uniform and the position-0 diagnostic of
-    tests/test_mixer_dba.py at chance after 240 steps (measured: 7.8% and 9.8%, 2 seeds;
+    tests/layers/test_mixer_dba.py at chance after 240 steps (measured: 7.8% and 9.8%, 2 seeds;
     100% and 100% with this initialisation).
     """
 

@@ -6,36 +6,54 @@ inputs; causal ones also decode token by token through ``init_cache`` / ``step``
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 
+import torch
 import torch.nn as nn
 
-_REGISTRY: dict[str, Callable[..., nn.Module]] = {}
+from weirdnet._registry import Registry
+
+MIXERS: Registry[Callable[..., nn.Module]] = Registry("mixer", (
+    "weirdnet.layers.weird",       # weird, ps
+    "weirdnet.layers.softmax",     # softmax (and the cross-attention, not registered)
+    "weirdnet.layers.linear",      # linear
+    "weirdnet.layers.local",       # local
+    "weirdnet.layers.linformer",   # linformer
+    "weirdnet.layers.relation",    # relation
+    "weirdnet.layers.dba",         # dba
+))
+"""Every mixer.  The modules listed hold the built-in ones (``@register`` on each class),
+imported on the first lookup.  A new mixer module goes in this list."""
 
 
 def register(name: str):
     """Class decorator: make a mixer buildable as ``build(name, dim, ...)``."""
-
-    def wrap(factory):
-        if name in _REGISTRY:
-            raise ValueError(f"mixer name {name!r} is already registered")
-        _REGISTRY[name] = factory
-        return factory
-
-    return wrap
+    return MIXERS.register(name)
 
 
 def available() -> list[str]:
     """Names of all registered mixers, sorted."""
-    return sorted(_REGISTRY)
+    return MIXERS.names()
 
 
 def factory(name: str) -> Callable[..., nn.Module]:
     """The class (or function) registered as ``name``, e.g. to inspect its options."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown mixer {name!r}; available: {', '.join(available())}")
-    return _REGISTRY[name]
+    return MIXERS.get(name)
+
+
+@functools.cache
+def has_causal_form(name: str) -> bool:
+    """Whether mixer ``name`` can be built causal (a decoder, a language model), read from
+    the mixer itself: one without a causal form refuses ``causal=True`` with a ValueError
+    (built on the meta device: nothing is allocated)."""
+    with torch.device("meta"):
+        try:
+            factory(name)(64, causal=True)
+        except ValueError:
+            return False
+    return True
 
 
 def accepted_options(name: str) -> list[str] | None:

@@ -18,6 +18,7 @@ import torch.nn as nn
 
 from weirdnet import __version__
 from weirdnet._atomic import write_atomic
+from weirdnet._registry import Registry
 from weirdnet.typed_config import ConfigError, from_dict, to_dict
 
 from .safetensors_io import load_file, save_file
@@ -27,7 +28,21 @@ HF_MODEL_TYPE = "weirdnet"
 """The ``model_type`` of a Hugging Face ``config.json`` written by :mod:`weirdnet.hf`; it
 holds the document of :meth:`WeirdNetModel.document` under the key ``weirdnet``, so one
 folder loads both with ``weirdnet.models.load`` and with ``from_pretrained``."""
-_MODELS: dict[str, type[WeirdNetModel]] = {}
+MODELS: Registry[type[WeirdNetModel]] = Registry("model class", (
+    "weirdnet.models.lm",          # WeirdNetLM
+    "weirdnet.models.classifier",  # WeirdNetClassifier, WeirdNetDualEncoder
+    "weirdnet.models.seq2seq",     # WeirdNetSeq2Seq
+    "weirdnet.models.peers",       # PeerLM
+), error=KeyError)
+"""Every model class a saved ``config.json`` may name.  The modules listed hold the
+built-in ones (``@register_model`` on each class), imported on the first lookup.  A new
+model module goes in this list."""
+
+
+def register_model(cls: type[WeirdNetModel]) -> type[WeirdNetModel]:
+    """Class decorator: ``save``/``load`` (and ``model.class`` in a training config) know
+    the class by its name."""
+    return MODELS.register(cls.__name__)(cls)
 
 
 class CheckpointError(ValueError):
@@ -42,10 +57,6 @@ class WeirdNetModel(nn.Module):
     """``load`` builds the model on the meta device and takes the file's tensors as its
     own; a class whose modules make tensors the file does not hold (buffers that are not
     saved) or that share weights sets False: it is built on the CPU and loaded by copy."""
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        _MODELS[cls.__name__] = cls
 
     def __init__(self, config):
         super().__init__()
@@ -93,10 +104,10 @@ class WeirdNetModel(nn.Module):
         builds whatever class the file names, otherwise the file must name ``cls``."""
         directory = Path(directory)
         name, config = _read_config(directory)
-        target = _MODELS.get(name)
-        if target is None:
+        if name not in MODELS:
             raise CheckpointError(f"{directory / CONFIG_FILE}: unknown model class {name!r}; "
-                                  f"known: {', '.join(sorted(_MODELS))}")
+                                  f"known: {', '.join(MODELS.names())}")
+        target = MODELS.get(name)
         if cls is not WeirdNetModel and target is not cls:
             raise CheckpointError(f"{directory} holds a {name}, not a {cls.__name__}; load "
                                   f"it with {name}.load() or weirdnet.models.load()")
@@ -178,11 +189,7 @@ def _check_state(model: nn.Module, tensors: dict[str, torch.Tensor], directory: 
 
 def model_class(name: str) -> type[WeirdNetModel]:
     """The model class called ``name`` (e.g. "WeirdNetLM")."""
-    import weirdnet.models  # noqa: F401  (imports every model class)
-
-    if name not in _MODELS:
-        raise KeyError(f"unknown model class {name!r}; known: {', '.join(sorted(_MODELS))}")
-    return _MODELS[name]
+    return MODELS.get(name)
 
 
 def load(directory: str | os.PathLike, map_location: str | torch.device = "cpu"):

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from weirdnet.typed_config import ConfigError
 
 from .backbone import Backbone
-from .base import WeirdNetModel
+from .base import WeirdNetModel, register_model
 from .config import BackboneConfig
 
 POOLINGS = ("auto", "mean", "last", "first", "cls")
@@ -175,6 +175,7 @@ class ClassifierConfig:
         _check_pooling(self.pooling, self.backbone)
 
 
+@register_model
 class WeirdNetClassifier(_PooledEncoder):
     """Sequence classifier: backbone, pooling, Linear(D, classes)."""
 
@@ -212,6 +213,7 @@ class DualEncoderConfig:
             raise ConfigError(f"mlp_dim must be None or a positive int, got {self.mlp_dim!r}")
 
 
+@register_model
 class WeirdNetDualEncoder(_PooledEncoder):
     """Two documents, one shared encoder, an MLP on ``[u, v, u−v, u⊙v]``."""
 

@@ -24,6 +24,13 @@ layers 1, 3, 5, ... and softmax self-attention in layers 2, 4, ..."""
 def resolve_pattern(pattern: str | list[str] | tuple[str, ...], depth: int) -> list[str]:
     """The mixer name of every layer: ``pattern`` ("A", "B", or registry names separated by
     commas, e.g. "weird,softmax") repeated cyclically to ``depth`` layers."""
+    names = pattern_mixers(pattern)
+    return [names[i % len(names)] for i in range(depth)]
+
+
+def pattern_mixers(pattern: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The mixer names of one cycle of ``pattern`` (ConfigError for a pattern that names
+    no mixer or an unknown one)."""
     if isinstance(pattern, str):
         names = STRUCTURES.get(pattern.strip()) or tuple(
             part.strip() for part in pattern.split(",") if part.strip())
@@ -38,7 +45,7 @@ def resolve_pattern(pattern: str | list[str] | tuple[str, ...], depth: int) -> l
     if unknown:
         raise ConfigError(f"pattern {pattern!r}: unknown mixer(s) {unknown}; available: "
                           f"{', '.join(available())} (or the structures 'A' and 'B')")
-    return [names[i % len(names)] for i in range(depth)]
+    return names
 
 
 @dataclass

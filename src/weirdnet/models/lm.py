@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from weirdnet.typed_config import ConfigError
 
 from .backbone import Backbone
-from .base import WeirdNetModel
+from .base import WeirdNetModel, register_model
 from .config import BackboneConfig
 from .generation import Sampling, decode
 
@@ -54,6 +54,7 @@ class LMOutput:
 torch.export.register_dataclass(LMOutput)
 
 
+@register_model
 class WeirdNetLM(WeirdNetModel):
     """Causal language model on token ids (B, L): logits (B, L, vocab) and the loss."""
 

@@ -34,7 +34,7 @@ import torch
 
 from weirdnet.typed_config import ConfigError
 
-from .base import WeirdNetModel
+from .base import WeirdNetModel, register_model
 from .config import BackboneConfig
 from .lm import LMOutput, lm_loss
 from .presets import swiglu_width
@@ -140,6 +140,7 @@ def _import_transformers():
     return transformers
 
 
+@register_model
 class PeerLM(WeirdNetModel):
     """A ``transformers`` causal LM (:data:`PEERS`) behind weirdnet's LM interface:
     ``forward(input_ids, targets, mask) -> LMOutput`` with weirdnet's loss, and

@@ -18,7 +18,7 @@ from weirdnet.layers.softmax import SoftmaxCrossAttention
 from weirdnet.typed_config import ConfigError
 
 from .backbone import Backbone, PerBlockContext
-from .base import WeirdNetModel
+from .base import WeirdNetModel, register_model
 from .config import BackboneConfig
 from .generation import Sampling, decode, inference
 from .lm import LMOutput, lm_loss, output_head, output_logits
@@ -58,6 +58,7 @@ class Seq2SeqConfig:
             raise ConfigError(f"cross must be one of {CROSS_MIXERS}, got {self.cross!r}")
 
 
+@register_model
 class WeirdNetSeq2Seq(WeirdNetModel):
     """Encoder–decoder: source (B, Ls) ids or (B, Ls, C) values -> target logits."""
 

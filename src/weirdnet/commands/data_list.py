@@ -1,0 +1,24 @@
+"""``weirdnet data list``: every registered dataset with its splits, task and summary."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "list the registered datasets"
+DESCRIPTION = "List every dataset of weirdnet.data.get with its splits, task and a summary."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """No options."""
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Print the table and the cache directory; the exit status."""
+    from weirdnet.data.registry import available, data_root, entry
+
+    rows = [entry(name) for name in available()]
+    width = max((len(row.name) for row in rows), default=4)
+    for row in rows:
+        print(f"{row.name:<{width}}  {row.task:<14}  {'/'.join(row.splits):<16}  {row.summary}")
+    print(f"\ncache directory: {data_root()}  (set $WEIRDNET_DATA to change it)")
+    return 0

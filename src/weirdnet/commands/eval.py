@@ -1,0 +1,126 @@
+"""``weirdnet eval``: evaluate a run or checkpoint on its splits."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ._common import add_set_argument, expected_errors, fail
+
+HELP = "evaluate a run or checkpoint"
+
+DESCRIPTION = """\
+Evaluate a trained model: a run directory (its best/ model), its best/ directory or one of
+its checkpoints/step-* directories.  The dataset and options come from the run's
+train_config.json (override them with --set data.KEY=VALUE); a model saved with
+model.save() outside a run needs --set data.dataset=NAME.  Prints a table of the metrics
+(lm: loss, bpc, perplexity; classification/retrieval: loss, accuracy; seq2seq: loss,
+token_accuracy, exact_match) on each split.
+
+examples:
+  weirdnet eval runs/quickstart
+  weirdnet eval runs/quickstart/checkpoints/step-00000600 --split test
+  weirdnet eval runs/listops --set data.root=/data/lra_release/listops-1000
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", metavar="RUN_OR_CHECKPOINT")
+    parser.add_argument("--split", action="append", default=None,
+                        help="split to evaluate (repeatable; default: the run's "
+                             "evaluation and test splits)")
+    add_set_argument(parser)
+    parser.add_argument("--batch-size", type=int, default=32, help="items per batch (32)")
+    parser.add_argument("--limit", type=int, default=0,
+                        help="evaluate only the first N items of each split (0 = all)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Print the metrics table of every split; the exit status."""
+    try:
+        summary = evaluate_target(args)
+    except expected_errors() as error:
+        return fail("eval", error)
+    from weirdnet.train.runlog import results_table
+
+    print(results_table(summary))
+    return 0
+
+
+def evaluate_target(args: argparse.Namespace) -> dict:
+    """Evaluate ``args.target`` on its splits; the summary for :func:`results_table`."""
+
+    from weirdnet.data.registry import get
+    from weirdnet.train.config import TrainConfig, apply_overrides
+    from weirdnet.train.distributed import Processes, resolve_device
+    from weirdnet.train.trained import load_trained
+    from weirdnet.train.trainer import evaluate
+
+    if args.batch_size < 1 or args.limit < 0:
+        raise ValueError("--batch-size must be >= 1 and --limit >= 0")
+    device = resolve_device(args.device, what="--device")
+    model, config_dict, _, model_dir = load_trained(Path(args.target), device)
+    overridden = apply_overrides(config_dict or {}, args.overrides)
+    _check_task(model, overridden.get("data"), model_dir)
+    config = TrainConfig.from_dict(overridden)
+    data = config.data
+    splits = args.split or [data.eval_split] + ([data.test_split] if data.test_split else [])
+    results = {}
+    for split in splits:
+        options = {**data.options, **data.eval_options}
+        dataset = get(data.dataset, split, root=data.root or None, **options)
+        _check_fits(model, dataset.info, model_dir)
+        results[split] = evaluate(model, dataset, dataset.info, args.batch_size,
+                                  Processes(device=device), args.limit,
+                                  progress=f"eval {split}")
+    return {"model_dir": str(model_dir), "task": dataset.info.task, "dataset": data.dataset,
+            "best_step": _step_of(model_dir), "parameters": model.num_parameters(),
+            "results": results}
+
+
+def _step_of(model_dir: Path) -> str:
+    metrics = model_dir / "metrics.json"
+    if metrics.is_file():
+        return str(json.loads(metrics.read_text()).get("step", "?"))
+    return model_dir.name.removeprefix("step-").lstrip("0") or "0"
+
+
+def _check_task(model, data, model_dir: Path) -> None:
+    """The model fits the task of the config's dataset (checked before the dataset's
+    options, which belong to another dataset when ``--set data.dataset`` changed it)."""
+    from weirdnet.data.registry import available, entry
+    from weirdnet.models.base import CheckpointError
+    from weirdnet.train.tasks import MODEL_CLASSES, model_fits
+
+    name = data.get("dataset") if isinstance(data, dict) else None
+    if not isinstance(name, str) or name not in available():
+        return  # the config check says what is wrong with it
+    task = entry(name).task
+    expected = MODEL_CLASSES.get(task)
+    if not model_fits(type(model).__name__, task):
+        raise CheckpointError(f"the model and the dataset do not match: {model_dir} holds a "
+                              f"{type(model).__name__}, but dataset {name!r} has task "
+                              f"{task!r}, which needs a {expected}")
+
+
+def _check_fits(model, info, model_dir: Path) -> None:
+    """The model and the dataset agree on the task, vocabulary/channels and classes."""
+    from weirdnet.models.base import CheckpointError
+    from weirdnet.train.tasks import MODEL_CLASSES, model_fits
+
+    expected = MODEL_CLASSES.get(info.task)
+    if not model_fits(type(model).__name__, info.task):
+        raise CheckpointError(f"{model_dir} holds a {type(model).__name__}, but the dataset's "
+                              f"task {info.task!r} needs a {expected}")
+    cfg = model.config
+    backbone = getattr(cfg, "backbone", None) or cfg.encoder
+    for key in ("vocab_size", "input_dim"):
+        if getattr(info, key) is not None and getattr(backbone, key) != getattr(info, key):
+            raise CheckpointError(f"{model_dir} was built for {key}={getattr(backbone, key)}, "
+                                  f"the dataset has {key}={getattr(info, key)}")
+    classes = getattr(cfg, "num_classes", None)
+    if classes is not None and info.num_classes is not None and classes != info.num_classes:
+        raise CheckpointError(f"{model_dir} has {classes} classes, the dataset "
+                              f"{info.num_classes}")
