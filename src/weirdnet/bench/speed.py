@@ -29,7 +29,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +156,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from .memory import MIB, PeakMemory, allocator_peak_bytes
-    from .timing import synchronize
+    from .timing import synchronize, time_step
 
     device = torch.device(spec["device"])
     torch.manual_seed(0)
@@ -174,15 +173,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         torch.manual_seed(0)
         _, fresh_step, _ = _build(spec, device)
         memory_mib = allocator_peak_bytes(lambda: fresh_step(tokens, labels)) / MIB
-    for _ in range(spec["warmup"]):
-        step(tokens, labels)
-    times = []
-    for _ in range(spec["steps"]):
-        synchronize(device)
-        start = time.perf_counter()
-        step(tokens, labels)
-        synchronize(device)
-        times.append(time.perf_counter() - start)
+    times = time_step(lambda: step(tokens, labels), device, spec["steps"], spec["warmup"])
     seconds = statistics.median(times)
     return {"mechanism": spec["mechanism"], "length": spec["length"], "status": "ok",
             "step_s": seconds, "steps_per_s": 1.0 / seconds,

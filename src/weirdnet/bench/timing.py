@@ -1,5 +1,12 @@
 """Wall-clock timing: warm-up runs, then the median of ``repeats`` timed runs.
 
+The one timing helper of the benchmarks: :func:`time_step` times a step (a forward, a
+forward+backward, a training step) for ``bench scan``/``mixers`` (the runner), ``bench
+speed`` and ``bench compile``.  The trained runs of ``bench suite``, ``lm`` and ``recall``
+report the rate of the training itself instead, read from the run's log
+(:func:`weirdnet.experiments.child.median_steps_per_s`): the steps/s of a real run, with
+its data and evaluations around it.
+
 What is timed for a :class:`~weirdnet.bench.methods.Case`:
 
 - forward: ``case.forward()`` under ``torch.no_grad()`` (inference forward).
