@@ -7,13 +7,14 @@ import pytest
 
 from weirdnet.bench import compile as compile_bench
 from weirdnet.cli import main
+from weirdnet.models.presets import get_preset
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_quickstart_workload_is_the_quickstart_config():
     config = tomllib.loads((REPO / "configs" / "quickstart.toml").read_text())
-    backbone = config["model"]["backbone"]
+    backbone = get_preset(config["model"]["preset"]).config["backbone"]
     want = {k: backbone[k] for k in ("pattern", "dim", "depth", "d_ff", "heads")}
     want |= {"batch": config["train"]["batch_size"],
              "length": config["data"]["options"]["seq_len"]}

@@ -402,9 +402,9 @@ def test_cells_side_by_side_share_the_cores_unless_the_user_set_threads(monkeypa
 def test_a_cell_that_fails_is_recorded_and_the_rest_still_run(tmp_path, monkeypatch):
     configs = tmp_path / "configs"
     shutil.copytree(configs_dir(), configs)
-    listops = configs / "lra" / "listops-cpu.toml"
-    listops.write_text(listops.read_text().replace('\n[data]\n',
-                                                   '\n[data]\nroot = "/no/such/dir"\n', 1))
+    listops = configs / "lra" / "listops.toml"  # its [overlay.cpu] keeps data.root
+    listops.write_text(listops.read_text().replace('\nroot = ""\n',
+                                                   '\nroot = "/no/such/dir"\n', 1))
     monkeypatch.setenv("WEIRDNET_CONFIGS", str(configs))
     out = _suite(tmp_path, "--mechanisms", "local,relation")
     assert out.returncode == 1
@@ -420,7 +420,7 @@ def test_a_cell_that_fails_is_recorded_and_the_rest_still_run(tmp_path, monkeypa
 def test_a_broken_config_file_is_one_clear_line(tmp_path, monkeypatch):
     configs = tmp_path / "configs"
     shutil.copytree(configs_dir(), configs)
-    (configs / "lra" / "listops-cpu.toml").write_text("[data\n")
+    (configs / "lra" / "listops.toml").write_text("[data\n")  # and so its [overlay.cpu]
     monkeypatch.setenv("WEIRDNET_CONFIGS", str(configs))
     out = _suite(tmp_path, "--mechanisms", "local")
     assert out.returncode == 2 and "not valid TOML" in out.stderr

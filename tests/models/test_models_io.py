@@ -130,15 +130,20 @@ def expected_parameters(preset) -> int:
     if "backbone" not in cfg:
         raise NotImplementedError
     bb = cfg["backbone"]
-    D, N, V, L = bb["dim"], bb["depth"], bb["vocab_size"], bb["max_len"]
+    D, N, L = bb["dim"], bb["depth"], bb["max_len"]
+    # token ids: an embedding table; values (UEA channels): a linear layer with a bias
+    embed = bb["vocab_size"] * D if bb.get("vocab_size") else (bb["input_dim"] + 1) * D
     d_ff = bb.get("d_ff") or 4 * D
     heads = bb.get("heads")
     names = {"A": ["weird"], "B": ["weird", "softmax"]}.get(bb["pattern"],
                                                             bb["pattern"].split(","))
     bias = bb.get("bias", True)  # the Transformer++ options (positions, norm, FFN)
+    moss = bb.get("mixer_options", {}).get("weird", {}).get("bias", False)  # b_A, b_V
     per_mixer = {
-        "weird": 3 * D * D + D + math.ceil(math.log2(L)) * D,  # W_A, W_V, W_O + b_O, w
-        "softmax": 4 * D * D + (4 * D if bias else 0),
+        "weird": 3 * D * D + D + math.ceil(math.log2(L)) * D + (2 * D if moss else 0),
+        "softmax": 4 * D * D + (4 * D if bias else 0),  # W_Q, W_K, W_V, W_O (+ biases)
+        "linear": 4 * D * D + (4 * D if bias else 0),  # the same projections
+        "relation": 4 * D * D + 2 * D,  # W_H, W_G (+ biases), W_1, W_O (inner width D)
     }
     swiglu = bb.get("activation") == "swiglu"
     ffn = (3 if swiglu else 2) * D * d_ff + ((2 if swiglu else 1) * d_ff + D if bias else 0)
@@ -154,7 +159,7 @@ def expected_parameters(preset) -> int:
         carried_z = d_p * D  # the first DBA layer's learned Z; later ones receive it
     layers = sum(per_mixer[names[i % len(names)]] + ffn + 2 * norm
                  for i in range(N)) + carried_z
-    total = V * D + positions + layers + norm
+    total = embed + positions + layers + norm
     if preset.model == "WeirdNetClassifier":
         total += D * cfg["num_classes"] + cfg["num_classes"]
     elif preset.model == "WeirdNetDualEncoder":

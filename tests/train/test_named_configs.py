@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from weirdnet.cli import main
+from weirdnet.train.config import load_config
 from weirdnet.train.named_configs import config_dir, names, resolve, summaries
 from weirdnet.typed_config import ConfigError
 
@@ -17,7 +18,46 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_package_configs_are_the_repository_configs():
     """One copy: the package's folder is the repository's configs/ (a link)."""
     assert config_dir().resolve() == (REPO / "configs").resolve()
-    assert len(names()) == len(list((REPO / "configs").rglob("*.toml")))
+    files = list((REPO / "configs").rglob("*.toml"))
+    found = names()
+    assert {"lra/listops", "lra/listops-cpu", "quickstart"} <= set(found)
+    assert len(found) == len(set(found)) == len(files) + sum("-cpu" in n for n in found)
+    assert not [p for p in files if p.stem.endswith("-cpu")]  # those are overlays
+
+
+def test_an_overlay_is_reached_by_name_and_by_path(tmp_path, monkeypatch):
+    """``X-cpu`` (or the path ``X-cpu.toml``) is ``X.toml`` with its [overlay.cpu] table;
+    a file of that name, where one exists, wins."""
+    (tmp_path / "base.toml").write_text(
+        '# Base.\n[data]\ndataset = "listops"\n[train]\nsteps = 50\n\n'
+        '# Small.  More words.\n[overlay.cpu]\n[overlay.cpu.train]\nsteps = 5\n'
+        '[overlay.cpu.data.options]\nmax_len = 100\n')
+    monkeypatch.chdir(tmp_path)
+    assert resolve("base-cpu.toml") == Path("base-cpu.toml")
+    config = load_config(resolve("base-cpu.toml"))
+    assert (config.run.name, config.train.steps, config.data.options) == \
+        ("base-cpu", 5, {"max_len": 100})
+    assert load_config("base.toml").train.steps == 50  # the overlay applies only by name
+    with pytest.raises(ConfigError, match="base-gpu.toml does not exist"):
+        load_config("base-gpu.toml")
+    monkeypatch.setenv("WEIRDNET_CONFIGS", str(tmp_path))
+    (tmp_path / "quickstart.toml").write_text("# Quick.\n")
+    assert names() == ["base", "base-cpu", "quickstart"]
+    assert [(c.name, c.summary) for c in summaries()] == [
+        ("base", "Base."), ("base-cpu", "Small."), ("quickstart", "Quick.")]
+    (tmp_path / "base-cpu.toml").write_text('[data]\ndataset = "listops"\n')
+    assert load_config("base-cpu.toml").train.steps == 1000  # the file, not the overlay
+
+
+@pytest.mark.parametrize("bad,message", [
+    ('[overlay]\ncpu = 3\n', "must hold config tables"),
+    ('[overlay.CPU.train]\nsteps = 1\n', "lowercase letters and digits"),
+    ('overlay = 3\n', "must be tables"),
+])
+def test_a_bad_overlay_is_a_clear_error(tmp_path, bad, message):
+    (tmp_path / "x.toml").write_text(bad + '[data]\ndataset = "listops"\n')
+    with pytest.raises(ConfigError, match=message):
+        load_config(tmp_path / "x.toml")
 
 
 def test_resolve_by_name_from_any_directory(tmp_path, monkeypatch):

@@ -3,7 +3,8 @@
 A budget is the same for every variant of a task, so the tables compare mechanisms under
 equal sizes, steps, batches and data.  ``paper`` keeps the papers' configs unchanged
 (official data, Table II / Table 7 sizes and steps, 5 seeds as in DBA Table 2); the others
-start from the ``-cpu`` configs (offline data) and override what :data:`BUDGETS` lists.
+start from the ``-cpu`` configs (offline data: each paper config's ``[overlay.cpu]`` table)
+and override what :data:`BUDGETS` lists.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ class Budget:
     """``overrides[task]``: config tables merged over the task's config (``"*"`` applies
     to every task first); ``seeds``: the seeds of every cell, unless ``variant_seeds``
     names the variant's own; ``paper_configs``: start from the papers' configs instead of
-    the ``-cpu`` ones; ``excluded``: tasks this budget does not run, each with why (what
+    their ``-cpu`` overlays; ``excluded``: tasks this budget does not run, each with why (what
     it cannot decide) and which budget would decide it."""
 
     name: str
@@ -88,7 +89,7 @@ _CPU = {
                                        "optim": {"lr": 3e-3}}),
 }
 
-# gpu: the -cpu data at LRA lengths and a wider model, sized by estimate (not measured:
+# gpu: the -cpu configs' data at LRA lengths and a wider model, sized by estimate (not measured:
 # no GPU was available when it was written) for about 30 minutes on one GPU: 113 cells of
 # 600 steps at ~10 ms, plus ~8 s of process start, data and evaluation per cell.
 _GPU_MODEL = _model(128, 2, 256, 4)
@@ -102,7 +103,7 @@ _GPU = {
     "retrieval": _merge(_train(600, 32, 0, eval_batches=8), {"data": {"options": {
         "max_len": 4000}}}),
     "image": _train(600, 64, 0, eval_batches=8),
-    "pathfinder": _train(600, 64, 0, eval_batches=8),  # the -cpu set: 2,000 images
+    "pathfinder": _train(600, 64, 0, eval_batches=8),  # the -cpu data: 2,000 images
     "jv": _train(300, 16, 0, evals=4, eval_batches=0),
     "scp1": _train(300, 16, 0, evals=4, eval_batches=0),
     "scp2": _train(300, 16, 0, evals=4, eval_batches=0),

@@ -1,9 +1,10 @@
 """The suite's tasks and the config file each one starts from.
 
 Every task has two configs in ``configs/``: the paper's setting (official data, Table II /
-Table 7 sizes) and its ``-cpu`` variant (offline data, small model).  The ``paper`` budget
-starts from the first, every other budget from the second; the budget then overrides sizes
-and steps (:mod:`.budgets`) and the variant the mixer (:mod:`.variants`).
+Table 7 sizes) and its ``-cpu`` config (offline data, small model), the ``[overlay.cpu]``
+table of the same file.  The ``paper`` budget starts from the first, every other budget
+from the second; the budget then overrides sizes and steps (:mod:`.budgets`) and the
+variant the mixer (:mod:`.variants`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ class Task:
 
     - ``name``: the cell key (``--tasks``); ``label``: the column header.
     - ``group``: "lra", "uea" or "lm" (which table the column is in).
-    - ``paper_config`` / ``small_config``: paths under ``configs/``.
+    - ``paper_config`` / ``small_config``: paths under ``configs/``; ``X-cpu.toml`` names
+      ``X.toml`` with its ``[overlay.cpu]`` table (:data:`weirdnet.train.config.OVERLAYS`).
     - ``metric``: the test metric reported ("accuracy" in %, "bpc").
     - ``data_note``: what the small config trains on (it differs from the paper's data);
       the report adds the sizes a budget sets (:func:`.document.data_text`).

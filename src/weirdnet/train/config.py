@@ -6,14 +6,18 @@ A config file has up to six tables; every key has a default except ``data.datase
 
     [run]       name, out_dir, seed, deterministic, device, tensorboard
     [data]      dataset, root, options, eval_options, train_split, eval_split, test_split
-    [model]     preset (optional), then any key of the model's config, e.g.
-                [model.backbone] dim = 128, depth = 4, pattern = "B"
+    [model]     preset (the sizes: weirdnet.models.presets), then any key of the model's
+                config, e.g. [model.backbone] pattern = "B", dropout = 0.1
     [optim]     name ("adamw" | "adam"), lr, betas, eps, weight_decay
     [schedule]  name ("cosine" | "rsqrt" | "constant"), warmup_steps, min_lr_ratio,
                 extend ("keep" | "rewarm" | "stretch")
     [train]     steps, batch_size, grad_accum, clip, precision, eval_every, eval_batches,
                 final_eval_batches, checkpoint_every, keep_last, early_stop_patience,
                 best_metric, log_every, num_workers, distributed, compile
+
+A file may end with named overlays: ``[overlay.cpu]`` (and its sub-tables
+``[overlay.cpu.train]`` etc.) holds what the config ``<file>-cpu`` changes, e.g. the
+CPU-sized run of a paper's experiment (:data:`OVERLAYS`).
 
 ``--set section.key=value`` (dotted, any depth, e.g. ``model.backbone.dim=64``) overrides
 a key; the value is read as a TOML value (``64``, ``1e-3``, ``true``, ``[0.9, 0.98]``,
@@ -283,23 +287,85 @@ def _at_least(key: str, value: int, low: int) -> None:
         raise ConfigError(f"{key} must be >= {low}, got {value}")
 
 
+OVERLAYS = "overlay"
+"""The table of a config file's named overlays.  ``[overlay.cpu]`` in ``lra/listops.toml``
+holds what the config ``lra/listops-cpu`` changes (a CPU-sized run of the same experiment):
+the path ``lra/listops-cpu.toml``, where no such file exists, is ``lra/listops.toml`` with
+that table merged over it.  An overlay is not inherited through ``extends``."""
+OVERLAY_NAME = re.compile(r"[a-z0-9]+")
+
+
 def read_toml(path: str | os.PathLike, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """The dict of TOML file ``path``, merged over the file its ``extends`` key names."""
-    path = Path(path).resolve()
-    if path in _seen:
+    """The dict of config file ``path``, merged over the file its ``extends`` key names;
+    ``X-NAME.toml`` that is not a file is ``X.toml`` with its ``[overlay.NAME]`` table
+    merged over it (see :data:`OVERLAYS`)."""
+    path = Path(path)
+    if not path.is_file() and (found := overlay_source(path)) is not None:
+        base, name = found
+        data, overlays = _read_file(base, _seen)
+        return merge(data, overlays[name])
+    return _read_file(path, _seen)[0]
+
+
+def overlay_source(path: str | os.PathLike) -> tuple[Path, str] | None:
+    """``(X.toml, NAME)`` when ``path`` is ``X-NAME.toml`` and ``X.toml`` is a file with an
+    ``[overlay.NAME]`` table (else None): the file and overlay that config ``path`` names.
+    A file ``X.toml`` that is not valid TOML is a :class:`ConfigError`."""
+    path = Path(path)
+    stem, dash, name = path.stem.rpartition("-")
+    if path.suffix != ".toml" or not dash or not OVERLAY_NAME.fullmatch(name):
+        return None
+    base = path.with_name(f"{stem}.toml")
+    if not base.is_file() or name not in overlay_names(base):
+        return None
+    return base, name
+
+
+def overlay_names(path: str | os.PathLike) -> list[str]:
+    """The overlays of config file ``path`` (the NAMEs of its ``[overlay.NAME]`` tables)."""
+    return list(_overlays(_parse(Path(path).resolve()), Path(path)))
+
+
+def _read_file(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the config of file ``path`` over its ``extends``, the file's own overlays)."""
+    path = path.resolve()
+    if path in seen:
         raise ConfigError(f"{path}: 'extends' loops back to itself")
+    data = _parse(path)
+    overlays = _overlays(data, path)
+    data.pop(OVERLAYS, None)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data, overlays
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: extends must be a file name, got {parent!r}")
+    return merge(read_toml(path.parent / parent, (*seen, path)), data), overlays
+
+
+def _parse(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path} is not valid TOML: {error}") from error
-    parent = data.pop("extends", None)
-    if parent is None:
-        return data
-    if not isinstance(parent, str):
-        raise ConfigError(f"{path}: extends must be a file name, got {parent!r}")
-    return merge(read_toml(path.parent / parent, (*_seen, path)), data)
+
+
+def _overlays(data: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
+    """The ``[overlay.NAME]`` tables of a parsed file, checked: each a table of config
+    tables, named by a lowercase word (it ends the config's name after a ``-``)."""
+    overlays = data.get(OVERLAYS, {})
+    if not isinstance(overlays, dict):
+        raise ConfigError(f"{path}: {OVERLAYS} must be tables [{OVERLAYS}.NAME], "
+                          f"got {overlays!r}")
+    for name, table in overlays.items():
+        where = f"{path}: [{OVERLAYS}.{name}]"
+        if not OVERLAY_NAME.fullmatch(name):
+            raise ConfigError(f"{where}: an overlay's name is lowercase letters and digits")
+        if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+            raise ConfigError(f"{where} must hold config tables ([{OVERLAYS}.{name}.train] "
+                              "etc.)")
+    return overlays
 
 
 def parse_value(text: str) -> Any:
