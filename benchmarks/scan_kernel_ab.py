@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from weirdnet._atomic import write_atomic
-from weirdnet.bench.alloc import reuse_freed_memory
-from weirdnet.bench.machine import cpu_model
+from weirdnet.lab.harness.alloc import reuse_freed_memory
+from weirdnet.lab.harness.machine import cpu_model
 from weirdnet.ops import cbuild
 from weirdnet.ops.weird_scan import cpu
 

@@ -1,5 +1,5 @@
 """The package's layering, read from the source (no imports run): the core (ops, layers,
-models, data, train, hf) never imports the lab (bench, experiments), and the model layer
+models, data, train, hf) never imports the lab (weirdnet.lab), and the model layer
 reaches a mixer only through the mixer contract, never by naming one."""
 
 import ast
@@ -9,7 +9,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "weirdnet"
 CORE = ("ops", "layers", "models", "data", "train", "hf", "commands")
-LAB = ("bench", "experiments")
+LAB = ("lab",)
 
 
 def module_name(path: Path) -> str:

@@ -10,8 +10,8 @@ Every command is a module with
 :data:`COMMANDS` names the module of each command, or a table of subcommands for a group
 (``weirdnet bench ...``, ``weirdnet data ...``; :data:`GROUPS` has their help).  Adding a
 command is one module and one line here.  The core's commands live in
-:mod:`weirdnet.commands`, the benchmarks in the lab (:mod:`weirdnet.bench`,
-:mod:`weirdnet.experiments`).
+:mod:`weirdnet.commands`, the benchmarks in the lab (:mod:`weirdnet.lab`,
+:mod:`weirdnet.lab.suite`).
 
 Command modules import torch inside ``run``, never at import time (deliberately: building
 the parser imports every command module), so ``--help``, ``--version`` and every
@@ -41,15 +41,15 @@ COMMANDS: Commands = {
     "plot": "weirdnet.commands.plot",
     "configs": "weirdnet.commands.configs",
     "bench": {
-        "scan": "weirdnet.bench.scan",
-        "mixers": "weirdnet.bench.mixers",
-        "decode": "weirdnet.bench.decode",
-        "speed": "weirdnet.bench.speed",
-        "compile": "weirdnet.bench.compile",
-        "lm": "weirdnet.experiments.lm_compute",
-        "recall": "weirdnet.experiments.recall",
-        "suite": "weirdnet.experiments.command",
-        "gpu": "weirdnet.bench.gpu",
+        "scan": "weirdnet.lab.opbench.scan",
+        "mixers": "weirdnet.lab.opbench.mixers",
+        "decode": "weirdnet.lab.decode",
+        "speed": "weirdnet.lab.speed",
+        "compile": "weirdnet.lab.compile",
+        "lm": "weirdnet.lab.lm.command",
+        "recall": "weirdnet.lab.recall.command",
+        "suite": "weirdnet.lab.suite.command",
+        "gpu": "weirdnet.lab.gpu",
     },
     "data": {
         "list": "weirdnet.commands.data_list",

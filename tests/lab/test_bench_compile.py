@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from weirdnet.bench import compile as compile_bench
 from weirdnet.cli import main
+from weirdnet.lab import compile as compile_bench
 from weirdnet.models.presets import get_preset
 
 REPO = Path(__file__).resolve().parents[2]

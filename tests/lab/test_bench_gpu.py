@@ -15,8 +15,8 @@ import sys
 import pytest
 import torch
 
-from weirdnet.bench import gpu
 from weirdnet.cli import main
+from weirdnet.lab import gpu
 
 NO_CUDA = not torch.cuda.is_available()
 

@@ -15,7 +15,7 @@ from weirdnet.data.registry import DataMissingError
 def _corpus_or_skip() -> None:
     """Skip (with the reason and how to get it) where the wiki-xml corpus is missing: it
     comes from the gensim wheel, which the dev install does not bring."""
-    from weirdnet.experiments.lm_compute import require_corpus
+    from weirdnet.lab.lm.command import require_corpus
 
     try:
         require_corpus()
@@ -63,7 +63,7 @@ def test_equal_compute_lm_smoke(tmp_path):
 def test_equal_compute_lm_evaluation_interval_does_not_depend_on_the_models_named():
     """E (the common evaluation interval) comes from every model calibrated at that
     context, so naming fewer models keeps the stored runs' configs."""
-    from weirdnet.experiments.lm_compute import calibration_cells, timed_cells
+    from weirdnet.lab.lm.command import calibration_cells, timed_cells
 
     every = calibration_cells(["weird-a", "softmax"], [1024])
     rates = {every[0].key: 0.8, every[1].key: 0.2}  # 480 and 120 steps in 10 minutes
@@ -75,9 +75,9 @@ def test_equal_compute_lm_evaluation_interval_does_not_depend_on_the_models_name
 def test_equal_compute_lm_report_decides_only_outside_the_intervals():
     """The lm report's comparisons: decided with seeds whose spread is small against
     the gap, undecided with one seed."""
-    from weirdnet.experiments.lm_compute import LMCell
-    from weirdnet.experiments.lm_report import comparisons
-    from weirdnet.experiments.variants import get_variant
+    from weirdnet.lab.lm.command import LMCell
+    from weirdnet.lab.lm.report import comparisons
+    from weirdnet.lab.variants import get_variant
 
     cells = [LMCell(get_variant(name), 1024, seed, 100, 10, 10.0)
              for name in ("weird-a", "softmax", "linear") for seed in range(3)]
@@ -115,8 +115,8 @@ def test_every_model_is_matched_to_the_reference_within_five_percent():
     """bench lm's models have the reference's non-embedding parameters within 5%, by
     their feed-forward width (Mamba and Mamba-2: their number of layers); the count
     leaves out the embedding tables, whose size follows the context."""
-    from weirdnet.experiments import matching
-    from weirdnet.experiments.lm_compute import (
+    from weirdnet.lab import matching
+    from weirdnet.lab.lm.command import (
         MECHANISMS,
         REFERENCE_MODEL,
         model_table,

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from weirdnet import layers
-from weirdnet.bench import analysis, mixers, report, runner
-from weirdnet.bench.methods import Shape
 from weirdnet.cli import main
+from weirdnet.lab.opbench import analysis, mixers, report, runner
+from weirdnet.lab.opbench.methods import Shape
 
 QUICK_D, QUICK_LENGTHS = 32, (64, 128)
 

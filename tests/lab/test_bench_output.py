@@ -18,8 +18,8 @@ import pytest
 from helpers.train import run_cli
 from weirdnet._lock import DirectoryLock
 from weirdnet._signals import Interrupted
-from weirdnet.bench import children, output
 from weirdnet.cli import main
+from weirdnet.lab.harness import children, output
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "benchmarks" / "results"
@@ -200,7 +200,7 @@ def test_run_times_out_and_reports_output():
 def test_a_child_stops_when_its_parent_is_killed(tmp_path):
     """watch_parent: a child whose command was SIGKILLed (no chance to stop it) ends."""
     code = ("import subprocess, sys, time\n"
-            "child = subprocess.Popen([sys.executable, '-c', 'from weirdnet.bench.children "
+            "child = subprocess.Popen([sys.executable, '-c', 'from weirdnet.lab.harness.children "
             "import watch_parent; import time; watch_parent(0.1); time.sleep(60)'], "
             "start_new_session=True)\n"
             "print(child.pid, flush=True)\n"

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from helpers.train import run_cli
-from weirdnet.experiments.intervals import mean_interval, wilson
-from weirdnet.experiments.recall import causal_mechanisms, plan
+from weirdnet.lab.recall.command import causal_mechanisms, plan
+from weirdnet.lab.sweep.intervals import mean_interval, wilson
 from weirdnet.train.config import TrainConfig
 
 
@@ -29,7 +29,7 @@ def test_plan_and_configs(tmp_path):
 
 
 def test_a_learning_rate_sweep_keeps_default_keys_and_chooses_by_validation(tmp_path):
-    from weirdnet.experiments.recall_report import chosen, markdown
+    from weirdnet.lab.recall.report import chosen, markdown
 
     cells = plan(["mqar"], [64], [16], ["softmax"], 2, 10, lrs=[3e-3, 1e-2])
     assert [c.key for c in cells] == [

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from helpers.train import run_cli
-from weirdnet.bench.speed import measure
-from weirdnet.bench.speed_report import markdown, ratio
+from weirdnet.lab.speed import measure
+from weirdnet.lab.speed_report import markdown, ratio
 
 pytestmark = pytest.mark.slow  # benchmark child processes
 

@@ -10,16 +10,17 @@ from pathlib import Path
 import pytest
 
 from helpers.train import run_cli
-from weirdnet.experiments import numbers
-from weirdnet.experiments.budgets import BUDGETS, get_budget
-from weirdnet.experiments.cells import Cell, CellStore, config_hash
-from weirdnet.experiments.claims import CLAIMS, claim_lines
-from weirdnet.experiments.document import render
-from weirdnet.experiments.intervals import wilson
-from weirdnet.experiments.plan import TABLES_BY_NAME, plan_cells
-from weirdnet.experiments.report import Results
-from weirdnet.experiments.tasks import TASKS, configs_dir, get_task
-from weirdnet.experiments.variants import MECHANISMS, VARIANTS, get_variant
+from weirdnet.lab.suite import numbers
+from weirdnet.lab.suite.budgets import BUDGETS, get_budget
+from weirdnet.lab.suite.cells import Cell
+from weirdnet.lab.suite.claims import CLAIMS, claim_lines
+from weirdnet.lab.suite.document import render
+from weirdnet.lab.suite.plan import TABLES_BY_NAME, plan_cells
+from weirdnet.lab.suite.report import Results
+from weirdnet.lab.suite.tasks import TASKS, configs_dir, get_task
+from weirdnet.lab.sweep.intervals import wilson
+from weirdnet.lab.sweep.store import CellStore, config_hash
+from weirdnet.lab.variants import MECHANISMS, VARIANTS, get_variant
 from weirdnet.train.config import TrainConfig, check
 
 pytestmark = pytest.mark.slow  # suite cells train models
@@ -112,7 +113,7 @@ def test_store_states(tmp_path):
 
 
 def test_reports_leave_out_stale_records_but_keep_other_seeds(tmp_path):
-    from weirdnet.experiments.command import current_records
+    from weirdnet.lab.suite.command import current_records
 
     budget = get_budget("smoke")
     store = CellStore(tmp_path / "results", tmp_path / "work")
@@ -156,7 +157,7 @@ def test_trivial_baselines():
     import numpy as np
 
     from weirdnet.data.text.lm import ByteLMDataset
-    from weirdnet.experiments.baselines import bar, describe, learned, trivial_baseline
+    from weirdnet.lab.suite.baselines import bar, describe, learned, trivial_baseline
 
     class Labelled:
         def __init__(self, labels):
@@ -236,7 +237,7 @@ def test_seeds_give_a_t_interval_and_bpc_needs_seeds():
 
 
 def test_the_data_column_states_the_sizes_the_budget_sets():
-    from weirdnet.experiments.document import data_text
+    from weirdnet.lab.suite.document import data_text
 
     text = data_text(get_task("listops"), {"dataset": "listops", "options": {
         "n_train": 20000, "min_length": 500, "max_length": 2000}})
@@ -286,7 +287,7 @@ def test_seeds_that_agree_exactly_keep_the_test_sets_interval():
         100 * (lambda w: w[1] - w[0])(wilson(0.986, 370)))
     other = Results([_record("jv", "softmax", v, seed, items=370)
                      for seed, v in enumerate((96.2, 96.8, 97.3))])
-    from weirdnet.experiments.claims import compare
+    from weirdnet.lab.suite.claims import compare
     assert compare(score, other.score("jv", "softmax")) == "undecided"
 
 
@@ -389,7 +390,7 @@ def test_jobs_run_cells_side_by_side_and_the_report_says_so(tmp_path):
 
 
 def test_cells_side_by_side_share_the_cores_unless_the_user_set_threads(monkeypatch):
-    from weirdnet.experiments.command import cell_env
+    from weirdnet.lab.sweep.engine import cell_env
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 8)
@@ -481,7 +482,7 @@ def test_the_best_average_claim_compares_every_mechanism_on_the_same_tasks():
 
 
 def test_fig6_averages_every_mechanism_over_the_same_lra_tasks(tmp_path):
-    from weirdnet.experiments.figure import accuracy_label, draw_fig6, our_points
+    from weirdnet.lab.suite.figure import accuracy_label, draw_fig6, our_points
 
     speeds = {"weird-a": 5.0, "dba": 3.0, "softmax": 1.0}
     records = [_record(t, n, 50.0 + 10 * speeds[n], speed=speeds[n], memory=100.0)
@@ -518,7 +519,7 @@ def test_each_mechanism_reads_out_and_names_its_dba_form_as_its_paper_runs_it(tm
 
 
 def test_the_report_says_which_dba_form_and_readout_each_record_used():
-    from weirdnet.experiments.report import dba_form, form_table, readout
+    from weirdnet.lab.suite.report import dba_form, form_table, readout
 
     def model(pattern, **extra):
         return {"config": {"model": {"backbone": {"pattern": pattern, **extra}}}}
@@ -559,7 +560,7 @@ def test_todays_baselines_table_trains_a_transformers_peer_in_a_suite_cell(tmp_p
     task's widths, trained and reported beside the Transformer++ (LM task only)."""
     pytest.importorskip("transformers")
     from weirdnet.data.registry import DataMissingError
-    from weirdnet.experiments.lm_compute import require_corpus
+    from weirdnet.lab.lm.command import require_corpus
 
     try:
         require_corpus()

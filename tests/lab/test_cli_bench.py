@@ -10,9 +10,9 @@ import pytest
 
 from weirdnet import __version__
 from weirdnet._atomic import write_atomic
-from weirdnet.bench import analysis
-from weirdnet.bench.scan import DEFAULT_METHODS
 from weirdnet.cli import main
+from weirdnet.lab.opbench import analysis
+from weirdnet.lab.opbench.scan import DEFAULT_METHODS
 
 pytestmark = pytest.mark.slow  # benchmark child processes
 

@@ -1,0 +1,359 @@
+"""``weirdnet bench decode``: tokens/s of cached generation against context length.
+
+For every context length L and model preset (default: Weird-Net structure A and
+structure B against an all-softmax model of the same size, the small CPU language-model
+presets; the last model listed is the baseline of the ratios), a random prompt of L − n
+tokens per sequence fills the caches (prefill, timed once), then n tokens are decoded one
+at a time for a batch of B sequences (``--batch``, default 1); tokens/s = B / median step
+time.  Alongside, the step time of a
+single mixer layer with a cache of L tokens shows where the per-token cost goes: the
+Weird layer's grows as log L (one partial sum per level), the softmax layer's as L (a
+pass over the KV cache).  Weights are random (the speed does not depend on them) and
+sampling is greedy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from weirdnet.lab.harness import output
+
+DEFAULT_MODELS = ("weirdnet-a-small-cpu", "weirdnet-small-cpu", "gpt2-small-cpu")
+DEFAULT_CONTEXTS = (1024, 2048, 4096, 8192, 16384)
+TARGET_CONTEXT = 16384
+RATIO_TARGETS = {"weirdnet-small-cpu": 1.5, "weirdnet-a-small-cpu": 12.0}
+"""Tokens/s of a model at least this many times the baseline's at TARGET_CONTEXT."""
+SPEED_TARGETS = {"weirdnet-a-small-cpu": 4000.0}
+"""Tokens/s at TARGET_CONTEXT, batch 1."""
+
+HELP = "tokens/s of cached decoding vs context: Weird-Net A and B vs softmax"
+
+DESCRIPTION = __doc__.split("\n\n", 1)[1] + """
+Output: a Markdown table on stdout and in OUT/decode_<device>.md, raw numbers in
+OUT/decode_<device>.json. OUT is --out DIR, else $WEIRDNET_BENCH_DIR, else
+~/.cache/weirdnet/bench; the committed results are rewritten only with
+--out benchmarks/results, and never by a --quick run (unless --force). Target: at
+L=16384 and batch 1, structure B reaches >= 1.5x and structure A >= 12x the tokens/s of
+the all-softmax model, and structure A >= 4,000 tokens/s.
+
+examples:
+  weirdnet bench decode                          # into ~/.cache/weirdnet/bench
+  weirdnet bench decode --out benchmarks/results # the committed results
+  weirdnet bench decode --contexts 1024 4096 --new-tokens 16
+  weirdnet bench decode --quick                  # seconds-long smoke run
+  weirdnet bench decode --models weird-a,weird-b,softmax,llama,mamba,mamba2,rwkv,transformerpp
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                        help="comma-separated causal LM presets, or bench lm models "
+                             "(weird-a, transformerpp, llama, mamba, mamba2, rwkv, ...; "
+                             "parameter-matched at bench lm's sizes); the last is the "
+                             "baseline of the ratios (default: %(default)s)")
+    parser.add_argument("--contexts", type=int, nargs="+", default=list(DEFAULT_CONTEXTS),
+                        metavar="L", help="context lengths (default: %(default)s)")
+    parser.add_argument("--new-tokens", type=int, default=32, metavar="N",
+                        help="tokens decoded per measurement (default: %(default)s)")
+    parser.add_argument("--batch", type=int, default=1, metavar="B",
+                        help="sequences decoded together (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: all usable cores)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    output.add_out_arguments(parser, "decode_<device>.md and .json", quick="--quick")
+    parser.add_argument("--quick", action="store_true",
+                        help="seconds-long smoke run: contexts 256 512, 8 new tokens; "
+                             "refuses a folder that holds a full run's report unless --force")
+    parser.add_argument("--check-targets", action="store_true",
+                        help="exit with status 1 when a measured target fails")
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _decode_steps(model, prompt, n: int, device) -> tuple[float, list[float]]:
+    """Prefill seconds and the n decode-step times (s) of greedy decoding of the (B, Lp)
+    prompts."""
+    import torch
+
+    backbone = model.backbone
+    with torch.no_grad():
+        cache = backbone.init_cache(prompt.shape[0], prompt.shape[1] + n)
+        start = time.perf_counter()
+        hidden = backbone(prompt, cache=cache)[:, -1]
+        _sync(device)
+        prefill = time.perf_counter() - start
+        steps = []
+        for _ in range(n):
+            start = time.perf_counter()
+            token = model.logits(hidden).argmax(-1, keepdim=True)
+            hidden = backbone.step(token[:, 0], cache)
+            _sync(device)
+            steps.append(time.perf_counter() - start)
+    return prefill, steps
+
+
+def _peer_decode_steps(model, prompt, n: int, device) -> tuple[float, list[float]]:
+    """Prefill seconds and the n − 1 step times (s) of a ``transformers`` peer's own cached
+    greedy ``generate``: the time from the call to the first token (prefill and that
+    token), then between consecutive tokens (each step includes ``generate``'s own
+    per-token work: logits processors and stopping checks)."""
+    import torch
+    import transformers
+
+    stamps: list[float] = []
+
+    class Stamp(transformers.StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            _sync(device)
+            stamps.append(time.perf_counter())
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    with torch.no_grad():
+        start = time.perf_counter()
+        model.peer.generate(prompt, attention_mask=torch.ones_like(prompt),
+                            max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                            pad_token_id=0, stopping_criteria=[Stamp()])
+    return stamps[0] - start, [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def _build(name: str, context: int, device):
+    """A preset, or a ``bench lm`` model (a suite variant or a ``transformers`` peer,
+    matched to the GPT-2-style Transformer's non-embedding parameters at bench lm's
+    sizes), with max_len ``context``."""
+    import torch
+
+    from weirdnet.models import build_preset
+    from weirdnet.models.presets import PRESETS
+
+    if name in PRESETS:
+        return build_preset(name, device=device)
+    from weirdnet.lab import matching
+    from weirdnet.lab.lm.command import MODEL
+
+    table = matching.matched_variant(name, MODEL)[0]
+    with torch.device(device):
+        return matching.build(table, max_len=context)
+
+
+def _check_models(models: list[str]) -> None:
+    """BenchError (one line, status 2) for a name that is neither a preset nor a bench lm
+    model, or a model that cannot be matched."""
+    from weirdnet.models.presets import PRESETS
+
+    for name in models:
+        if name in PRESETS:
+            continue
+        from weirdnet.lab import matching
+        from weirdnet.lab.lm.command import MODEL
+
+        try:
+            matching.matched_variant(name, MODEL)
+        except (ValueError, ImportError) as error:
+            raise output.BenchError(f"--models {name}: {error} (presets: "
+                                    f"{', '.join(PRESETS)})") from None
+
+
+def _layer_step_us(mixer, context: int, device, batch: int, repeats: int = 20) -> float:
+    """Median µs of one cached step of ``mixer`` (``batch`` sequences) at the end of
+    ``context`` tokens."""
+    import torch
+
+    with torch.no_grad():  # the steps fill positions context - repeats + 1 ... context
+        cache = mixer.init_cache(batch, context)
+        mixer(torch.randn(batch, context - repeats, mixer.dim, device=device), cache=cache)
+        x = torch.randn(batch, mixer.dim, device=device)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            mixer.step(x, cache)
+            _sync(device)
+            times.append(time.perf_counter() - start)
+    return 1e6 * statistics.median(times)
+
+
+def _mixer_of(model, name: str):
+    from weirdnet.layers.registry import factory
+
+    cls = factory(name)
+    return next((b.mixer for b in model.backbone.blocks if type(b.mixer) is cls), None)
+
+
+def measure(model_name: str, context: int, new_tokens: int, device, batch: int = 1) -> dict:
+    """One row: tokens/s, prefill time and per-layer step times at ``context``."""
+    import torch
+
+    torch.manual_seed(0)
+    model = _build(model_name, context, device).eval()
+    if context > model.max_len or context <= new_tokens:
+        raise ValueError(f"{model_name}: context {context} must exceed the {new_tokens} new "
+                         f"tokens and stay within its max_len={model.max_len}")
+    peer = hasattr(model, "peer")
+    decode = _peer_decode_steps if peer else _decode_steps
+    vocab = model.config.backbone.vocab_size
+    prompt = torch.randint(0, vocab, (batch, context - new_tokens), device=device)
+    decode(model, prompt[:, :64], 4, device)  # warm-up
+    prefill, steps = decode(model, prompt, new_tokens, device)
+    row = {"model": model_name, "context": context, "new_tokens": new_tokens,
+           "batch": batch, "prefill_s": prefill,
+           "step_ms_median": 1e3 * statistics.median(steps),
+           "tokens_per_s": batch / statistics.median(steps),
+           "non_embedding_parameters": model.num_parameters(embeddings=False),
+           "generate": "transformers" if peer else "weirdnet"}
+    for name in ("weird", "softmax"):
+        mixer = None if peer else _mixer_of(model, name)
+        row[f"{name}_layer_step_us"] = (None if mixer is None
+                                        else _layer_step_us(mixer, context, device, batch))
+    return row
+
+
+def _peer_lines(doc: dict) -> list[str]:
+    """What the report says about ``transformers`` peers and matched models, if any ran."""
+    rows = doc["results"]
+    lines = []
+    if any(r.get("generate") == "transformers" for r in rows):
+        lines.append(f"- `transformers` peers ({doc['machine'].get('transformers', '?')}) "
+                     "decode with their own cached greedy `generate`; their step is the time "
+                     "between consecutive tokens (it includes `generate`'s own per-token work; "
+                     "prefill s: up to the first token). Mamba and Mamba-2 run their "
+                     "pure-PyTorch path on a CPU (the fused kernels are CUDA-only).")
+    counts = {r["model"]: r["non_embedding_parameters"] for r in rows
+              if r.get("non_embedding_parameters")}
+    if counts:
+        lines.append("- non-embedding parameters: " + "; ".join(
+            f"{m} {n / 1e6:.3f}M" for m, n in counts.items()))
+    return lines
+
+
+def _markdown(doc: dict) -> str:
+    from weirdnet.lab.opbench.report import fmt_ratio
+    from weirdnet.models.backbone import FUSED_STEP_MAX_BATCH
+
+    m, c = doc["machine"], doc["config"]
+    baseline = c["models"][-1] if len(c["models"]) > 1 else None
+    lines = [f"# Cached generation speed on {m['device']}", "",
+             f"- date: {m['date']}; command: `{m['command']}`",
+             f"- machine: {m['cpu_model']}, {m['usable_cores']} usable cores; python "
+             f"{m['python']}, torch {m['torch']}, {m['torch_threads']} torch threads",
+             f"- batch {c['batch']}, float32, greedy; {c['new_tokens']} tokens decoded after "
+             "a prompt of (context − new tokens); tokens/s = batch / median step time (a step "
+             "= logits of the last token, argmax, `Backbone.step`: one cached pass through every "
+             "layer, each Weird-attention block as one fused C call up to batch "
+             f"{FUSED_STEP_MAX_BATCH})",
+             "- layer step: median of the last 20 cached steps of one mixer layer (projections "
+             "included, as PyTorch ops) up to `context` tokens", *_peer_lines(doc), ""]
+    header = ["context", "model", "tokens/s", "step ms", "prefill s", "weird layer µs",
+              "softmax layer µs"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in doc["results"]:
+        us = [("–" if r[k] is None else f"{r[k]:.0f}")
+              for k in ("weird_layer_step_us", "softmax_layer_step_us")]
+        lines.append(f"| {r['context']} | {r['model']} | {r['tokens_per_s']:.1f} | "
+                     f"{r['step_ms_median']:.2f} | {r['prefill_s']:.2f} | {us[0]} | {us[1]} |")
+    if baseline:
+        others = list(doc["ratios"])
+        lines += ["", f"Tokens/s relative to {baseline}:", "",
+                  "| context | " + " | ".join(others) + " |", "|---|" + "---|" * len(others)]
+        for L in c["contexts"]:
+            cells = [fmt_ratio(doc["ratios"][m][str(L)]) for m in others]
+            lines.append(f"| {L} | " + " | ".join(cells) + " |")
+    for t in doc["targets"]:
+        value = fmt_ratio(t["value"]) if t["ratio"] else f"{t['value']:,.0f}"
+        lines += ["", f"Target: {t['text']}: {value} — {'PASS' if t['passed'] else 'FAIL'}"]
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Measure, print and write the report (see :mod:`.output`); the exit status."""
+    out = output.out_dir(args.out)
+
+    def refuse() -> None:
+        if args.quick:
+            output.refuse_quick_over_full(output.full_reports(out, "decode"), "--quick",
+                                          args.force)
+
+    try:
+        refuse()
+        with output.writing(out, "weirdnet bench decode") as session:
+            refuse()  # again, now that no one else can write there
+            return _run(args, argv, out, session)
+    except output.BenchError as error:
+        return output.fail(error)
+
+
+def _run(args: argparse.Namespace, argv: list[str], out: Path,
+         session: output.Writing) -> int:
+    import torch
+
+    from weirdnet.lab.harness import alloc, machine
+    from weirdnet.lab.harness.progress import Progress
+    from weirdnet.lab.opbench import report
+
+    allocator = alloc.reuse_freed_memory()
+    models = [m for m in args.models.split(",") if m]
+    contexts = [256, 512] if args.quick else args.contexts
+    new_tokens = 8 if args.quick else args.new_tokens
+    if args.batch < 1:
+        raise output.BenchError("--batch must be >= 1")
+    _check_models(models)
+    device = torch.device(args.device)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(args.threads or machine.usable_cores())
+    progress = Progress(len(models) * len(contexts))
+    rows = []
+    try:
+        for L in contexts:
+            for name in models:
+                what = f"{name} at context {L}"
+                progress.start(what)
+                rows.append(measure(name, L, new_tokens, device, args.batch))
+                progress.done(what, f"{rows[-1]['tokens_per_s']:.1f} tokens/s")
+    finally:
+        progress.close()
+        torch.set_num_threads(previous)
+    doc = _document(args, argv, models, contexts, new_tokens, device, allocator, rows)
+    markdown = _markdown(doc)
+    with output.write_whole():
+        paths = report.write_report(out, f"decode_{device.type}", doc, markdown)
+        session.kept = f"the report was written whole: {paths[0]} and {paths[1]}"
+    print(markdown, end="", flush=True)
+    output.print_written(paths)
+    failed = any(not t["passed"] for t in doc["targets"])
+    return 1 if args.check_targets and failed else 0
+
+
+def _document(args, argv, models, contexts, new_tokens, device, allocator, rows) -> dict:
+    import torch
+
+    from weirdnet.lab.harness import machine
+
+    info = machine.machine_info(device, ["weirdnet", *argv], allocator)
+    speed = {(r["model"], r["context"]): r["tokens_per_s"] for r in rows}
+    ratios, targets, L = {}, [], TARGET_CONTEXT
+    base = models[-1] if len(models) > 1 else None
+    if base is not None:
+        ratios = {m: {str(c): speed[m, c] / speed[base, c] for c in contexts}
+                  for m in models[:-1]}
+    if args.batch == 1:  # the targets are set for batch 1
+        for m, need in RATIO_TARGETS.items():
+            if base == "gpt2-small-cpu" and (m, L) in speed:
+                value = ratios[m][str(L)]
+                targets.append({"text": f"{m} >= {need:g}x the tokens/s of {base} at context "
+                                        f"{L}, batch 1", "value": value,
+                                "passed": value >= need, "ratio": True})
+        for m, need in SPEED_TARGETS.items():
+            if (m, L) in speed:
+                targets.append({"text": f"{m} >= {need:,.0f} tokens/s at context {L}, batch 1",
+                                "value": speed[m, L], "passed": speed[m, L] >= need,
+                                "ratio": False})
+    return {"benchmark": "decode", "quick": bool(args.quick), "machine": info,
+            "config": {"models": models, "contexts": contexts, "new_tokens": new_tokens,
+                       "batch": args.batch, "threads": torch.get_num_threads()},
+            "results": rows, "ratios": ratios, "targets": targets}

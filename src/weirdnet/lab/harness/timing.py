@@ -1,0 +1,76 @@
+"""Wall-clock timing: warm-up runs, then the median of ``repeats`` timed runs.
+
+The one timing helper of the benchmarks: :func:`time_step` times a step (a forward, a
+forward+backward, a training step) for ``bench scan``/``mixers`` (the runner), ``bench
+speed`` and ``bench compile``.  The trained runs of ``bench suite``, ``lm`` and ``recall``
+report the rate of the training itself instead, read from the run's log
+(:func:`weirdnet.lab.sweep.cell.median_steps_per_s`): the steps/s of a real run, with
+its data and evaluations around it.
+
+What is timed for a :class:`~weirdnet.lab.opbench.methods.Case`:
+
+- forward: ``case.forward()`` under ``torch.no_grad()`` (inference forward).
+- forward+backward: grads of all inputs reset to None, ``case.forward()`` with autograd,
+  then ``out.backward(case.grad_out)``.
+
+On CUDA the device is synchronised before reading the clock.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from weirdnet.lab.opbench.methods import Case
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels on ``device`` (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def forward_step(case: Case) -> Callable[[], None]:
+    """One inference forward of ``case`` (no autograd graph)."""
+
+    def step() -> None:
+        with torch.no_grad():
+            case.forward()
+
+    return step
+
+
+def forward_backward_step(case: Case) -> Callable[[], None]:
+    """One forward+backward of ``case``; gradients are reset first, not accumulated."""
+
+    def step() -> None:
+        for t in case.inputs:
+            t.grad = None
+        out = case.forward()
+        out.backward(case.grad_out)
+
+    return step
+
+
+def time_step(
+    step: Callable[[], None], device: torch.device, repeats: int, warmup: int = 1
+) -> list[float]:
+    """Seconds of each of ``repeats`` timed calls of ``step``, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        step()
+    synchronize(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def median_ms(times: list[float]) -> float:
+    """Median of ``times`` (seconds) in milliseconds."""
+    return 1000.0 * statistics.median(times)

@@ -1,0 +1,238 @@
+"""The report of ``weirdnet bench lm``, from the stored records alone: per context and
+budget (equal minutes; equal steps), each model's parameters, test bits per byte, speed,
+and validation bits per byte at the same step, with each model compared with the
+Transformer++ (or the Transformer where no Transformer++ ran); ``lm.png``, validation bits
+per byte against training minutes (equal minutes) and steps (equal steps)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from weirdnet.lab.opbench.report import markdown_table
+from weirdnet.lab.suite.claims import BETTER, WORSE, compare
+from weirdnet.lab.suite.report import score_of
+from weirdnet.lab.sweep import writing
+from weirdnet.lab.sweep.intervals import mean_interval
+from weirdnet.lab.sweep.store import CellStore
+from weirdnet.lab.variants import VARIANTS
+
+REFERENCES = ("transformerpp", "softmax")
+"""The model every other is compared with: the first of these that ran."""
+WEIRD = ("weird-a", "weird-b", "weird-a-pp", "weird-b-pp")
+PEERS_COMPARED_WITH = "weird-a"
+"""The Weird-Net compared with every peer (the papers' best decoder at this size)."""
+SLOW_ON_CPU = frozenset({"mamba", "mamba2", "rwkv"})
+"""Peers whose ``transformers`` layers run a pure-PyTorch reference path on a CPU."""
+
+
+def curve(record: dict[str, Any]) -> list[tuple[int, float, float]]:
+    """(step, training minutes, validation bits per byte) of every evaluation; minutes =
+    step / the run's median steps/s (evaluation time left out)."""
+    rate = record["steps_per_s"]
+    return [(e["step"], e["step"] / rate / 60.0, e["metrics"]["bpc"])
+            for e in record.get("evaluations", [])]
+
+
+def _mean_text(values: list[float], digits: int = 3) -> str:
+    mean, low, high = mean_interval(values)
+    return f"{mean:.{digits}f}" + (f" [{low:.{digits}f}, {high:.{digits}f}]"
+                                    if len(values) > 1 else "")
+
+
+def _at_step(record: dict[str, Any], step: int) -> float | None:
+    return next((bpc for s, _, bpc in curve(record) if s == step), None)
+
+
+def label(name: str) -> str:
+    """The table label of variant ``name``, marked ¹ where it runs a CPU reference path."""
+    return VARIANTS[name].label + (" ¹" if name in SLOW_ON_CPU else "")
+
+
+def _by_variant(cells: Sequence, done: dict[str, dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for cell in cells:
+        if cell.key in done:
+            out.setdefault(cell.variant.name, []).append(done[cell.key])
+    return out
+
+
+def _parameters(record: dict[str, Any]) -> str:
+    count, reference = (record.get("non_embedding_parameters"),
+                        record.get("reference_parameters"))
+    if not count:
+        return "–"
+    return f"{count / 1e6:.3f}M" + (f" ({count / reference - 1:+.1%})" if reference else "")
+
+
+def context_table(cells: Sequence, done: dict[str, dict]) -> list[str]:
+    """One row per mechanism of a context and budget (mean over seeds)."""
+    by_variant = _by_variant(cells, done)
+    if not by_variant:
+        return ["(no finished runs)"]
+    common = min(max((s for s, _, _ in curve(r)), default=0)
+                 for records in by_variant.values() for r in records)
+    budget = (f"{cells[0].steps:,} steps" if cells[0].equal_steps
+              else f"{cells[0].minutes:g} min")
+    header = ["Model", "non-embedding parameters (vs reference)", "seeds", "steps",
+              "steps/s", "bytes/s", "train min", f"test bits/byte after {budget}",
+              f"val bits/byte at step {common}"]
+    rows = []
+    for name, records in by_variant.items():
+        rate = sum(r["steps_per_s"] for r in records) / len(records)
+        steps = records[0]["steps"]
+        at_step = [v for r in records if (v := _at_step(r, common)) is not None]
+        bytes_per_step = records[0]["config"]["train"]["batch_size"] * cells[0].context
+        rows.append([label(name), _parameters(records[0]), str(len(records)),
+                     f"{steps:,}", f"{rate:.2f}", f"{rate * bytes_per_step:,.0f}",
+                     f"{steps / rate / 60:.1f}",
+                     _mean_text([r["results"]["test"]["bpc"] for r in records]),
+                     _mean_text(at_step) if at_step else "–"])
+    return markdown_table(header, rows)
+
+
+def _test_bpc(cells: Sequence, done: dict[str, dict]) -> dict[str, list[float]]:
+    """Test bits per byte of each mechanism's finished runs (one per seed), by name."""
+    return {name: [r["results"]["test"]["bpc"] for r in records]
+            for name, records in _by_variant(cells, done).items()}
+
+
+def pairs(names: Sequence[str]) -> list[tuple[str, str]]:
+    """(model, other) compared: every model with the reference (the Transformer++, or
+    the Transformer), Weird-Net A with each other model, B with A, and each Weird-Net
+    with its Transformer++-options form."""
+    names = list(names)
+    reference = next((r for r in REFERENCES if r in names), None)
+    out = [(n, reference) for n in names if reference and n != reference]
+    if PEERS_COMPARED_WITH in names:
+        out += [(PEERS_COMPARED_WITH, n) for n in names
+                if n not in (PEERS_COMPARED_WITH, reference) and n not in WEIRD]
+    out += [(a, b) for a, b in (("weird-b", "weird-a"), ("weird-a-pp", "weird-a"),
+                                ("weird-b-pp", "weird-b")) if {a, b} <= set(names)]
+    return list(dict.fromkeys(out))
+
+
+def comparisons(cells: Sequence, done: dict[str, dict]) -> list[str]:
+    """The :func:`pairs` on test bits per byte after the same budget: "lower" or
+    "higher" only when the 95% interval of the difference excludes 0 (t over seeds); one
+    seed has no interval, so "undecided"."""
+    scores = {name: score_of(v, None, accuracy=False)  # t over seeds, none for one
+              for name, v in _test_bpc(cells, done).items()}
+    rows = []
+    for name, other in pairs(list(scores)):
+        a, b = scores[name], scores[other]
+        outcome = compare(a, b, higher_is_better=False)
+        verdict = {BETTER: "**lower**", WORSE: "**higher**"}.get(
+            outcome, "undecided" + (" (one seed)" if min(a.n, b.n) < 2 else ""))
+        rows.append([f"{VARIANTS[name].label} vs {VARIANTS[other].label}",
+                     f"{a.with_interval(3)} vs {b.with_interval(3)}",
+                     f"{a.mean - b.mean:+.3f}", verdict])
+    if not rows:
+        return []
+    return markdown_table(["comparison", "test bits/byte", "difference", "verdict"], rows)
+
+
+def _machines(done: dict[str, dict]) -> list[str]:
+    """One line per machine the records were made on, with what ran there."""
+    by_machine: dict[str, list[dict]] = {}
+    for record in done.values():
+        machine = record.get("machine", {})
+        name = f"{machine.get('cpu_model', '?')}, {machine.get('usable_cores', '?')} cores"
+        by_machine.setdefault(name, []).append(record)
+    lines = []
+    for name, records in by_machine.items():
+        machine = records[0].get("machine", {})
+        threads = sorted({r.get("torch_threads") for r in records} - {None})
+        at_once = sorted({r.get("cells_at_once", 1) for r in records})
+        commits = sorted({str(r.get("commit"))[:10] for r in records})
+        lines.append(f"- machine: {name} ({len(records)} runs); torch threads per run: "
+                     f"{', '.join(map(str, threads)) or '?'}; runs at once: "
+                     f"{', '.join(map(str, at_once))}; torch {machine.get('torch', '?')}"
+                     + "".join(sorted({f", transformers {r['machine']['transformers']}"
+                                       for r in records
+                                       if r.get("machine", {}).get("transformers")}))
+                     + f"; commits {', '.join(commits)}")
+    return lines
+
+
+def _groups(cells: Sequence) -> list[tuple[str, list]]:
+    """(section title, cells) per budget and context, equal minutes first."""
+    keys = dict.fromkeys((c.kind, c.steps if c.equal_steps else c.minutes, c.context)
+                         for c in cells)
+    out = []
+    for kind, budget, context in keys:
+        title = (f"Equal steps ({budget:,} steps), context {context} bytes" if kind == "steps"
+                 else f"Equal minutes ({budget:g} min), context {context} bytes")
+        out.append((title, [c for c in cells if (c.kind, c.context) == (kind, context)
+                            and (c.steps if c.equal_steps else c.minutes) == budget]))
+    return out
+
+
+def markdown(cells: Sequence, done: dict[str, dict]) -> str:
+    out = ["# Language modelling at equal compute and at equal steps (ours)", "",
+           "Byte-level language models on `wiki-xml`, the same bytes per step, the same "
+           "optimiser and schedule; `weirdnet bench lm`. Every model has the non-embedding "
+           "parameters of the GPT-2-style Transformer with D = 128, 4 layers, d_ff = 512 "
+           "within 5%, matched by its feed-forward width (Mamba and Mamba-2: by their "
+           "number of layers). Equal minutes: each model trains for the same minutes on "
+           "this machine (steps from a calibration of its speed). Equal steps: each model "
+           "trains the same steps, so it sees the same bytes. Test bits per byte at the "
+           "end; validation bits per byte at the last step every model reached. Intervals: "
+           "95% over seeds (none with one seed).", "",
+           "¹ `transformers` runs this peer's layers on its pure-PyTorch reference path on a "
+           "CPU (the fused kernels are CUDA-only): its speed is what a CPU user gets; its "
+           "quality per step is unaffected.", ""]
+    machines = _machines(done)
+    out += machines + [""]
+    if len(machines) > 1:
+        out += ["The records come from more than one machine: equal minutes hold only "
+                "between runs of one machine.", ""]
+    for title, mine in _groups(cells):
+        out += [f"## {title}", "", *context_table(mine, done), ""]
+        if table := comparisons(mine, done):
+            out += ["Decided only when the 95% interval of the difference excludes 0 "
+                    "(t over seeds, standard errors added in quadrature):", "", *table, ""]
+    hours = sum(r.get("wall_s", 0.0) for r in done.values()) / 3600
+    out += [f"{len(done)} of {len(cells)} runs done; wall time of those {hours:.2f} h "
+            "(training and evaluations).", ""]
+    return "\n".join(out)
+
+
+def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
+    """lm.png: validation bits per byte against training minutes (equal minutes) or
+    steps (equal steps), a panel per budget and context, and each run's test bits per
+    byte at its end (a star); ImportError without matplotlib."""
+    from weirdnet._atomic import write_png
+
+    groups = _groups(cells)
+    fig, axes = writing.panels(1, len(groups), 5 * len(groups), 3.6)
+    names = list(dict.fromkeys(c.variant.name for c in cells))
+    for ax, (title, mine) in zip(axes[0], groups):
+        by_steps = mine[0].equal_steps
+        for cell in mine:
+            if cell.key not in done:
+                continue
+            record, colour = done[cell.key], f"C{names.index(cell.variant.name) % 10}"
+            points = curve(record)
+            xs = [s if by_steps else m for s, m, _ in points]
+            end = record["steps"] if by_steps else record["steps"] / record["steps_per_s"] / 60
+            ax.plot(xs, [b for _, _, b in points], marker=".", color=colour,
+                    label=VARIANTS[cell.variant.name].label if cell.seed == 0 else None)
+            ax.plot([end], [record["results"]["test"]["bpc"]], marker="*", markersize=9,
+                    color=colour, linestyle="none")
+        ax.set_title(f"{title} (star: test split)", fontsize=9)
+        ax.set_xlabel("training steps" if by_steps else "training minutes")
+        ax.set_ylabel("validation bits per byte")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    return write_png(fig, path)
+
+
+def write_report(store: CellStore, cells: Sequence, plot: bool) -> Path:
+    """Write lm.md (and lm.png) into the results folder; returns lm.md."""
+    done = store.finished(cells)
+    figure = (lambda path: draw(cells, done, path)) if plot and done else None
+    return writing.write_report(store.results_dir, "lm", markdown(cells, done), figure,
+                                "bits per byte against training minutes and steps")

@@ -1,0 +1,238 @@
+"""``weirdnet bench recall``: the recall diagnostics (MQAR, selective copying, induction
+heads) swept over model width and sequence length for every mechanism with a causal form.
+
+Every (diagnostic, length, width, mechanism, seed) is one training run of a 2-layer
+causal model (``d_ff = 2 D``, one head per 16 channels, no dropout; AdamW, lr 3e-3,
+6,000 steps of 32 sequences by default) on the diagnostic's generated training split,
+then its test split (1,000 sequences): accuracy over the asked positions.  ``--lrs``
+sweeps the learning rate as Zoology does; the report then shows, per mechanism and
+cell, the learning rate with the best validation accuracy (the test split never
+chooses).  Cells run in fresh processes and are stored as records (metrics, config hash,
+commit, machine) through the sweep engine, exactly as the suite's
+(:mod:`weirdnet.lab.sweep`): a rerun skips finished cells and resumes interrupted ones.
+The report (``recall.md``) has a table per diagnostic and ``recall.png``, accuracy
+against width, one panel per diagnostic and length.
+
+Local attention sees a window of a quarter of the sequence.  DBA and Linformer have no
+causal form (their mixing reads the whole sequence), so they
+are not run: a bidirectional model would see the queries' positions before them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from weirdnet.lab.harness import output
+from weirdnet.lab.sweep.store import CellStore
+from weirdnet.lab.variants import MECHANISMS, Variant, get_variant
+
+DIAGNOSTICS = ("mqar", "selective-copy", "induction")
+LENGTHS = (64, 128)
+WIDTHS = (16, 32, 64)
+
+
+def causal_mechanisms() -> tuple[str, ...]:
+    """The suite's mechanisms with a causal form (the diagnostics are language models);
+    read from the mixers, so it imports torch."""
+    return tuple(v.name for v in MECHANISMS if not v.bidirectional_only)
+DEFAULT_LR = 3e-3
+"""The learning rate of a cell unless ``--lrs`` says otherwise (a cell at another rate
+has ``--lr<rate>`` in its key)."""
+DEFAULT_STEPS = 6000
+"""Steps per cell.  MQAR is learnt in a sudden transition: a 2-layer softmax model at
+D = 64, L = 64 sat at the plateau of knowing which values occur (about 30%) until step
+3,000-3,500, then reached 99.9% by step 4,000 (lr 3e-3; at lr 1e-3 not by 4,000)."""
+TRAIN_SEQUENCES = 100_000
+"""Generated training sequences (Zoology's count); every step sees fresh ones until the
+6,000 x 32 = 192,000 drawn pass it."""
+BATCH_SIZE = 32
+TEST_SEQUENCES = 1000
+"""Sequences in the validation and test splits."""
+
+HELP = "recall diagnostics (MQAR, selective copying, induction) vs width"
+
+DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "`")
+EXAMPLES = """\
+examples:
+  weirdnet bench recall                                  # the default sweep (hours on CPU)
+  weirdnet bench recall --out benchmarks/results         # into the committed results
+  weirdnet bench recall --diagnostics mqar --lengths 64 --widths 16 32
+  weirdnet bench recall --diagnostics mqar --lengths 128 --mechanisms softmax \
+      --lrs 1e-3 3e-3 1e-2                               # a learning-rate sweep
+  weirdnet bench recall --report-only                    # rebuild the report from records
+  weirdnet bench recall --list                           # the cells and their state
+"""
+
+
+def diagnostic_options(diagnostic: str, length: int) -> dict[str, int]:
+    """The generator options of ``diagnostic`` at sequence length ``length``: MQAR asks
+    length / 16 keys (vocabulary 64), selective copying copies 8 tokens (vocabulary 16),
+    induction uses vocabulary 16."""
+    if diagnostic == "mqar":
+        return {"seq_len": length, "num_pairs": max(1, length // 16), "vocab_size": 64}
+    if diagnostic == "selective-copy":
+        return {"seq_len": length, "num_tokens": 8, "vocab_size": 16}
+    if diagnostic == "induction":
+        return {"seq_len": length, "vocab_size": 16}
+    raise ValueError(f"unknown diagnostic {diagnostic!r}; known: {', '.join(DIAGNOSTICS)}")
+
+
+def local_window(length: int) -> int:
+    """Local attention's window in the sweep: a quarter of the sequence (its default,
+    128, would cover these whole sequences and make it the Transformer)."""
+    return max(4, length // 4)
+
+
+@dataclass(frozen=True)
+class RecallCell:
+    """One training run of the sweep."""
+
+    diagnostic: str
+    length: int
+    width: int
+    variant: Variant
+    seed: int
+    steps: int
+    lr: float = DEFAULT_LR
+
+    @property
+    def key(self) -> str:
+        rate = "" if self.lr == DEFAULT_LR else f"--lr{self.lr:g}"
+        return (f"{self.diagnostic}--L{self.length}--d{self.width}--{self.variant.name}"
+                f"{rate}--s{self.seed}")
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return {"diagnostic": self.diagnostic, "length": self.length, "width": self.width,
+                "variant": self.variant.name, "seed": self.seed, "lr": self.lr}
+
+    def config_dict(self, work_dir: Path) -> dict[str, Any]:
+        """The cell's training config (a dict ``TrainConfig.from_dict`` takes)."""
+        backbone = {"dim": self.width, "depth": 2, "d_ff": 2 * self.width,
+                    "heads": max(1, self.width // 16), "dropout": 0.0,
+                    **self.variant.backbone_overrides("lm")}
+        if self.variant.pattern == "local":  # a window shorter than the sequence
+            backbone["mixer_options"] = {"local": {"window": local_window(self.length)}}
+        return {
+            "data": {"dataset": self.diagnostic, "test_split": "test",
+                     "options": {**diagnostic_options(self.diagnostic, self.length),
+                                 "num_samples": TRAIN_SEQUENCES},
+                     "eval_options": {"num_samples": TEST_SEQUENCES}},
+            "model": {"backbone": backbone},
+            "optim": {"lr": self.lr, "weight_decay": 0.1},
+            "schedule": {"name": "cosine", "warmup_steps": 100},
+            "train": {"steps": self.steps, "batch_size": BATCH_SIZE,
+                      "eval_every": max(1, self.steps // 3), "eval_batches": 8,
+                      "log_every": 50},
+            "run": {"name": self.key, "out_dir": str(work_dir), "seed": self.seed},
+        }
+
+
+def plan(diagnostics, lengths, widths, mechanisms, seeds: int, steps: int,
+         lrs=(DEFAULT_LR,)) -> list[RecallCell]:
+    """Every cell of the sweep; ValueError for an unknown or non-causal name, or a
+    learning rate that is not positive."""
+    if not lrs or any(not lr > 0 for lr in lrs):
+        raise ValueError(f"learning rates must be > 0, got {list(lrs)}")
+    for name in diagnostics:
+        diagnostic_options(name, 64)
+    variants = [get_variant(name) for name in mechanisms]
+    for variant in variants:
+        if variant.bidirectional_only:
+            raise ValueError(f"{variant.label} has no causal form; the recall diagnostics "
+                             f"need one (causal mechanisms: {', '.join(causal_mechanisms())})")
+    return [RecallCell(d, n, w, v, s, steps, lr) for d in diagnostics for n in lengths
+            for w in widths for v in variants for lr in dict.fromkeys(lrs)
+            for s in range(seeds)]
+
+
+def stored_cells(store: CellStore, planned: list[RecallCell]) -> list[RecallCell]:
+    """``planned``, then the cell of every other finished record in ``store`` (another
+    diagnostic, width or learning rate than this command asked for), so that a report
+    always shows everything measured."""
+    keys = {cell.key for cell in planned}
+    extra = []
+    for record in store.all_records():
+        if record.get("status") != "done" or "diagnostic" not in record:
+            continue
+        try:
+            cell = RecallCell(record["diagnostic"], record["length"], record["width"],
+                              get_variant(record["variant"]), record["seed"],
+                              record["config"]["train"]["steps"],
+                              record["config"]["optim"]["lr"])
+        except (KeyError, TypeError, ValueError):
+            continue  # a record this code cannot place: left out of the report
+        if cell.key not in keys:
+            keys.add(cell.key)
+            extra.append(cell)
+    return planned + extra
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--diagnostics", default=",".join(DIAGNOSTICS),
+                        help="comma-separated (default: %(default)s)")
+    parser.add_argument("--mechanisms", default=None,
+                        help="comma-separated (default: every mechanism with a causal form)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
+    parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per cell (default 1)")
+    parser.add_argument("--lrs", type=float, nargs="+", default=[DEFAULT_LR],
+                        help="learning rates to sweep (default %(default)s); the report "
+                             "shows the one with the best validation accuracy")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+                        help="training steps per cell, batch 32 (default %(default)s)")
+    parser.add_argument("--work", default=None,
+                        help="run directories (default: $WEIRDNET_BENCH_DIR/runs)")
+    parser.add_argument("--list", action="store_true", help="print the cells and exit")
+    parser.add_argument("--report-only", action="store_true",
+                        help="rebuild the report from the stored records; train nothing")
+    parser.add_argument("--no-plot", action="store_true", help="skip recall.png")
+    from weirdnet.lab.sweep.engine import add_jobs_argument
+
+    add_jobs_argument(parser)
+    output.add_out_arguments(parser, "recall/recall.{md,png} and recall/cells/*.json")
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Plan, run the cells that are not done, write the report; the exit status."""
+    from weirdnet.lab.recall.report import write_report
+    from weirdnet.lab.sweep.engine import print_plan, run_cells
+
+    out = output.out_dir(args.out)
+    work = Path(args.work).expanduser() if args.work else output.bench_dir() / "runs"
+    store = CellStore(out / "recall", work / "recall")
+    try:
+        if args.seeds < 1 or args.steps < 1:
+            raise ValueError("--seeds and --steps must be >= 1")
+        mechanisms = _names(args.mechanisms) if args.mechanisms else causal_mechanisms()
+        cells = plan(_names(args.diagnostics), args.lengths, args.widths, mechanisms,
+                     args.seeds, args.steps, args.lrs)
+        configs = {cell.key: cell.config_dict(store.work_dir) for cell in cells}
+    except (ValueError, KeyError) as error:
+        print(f"weirdnet bench recall: {error}", file=sys.stderr)
+        return 2
+    if args.list:
+        print_plan(cells, {c.key: store.state(c, configs[c.key]) for c in cells}, store)
+        return 0
+    try:
+        folders = [store.results_dir] + ([] if args.report_only else [store.work_dir])
+        with output.writing(folders, "weirdnet bench recall") as session:
+            states = {cell.key: store.state(cell, configs[cell.key]) for cell in cells}
+            return run_cells("recall", cells, configs, states, store, session,
+                             ["weirdnet", *argv], args.report_only,
+                             lambda: write_report(store, stored_cells(store, cells),
+                                                  not args.no_plot), args.jobs)
+    except output.BenchError as error:
+        return output.fail(error)
+
+
+__all__ = ["causal_mechanisms", "DEFAULT_LR", "DIAGNOSTICS", "RecallCell",
+           "diagnostic_options", "plan", "run"]

@@ -1,0 +1,204 @@
+"""Markdown tables and the plot of ``weirdnet bench speed`` (see :mod:`.speed`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from weirdnet.lab.lm.report import label as _label
+from weirdnet.lab.opbench.report import markdown_table
+from weirdnet.lab.suite import numbers
+from weirdnet.lab.variants import VARIANTS
+
+
+def _by_cell(result: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(r["mechanism"], r["length"]): r for r in result["rows"]}
+
+
+def _lengths(result: dict[str, Any]) -> list[int]:
+    return sorted({r["length"] for r in result["rows"]})
+
+
+def _mechanisms(result: dict[str, Any]) -> list[str]:
+    return list(dict.fromkeys(r["mechanism"] for r in result["rows"]))
+
+
+def _short(length: int) -> str:
+    return f"{length // 1024}K" if length % 1024 == 0 else str(length)
+
+
+def reference(result: dict[str, Any]) -> str:
+    """The mechanism every ratio is taken against (older results: the Transformer)."""
+    return result["settings"].get("reference", "softmax")
+
+
+def _is_lm(result: dict[str, Any]) -> bool:
+    return result["settings"].get("task") == "lm"
+
+
+def ratio(result: dict[str, Any], mechanism: str, length: int, key: str) -> float | None:
+    """``key`` ("steps_per_s", "memory_mib" or "rss_mib") of ``mechanism`` over the
+    reference's."""
+    cells = _by_cell(result)
+    mine, base = cells.get((mechanism, length)), cells.get((reference(result), length))
+    if not mine or not base or mine["status"] != "ok" or base["status"] != "ok":
+        return None
+    if mine.get(key) is None or not base.get(key):
+        return None
+    return mine[key] / base[key]
+
+
+def _entry(result, mechanism: str, length: int, key: str) -> str:
+    cell = _by_cell(result).get((mechanism, length))
+    if cell is None:
+        return "–"
+    if cell["status"] != "ok":
+        return cell["status"].split(" (")[0]
+    value = ratio(result, mechanism, length, key)
+    return "–" if value is None else f"{value:.2f}"
+
+
+def _per_length(result, entry) -> list[str]:
+    """One row per mechanism, one column per length: ``entry(mechanism, length)``."""
+    lengths = _lengths(result)
+    return markdown_table(["Model", *(_short(n) for n in lengths)],
+                          [[_label(m), *(entry(m, n) for n in lengths)]
+                           for m in _mechanisms(result)])
+
+
+def _table(result, key: str) -> list[str]:
+    return _per_length(result, lambda m, n: _entry(result, m, n, key))
+
+
+def _absolute(result) -> list[str]:
+    cells = _by_cell(result)
+
+    def entry(mechanism: str, length: int) -> str:
+        cell = cells.get((mechanism, length))
+        if not cell or cell["status"] != "ok":
+            return "–"
+        rss = f" (RSS {cell['rss_mib']:.0f})" if cell.get("rss_mib") is not None else ""
+        tokens = f"{cell['tokens_per_s']:,.0f} tok/s, " if _is_lm(result) else ""
+        return (f"{tokens}{cell['step_s'] * 1000:.0f} ms / {cell['memory_mib']:.0f} "
+                f"MiB{rss}")
+
+    return _per_length(result, entry)
+
+
+def _paper(result) -> list[str]:
+    lengths = [n for n in _lengths(result) if n <= 4096]
+    header = ["Model (paper)", "source", *(f"speed {_short(n)}" for n in lengths),
+              *(f"memory {_short(n)}" for n in lengths)]
+    rows = []
+    for mechanism, (source, values) in numbers.SPEED.items():
+        speed = [f"{values[n][0]:.1f}" if n in values else "–" for n in lengths]
+        memory = [f"{values[n][1]:.2f}" if n in values else "–" for n in lengths]
+        rows.append([VARIANTS[mechanism].label, source, *speed, *memory])
+    return markdown_table(header, rows)
+
+
+_MEMORY_NOTE = {
+    False: "Bytes held through PyTorch's CPU allocator, from a per-allocation trace of the "
+           "first training step (the quantity CUDA's `max_memory_allocated` reports); the "
+           "peak RSS below adds heap fragmentation and the C kernels' own workspaces.",
+    True: "CUDA `max_memory_allocated` during the first training step."}
+
+
+def _rss_section(result) -> list[str]:
+    if not any(c.get("rss_mib") is not None for c in result["rows"]):
+        return []
+    return [f"### Peak RSS relative to the {VARIANTS[reference(result)].label} (ours)", "",
+            *_table(result, "rss_mib"), ""]
+
+
+def _parameters(result) -> list[str]:
+    """Each language model's non-embedding parameters (the count they are matched by)."""
+    counts: dict[str, int] = {}
+    for row in result["rows"]:
+        if row.get("status") == "ok" and row.get("non_embedding_parameters"):
+            counts.setdefault(row["mechanism"], row["non_embedding_parameters"])
+    if not counts:
+        return []
+    target = counts.get("softmax")
+    return ["Non-embedding parameters (matched to the GPT-2-style Transformer's within 5%): "
+            + "; ".join(f"{VARIANTS[m].label} {n / 1e6:.3f}M"
+                        + (f" ({n / target - 1:+.1%})" if target else "")
+                        for m, n in counts.items()), ""]
+
+
+def _setting(result) -> str:
+    s = result["settings"]
+    what = ("byte-level language models (next-byte loss; the `bench lm` models and the "
+            "`transformers` peers)" if _is_lm(result) else
+            "byte-level text classification")
+    return (f"- {what}, batch {s['batch']} for every model, D = {s['dim']}, N = "
+            f"{s['depth']}, d_ff = {s['d_ff']}, {s['heads']} heads; AdamW; median of "
+            f"{s['steps']} timed steps after {s['warmup']} warm-up")
+
+
+_SLOW_NOTE = ("¹ `transformers` runs this peer's layers on its pure-PyTorch path on a CPU "
+              "(Mamba through mamba.py's parallel scan; the fused kernels are CUDA-only): "
+              "its speed is what a CPU user gets, not what a GPU gives.")
+
+
+def markdown(result: dict[str, Any], plot: str) -> str:
+    """The report: settings, relative speed, relative memory, absolute numbers, papers'."""
+    m, ref = result["machine"], VARIANTS[reference(result)].label
+    lm = _is_lm(result)
+    versions = f"; transformers {m['transformers']}" if m.get("transformers") else ""
+    out = [f"# Training speed and memory vs the {ref} ({m['device']})", "",
+           _setting(result),
+           f"- machine: {m['cpu_model']} ({m['usable_cores']} usable cores)"
+           + (f", {m['gpu']}" if m.get("gpu") else "") + f"; torch {m['torch']}{versions}; "
+           f"weirdnet {m['weirdnet']}; {m['date']}",
+           f"- command: `{m['command']}`",
+           "- softmax attention runs through `scaled_dot_product_attention` (a fused, "
+           "memory-efficient kernel), not the materialised L x L attention of the papers' "
+           "baselines", "", *_parameters(result),
+           f"## Training {'tokens' if lm else 'steps'} per second relative to the {ref} "
+           "(ours, higher is faster)", "", *_table(result, "steps_per_s"), "",
+           *([_SLOW_NOTE, ""] if lm else []),
+           f"## Peak memory of a training step relative to the {ref} (ours, lower is "
+           "smaller)", "", _MEMORY_NOTE[m["device"] == "cuda"], "",
+           *_table(result, "memory_mib"), "", *_rss_section(result),
+           f"![speed and memory]({plot})", "",
+           f"## Absolute: {'training tokens/s, ' if lm else ''}time per training step / "
+           "peak extra memory (ours)", "", *_absolute(result), ""]
+    if not lm:
+        out += ["## The papers' numbers (their GPUs and their baselines' implementations)",
+                "", *_paper(result), ""]
+    return "\n".join(out) + "\n"
+
+
+def draw(result: dict[str, Any], out: Path) -> Path:
+    """Two panels: relative steps/s and relative memory against L (log-log)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from weirdnet._atomic import write_png
+
+    figure = Figure(figsize=(12, 4.8), dpi=110)
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, 2)
+    lengths = _lengths(result)
+    for index, mechanism in enumerate(_mechanisms(result)):
+        for ax, key in zip(axes, ("steps_per_s", "memory_mib")):
+            points = [(n, ratio(result, mechanism, n, key)) for n in lengths]
+            points = [(n, v) for n, v in points if v is not None]
+            if points:
+                ax.plot(*zip(*points), marker="o", color=f"C{index % 10}",
+                        label=VARIANTS[mechanism].label)
+    ref = VARIANTS[reference(result)].label
+    for ax, title in zip(axes, (f"training steps/s relative to the {ref}",
+                                f"peak memory relative to the {ref}")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length L")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=8)
+    task = "byte-level language models" if _is_lm(result) else "byte-level text classification"
+    figure.suptitle(f"{task}, {result['machine']['device']}, "
+                    f"batch {result['settings']['batch']}")
+    figure.tight_layout()
+    return write_png(figure, out)

@@ -1,0 +1,79 @@
+"""One suite cell: a (task, variant, seed) training run under a budget.
+
+A cell's config is the task's config file, then the budget's overrides, then the variant's
+backbone keys, then the run name, directory and seed.  Its record (``<results>/cells/
+<task>--<variant>--s<seed>.json``, kept by :mod:`weirdnet.lab.sweep.store`) holds the
+metrics, speed, memory, the full config, the commit and the machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from weirdnet.lab.suite.tasks import Task, configs_dir
+from weirdnet.lab.variants import Variant
+
+if TYPE_CHECKING:  # budgets builds its tables at import; cells needs only the type
+    from weirdnet.lab.suite.budgets import Budget
+
+
+@dataclass(frozen=True)
+class Cell:
+    """``task`` trained with ``variant`` and ``seed`` under ``budget``."""
+
+    task: Task
+    variant: Variant
+    seed: int
+    budget: Budget
+
+    @property
+    def key(self) -> str:
+        """``<task>--<variant>--s<seed>``: the record's file stem and the run name."""
+        return f"{self.task.name}--{self.variant.name}--s{self.seed}"
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """What identifies the cell in its record."""
+        return {"task": self.task.name, "variant": self.variant.name, "seed": self.seed,
+                "budget": self.budget.name}
+
+    def unsupported(self) -> str | None:
+        """Why this cell cannot run (None: it can)."""
+        return self.variant.unsupported(self.task.group)
+
+    def config_dict(self, work_dir: Path) -> dict[str, Any]:
+        """The full training config of this cell (a dict ``TrainConfig.from_dict`` takes)."""
+        from weirdnet.train.config import merge, read_toml
+
+        name = self.task.paper_config if self.budget.paper_configs else self.task.small_config
+        config = read_toml(configs_dir() / name)
+        for table in self.budget.task_overrides(self.task.name):
+            config = merge(config, table)
+        if self.variant.peer:  # a transformers model in place of the task's model
+            config["model"] = peer_model(self.variant, config["model"])
+        else:
+            config = merge(config, {"model": self.variant.model_overrides(self.task.name,
+                                                                          self.task.group)})
+        return merge(config, {"run": {"name": self.key, "out_dir": str(work_dir),
+                                      "seed": self.seed}})
+
+
+WIDTHS = ("dim", "depth", "d_ff", "heads")
+
+
+def peer_model(variant: Variant, model: dict[str, Any]) -> dict[str, Any]:
+    """The ``model`` table of the peer ``variant`` standing in for the task's ``model``
+    table: the peer matched to the non-embedding parameters of the GPT-2-style
+    Transformer with the task model's widths (its preset's, then its own keys)."""
+    from weirdnet.lab.matching import matched_variant
+    from weirdnet.models.presets import get_preset
+
+    backbone = dict(get_preset(model["preset"]).config["backbone"]) if "preset" in model \
+        else {}
+    backbone.update(model.get("backbone", {}))
+    widths = {key: backbone[key] for key in WIDTHS if backbone.get(key) is not None}
+    return matched_variant(variant.name, widths)[0]
+
+

@@ -1,0 +1,122 @@
+"""Run one suite cell in a fresh process and write its record: the ``cell`` job of
+:mod:`weirdnet.lab.harness.child` (``python -m weirdnet.lab.harness.child cell @SPEC.json``), where
+the spec holds ``config`` (the cell's training config), ``record`` (where the record
+goes), ``cell`` (task, variant, seed, budget) and ``command`` (the suite's command line,
+for the record).  Stopped by SIGINT/SIGTERM, it writes no record: the cell stays
+unfinished, and the trainer has saved what it could, so a rerun resumes it.
+
+Measured here, beside the trainer's metrics:
+
+- **speed**: training steps per second, the median over the trainer's log windows
+  (``samples_per_s / batch_size``), so evaluation pauses do not count;
+- **memory**: on CPU the peak resident set size above the resident size once data and
+  model are built (glibc told to keep freed memory, so the peak is a true high-water mark:
+  :mod:`weirdnet.lab.harness.alloc`); on CUDA ``max_memory_allocated`` above the allocation
+  at that point.  Both cover the training steps and the evaluations of the run;
+- **baseline**: what ignoring the input scores on the items the test evaluation read (the
+  majority class, or an LM's unigram entropy: :mod:`.baselines`).
+
+A run directory with checkpoints of the cell's very config is resumed (an interrupted
+cell) unless the spec says ``fresh`` (a run the command asked to redo); otherwise it is
+started afresh (a directory without checkpoints, or one left by an older config of the
+cell, is overwritten).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from weirdnet.lab.harness.alloc import reuse_freed_memory
+
+
+def git_commit(where: Path) -> dict[str, Any]:
+    """The checkout's commit and whether it has uncommitted changes (None outside git)."""
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=where, capture_output=True, text=True,
+                                 timeout=20)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
+
+
+def median_steps_per_s(log_file: Path, batch_size: int) -> float | None:
+    """Median training steps/s over the ``train`` events of a run log."""
+    rates = []
+    with open(log_file, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == "train" and event.get("samples_per_s"):
+                rates.append(event["samples_per_s"] / batch_size)
+    return statistics.median(rates) if rates else None
+
+
+def evaluations(log_file: Path) -> list[dict[str, Any]]:
+    """The periodic validation evaluations of a run log: ``{"step", "metrics"}`` by step
+    (a resumed run's redone evaluations counted once, as ``weirdnet plot`` reads them)."""
+    from weirdnet.train.plot import read_log
+
+    return [{"step": step, "metrics": metrics}
+            for step, metrics in read_log(log_file).evals.get("val", [])]
+
+
+def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train the cell of ``spec`` and return its record (see the module doc)."""
+    allocator = reuse_freed_memory()
+    import torch
+
+    from weirdnet.lab.harness.machine import machine_info
+    from weirdnet.lab.harness.memory import PeakMemory
+    from weirdnet.lab.suite.baselines import trivial_baseline
+    from weirdnet.lab.sweep.store import run_matches
+    from weirdnet.train.config import TrainConfig
+    from weirdnet.train.trainer import Trainer
+
+    config = TrainConfig.from_dict(spec["config"])
+    run_dir = Path(config.run.out_dir) / config.run.name
+    # an older config's run starts afresh; so does one the command asked to redo
+    resume = not spec.get("fresh") and run_matches(run_dir, spec["config"])
+    started = time.perf_counter()
+    trainer = Trainer(config, resume=resume, overwrite=not resume, progress_bar=False)
+    meter = PeakMemory(trainer.processes.device, since="data + model")
+    meter.start()
+    summary = trainer.fit()
+    wall_s = time.perf_counter() - started
+    memory_mib, memory_kind = meter.peak_mib()
+    evaluated = summary.get("evaluated", {})
+    baseline = trivial_baseline(trainer.splits["test"], trainer.info.task,
+                                evaluated.get("test")) if "test" in trainer.splits else None
+    return {
+        **spec["cell"], "status": "done", "results": summary["results"],
+        "evaluated": evaluated, "baseline": baseline,
+        "steps": summary["steps"], "best_step": summary["best_step"],
+        "parameters": summary["parameters"],
+        "steps_per_s": median_steps_per_s(run_dir / "log.jsonl", config.train.batch_size),
+        "evaluations": evaluations(run_dir / "log.jsonl"),
+        "memory_mib": memory_mib, "memory_kind": memory_kind, "wall_s": wall_s,
+        "resumed": resume, **git_commit(Path(__file__).parent),
+        "machine": machine_info(trainer.processes.device, spec["command"], allocator),
+        "torch_threads": torch.get_num_threads(),
+        "cells_at_once": spec.get("cells_at_once", 1),
+        "config_hash": spec["config_hash"], "config": spec["config"],
+    }
+
+
+def run_cell_and_record(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train the cell, write its record atomically; returns where it went."""
+    from weirdnet._atomic import write_atomic
+
+    record = run_cell(spec)
+    return {"record": str(write_atomic(spec["record"], json.dumps(record, indent=2) + "\n"))}

@@ -1,0 +1,39 @@
+"""Writing a sweep's report: the Markdown text and its figure, each whole."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+
+def panels(rows: int, cols: int, width: float, height: float):
+    """A matplotlib Figure on the Agg canvas (no pyplot state) and its (rows, cols) grid
+    of axes; ImportError when matplotlib is not installed."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=110)
+    FigureCanvasAgg(figure)
+    return figure, figure.subplots(rows, cols, squeeze=False)
+
+
+def write_report(folder: Path, stem: str, text: str,
+                 draw: Callable[[Path], None] | None, caption: str) -> Path:
+    """Write ``folder/stem.md`` and, when ``draw`` is given, ``folder/stem.png``
+    (``draw(path)`` writes it), both whole even if a stop signal arrives meanwhile; the
+    Markdown links the figure.  Without matplotlib the figure is skipped with one line.
+    Returns the Markdown file."""
+    from weirdnet._atomic import write_atomic
+    from weirdnet.lab.harness import output
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with output.write_whole():
+        if draw is not None:
+            try:
+                draw(folder / f"{stem}.png")
+                text += f"\n![{caption}]({stem}.png)\n"
+            except ImportError:
+                print(f"{stem}.png skipped: matplotlib is not installed (pip install "
+                      "matplotlib)", file=sys.stderr)
+        return write_atomic(folder / f"{stem}.md", text)
