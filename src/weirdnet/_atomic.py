@@ -10,6 +10,7 @@ less the umask), so colleagues on a shared machine read a run as the umask allow
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 import threading
@@ -91,8 +92,6 @@ def write_atomic(path: str | os.PathLike, data: str | bytes | Iterable[bytes]) -
 
 def write_png(figure, path: str | os.PathLike, dpi: float | None = None) -> Path:
     """Render a matplotlib ``figure`` to PNG in memory, then :func:`write_atomic` it."""
-    import io
-
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=dpi)
     return write_atomic(path, buffer.getvalue())

@@ -46,7 +46,7 @@ left off (model, optimizer, schedule, random states, data order).
 
 examples:
   weirdnet train configs/quickstart.toml
-  weirdnet train configs/lra/listops-cpu.toml --set train.steps=200
+  weirdnet train lra/listops-cpu --set train.steps=200     # a packaged config, by name
   weirdnet train runs/quickstart --resume --set train.steps=2000   # continue, longer
   torchrun --nproc_per_node 2 -m weirdnet train configs/lm/enwik8-weirdnet-small.toml
 """

@@ -14,20 +14,19 @@ Tested with the ``transformers`` versions of :data:`TESTED_TRANSFORMERS` (the ra
 
 from __future__ import annotations
 
+import warnings
+
 try:
     import transformers
 except ImportError as error:  # pragma: no cover - exercised in a process without it
     raise ImportError("weirdnet.hf needs the Hugging Face packages: pip install "
                       "'weirdnet[hf]' (transformers, tokenizers, lm_eval)") from error
+from packaging.version import Version  # noqa: E402  (installed with transformers)
 
 TESTED_TRANSFORMERS = (">=5.24", "<5.25")
 
 
 def _check_version() -> None:
-    import warnings
-
-    from packaging.version import Version
-
     version = Version(transformers.__version__)
     if not Version("5.24") <= version < Version("5.25"):
         warnings.warn(f"weirdnet.hf is tested with transformers {','.join(TESTED_TRANSFORMERS)}"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from weirdnet._atomic import make_temp_dir, write_atomic
 from weirdnet.models import WeirdNetLM
+from weirdnet.train.trained import load_trained
 
 from .modeling import WeirdNetForCausalLM
 from .remote import REMOTE_FILES
@@ -40,8 +41,6 @@ def export_hf(source: str | os.PathLike, out: str | os.PathLike, *,
               overwrite: bool = False) -> Path:
     """Export the LM of ``source`` (a run directory, its best/, a checkpoint, or a folder
     written by ``model.save``) to the folder ``out``; returns ``out``."""
-    from weirdnet.train.trained import load_trained
-
     out = Path(out)
     _check_out(out, overwrite)
     model, _, info, model_dir = load_trained(Path(source))

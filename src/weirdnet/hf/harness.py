@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 from weirdnet._atomic import write_atomic
+from weirdnet.data import get
 
 NEXTLINE, BPB = "weirdnet_stdlib_nextline", "weirdnet_stdlib_bpb"
 CONTEXT_LINES, CHOICES = 6, 4
@@ -80,8 +81,6 @@ metadata:
 def held_out_lines() -> list[str]:
     """The lines of the ``python-stdlib`` test split (the partial first and last lines,
     cut by the split's byte boundaries, are dropped)."""
-    from weirdnet.data import get
-
     text = get("python-stdlib", "test", seq_len=1).data.tobytes().decode("utf-8", "ignore")
     return text.split("\n")[1:-1]
 

@@ -31,6 +31,7 @@ ids); lengths are LRA's (2,000; 4,000; 4,000 per document; 1,024; 1,024; 16,384)
 from __future__ import annotations
 
 import copy
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,8 +238,6 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (*_lra_presets(), *_lm_presets(
 def get_preset(name: str) -> Preset:
     """The preset called ``name``; unknown names suggest the closest."""
     if name not in PRESETS:
-        import difflib
-
         close = difflib.get_close_matches(name, list(PRESETS), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise KeyError(f"unknown preset {name!r}{hint} (`weirdnet info --list` lists them)")
@@ -254,6 +253,7 @@ def preset_config(name: str, **overrides) -> dict[str, Any]:
 
 def build_preset(name: str, device=None, **overrides):
     """Instantiate preset ``name`` (on ``device``; "meta" allocates nothing)."""
+    # deferred: presets are read without torch (`weirdnet info --list`, the lab's --help)
     import torch
 
     from .base import model_class

@@ -37,7 +37,8 @@ import torch
 from weirdnet._atomic import write_atomic
 from weirdnet._faults import fault_point
 from weirdnet._warnings import WeirdnetWarning, warn
-from weirdnet.models.base import CheckpointError
+from weirdnet.models.base import WEIGHTS_FILE, CheckpointError
+from weirdnet.models.safetensors_io import load_file
 
 __all__ = ["CheckpointError", "DamagedCheckpointWarning", "capture_rng", "list_checkpoints",
            "load_latest", "read_checkpoint", "restore_rng", "save_checkpoint", "save_directory"]
@@ -128,9 +129,6 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 def read_checkpoint(directory: Path, map_location: str | torch.device = "cpu"
                     ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """(model state dict, trainer state) of a verified checkpoint directory."""
-    from weirdnet.models.base import WEIGHTS_FILE
-    from weirdnet.models.safetensors_io import load_file
-
     verify_directory(directory)
     try:
         tensors, _ = load_file(directory / WEIGHTS_FILE, map_location)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import json
 import math
 import os
 import re
@@ -43,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet._tables import merge
+from weirdnet.data.registry import check_options, entry
+from weirdnet.train.rundir import RunDirError, check_run_name
 from weirdnet.typed_config import ConfigError, from_dict
 
 __all__ = ["ConfigError", "DataConfig", "OptimConfig", "RunConfig", "ScheduleConfig",
@@ -202,8 +205,6 @@ def check(config: TrainConfig) -> None:
     _choice("schedule.name", config.schedule.name, SCHEDULES)
     _choice("schedule.extend", config.schedule.extend, EXTENSIONS)
     if config.run.name:
-        from weirdnet.train.rundir import RunDirError, check_run_name
-
         try:
             check_run_name(config.run.name)
         except RunDirError as error:
@@ -238,8 +239,6 @@ def _check_data(data: DataConfig) -> None:
     """The dataset is registered, has the named splits and takes the options (names and
     types, read from its factory); ``data.options`` and ``data.eval_options`` are replaced
     by the checked values (an int given for a float option becomes a float)."""
-    from weirdnet.data.registry import check_options, entry
-
     try:
         found = entry(data.dataset)
     except KeyError as error:
@@ -422,8 +421,6 @@ def load_config(path: str | os.PathLike, overrides: list[str] = ()) -> TrainConf
     check everything; ``run.name`` defaults to the file's stem."""
     path = Path(path)
     if path.suffix == ".json":
-        import json
-
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:

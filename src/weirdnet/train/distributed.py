@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from weirdnet.models.blocks import Block
+
 __all__ = ["DeviceError", "Processes", "all_reduce_sums", "available_devices",
            "resolve_device", "setup", "teardown", "wrap"]
 
@@ -122,9 +124,8 @@ def wrap(model: nn.Module, processes: Processes, mode: str, parameters: int) -> 
     if mode == "ddp":
         ids = [processes.device.index] if processes.device.type == "cuda" else None
         return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    # deferred: FSDP's import is slow, and only runs above FSDP_MIN_PARAMETERS use it
     from torch.distributed.fsdp import fully_shard
-
-    from weirdnet.models.blocks import Block
 
     for module in model.modules():
         if isinstance(module, Block):

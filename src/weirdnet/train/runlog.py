@@ -35,7 +35,7 @@ class RunLog:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.handle = open(run_dir / "log.jsonl", "a", encoding="utf-8")
         if tensorboard:
-            try:
+            try:  # tensorboard is optional: imported only when the config asks for it
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as error:
                 raise ImportError("run.tensorboard = true needs the tensorboard package: pip "

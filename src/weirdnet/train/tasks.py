@@ -32,6 +32,7 @@ import torch
 
 from weirdnet.data.registry import DatasetInfo
 from weirdnet.models.lm import token_nll
+from weirdnet.models.presets import get_preset
 from weirdnet.train.config import merge
 from weirdnet.typed_config import ConfigError
 
@@ -300,8 +301,6 @@ def build_model_config(model: dict[str, Any], info: DatasetInfo) -> tuple[str, d
     the vocabulary (or input channels), the number of classes and, unless the table sets
     it, ``max_len``; a table value that contradicts the dataset is an error.
     """
-    from weirdnet.models.presets import get_preset
-
     table = dict(model)
     preset_name = table.pop("preset", None)
     class_name = table.pop("class", None)

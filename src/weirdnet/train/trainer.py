@@ -30,10 +30,14 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn as nn
+from tqdm.auto import tqdm
 
 from weirdnet._atomic import write_atomic
 from weirdnet._faults import fault_point
 from weirdnet._signals import STOP, Interrupted, signal_name
+from weirdnet.data.registry import get
+from weirdnet.models.base import WEIGHTS_FILE, model_class
+from weirdnet.models.safetensors_io import load_file
 from weirdnet.train import checkpoint as ckpt
 from weirdnet.train import distributed as dist_util
 from weirdnet.train import tasks
@@ -42,7 +46,7 @@ from weirdnet.train.loading import EvalBatches, ResumableSampler, train_loader
 from weirdnet.train.rundir import RunDirError, check_run_dir, claim_run_dir
 from weirdnet.train.runlog import RunLog, results_table
 from weirdnet.train.schedule import extend_phases, phased_multiplier
-from weirdnet.typed_config import ConfigError
+from weirdnet.typed_config import ConfigError, from_dict
 
 __all__ = ["Progress", "RunError", "evaluate", "train"]
 
@@ -84,8 +88,6 @@ def make_deterministic() -> None:
 
 def load_datasets(config: TrainConfig) -> dict[str, Any]:
     """The train, eval and (if named) test splits."""
-    from weirdnet.data.registry import get
-
     data = config.data
     root = data.root or None
     splits = {"train": get(data.dataset, data.train_split, root=root, **data.options)}
@@ -104,9 +106,6 @@ def load_datasets(config: TrainConfig) -> dict[str, Any]:
 
 def build_model(config: TrainConfig, info) -> nn.Module:
     """The model for the dataset ``info`` (errors name the ``model.`` key)."""
-    from weirdnet.models.base import model_class
-    from weirdnet.typed_config import from_dict
-
     class_name, model_config = tasks.build_model_config(config.model, info)
     cls = model_class(class_name)
     return cls(from_dict(cls.config_class, model_config, where="model"))
@@ -210,7 +209,7 @@ class Trainer:
             name = getattr(self.config.data, f"{split}_split", split)
             tasks.check_lengths(self.model.config, dataset.info, repr(name))
         if self.config.run.tensorboard:
-            try:
+            try:  # tensorboard is optional: checked only when the config asks for it
                 from torch.utils.tensorboard import SummaryWriter  # noqa: F401
             except ImportError:
                 raise ConfigError("run.tensorboard = true needs the tensorboard package: pip "
@@ -283,6 +282,7 @@ class Trainer:
 
     def _gather_states(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Full model and optimizer state dicts (a collective under DDP/FSDP)."""
+        # deferred: torch.distributed.checkpoint takes about a second to import
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -339,6 +339,7 @@ class Trainer:
             self._say(f"{self.run_dir} has no checkpoint yet; starting from step 0")
             return None
         directory, model_state, trainer_state = found
+        # deferred: torch.distributed.checkpoint takes about a second to import
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
         _check_state_fits(self.model, model_state, directory)
@@ -646,13 +647,11 @@ class Trainer:
 
     def _load_best(self) -> None:
         """Put the weights of ``RUN/best`` into the model (every rank)."""
+        # deferred: torch.distributed.checkpoint takes about a second to import
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             set_model_state_dict,
         )
-
-        from weirdnet.models.base import WEIGHTS_FILE
-        from weirdnet.models.safetensors_io import load_file
 
         tensors, _ = load_file(self.run_dir / "best" / WEIGHTS_FILE, "cpu")
         set_model_state_dict(self.wrapped, tensors,
@@ -661,8 +660,6 @@ class Trainer:
     def _bar(self):
         if not (self.progress_bar and self.processes.is_main):
             return None
-        from tqdm.auto import tqdm
-
         return tqdm(total=self.config.train.steps, initial=self.state.step, unit="step",
                     desc=self.config.run.name, dynamic_ncols=True, mininterval=1.0)
 
@@ -809,7 +806,5 @@ def _eval_bar(label: str | None, total: int, processes: dist_util.Processes):
     """A transient tqdm bar over evaluation batches, or None."""
     if label is None or not processes.is_main:
         return None
-    from tqdm.auto import tqdm
-
     return tqdm(total=total, desc=label, unit="batch", leave=False, dynamic_ncols=True,
                 mininterval=0.5, file=sys.stderr)

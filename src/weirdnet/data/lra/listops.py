@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from weirdnet.data.lra.cache import build_dir_atomically, cache_dir
 from weirdnet.data.registry import DataMissingError, DatasetInfo, register
@@ -219,8 +220,6 @@ def write_listops_files(out_dir: Path, *, n_train: int = LRA_SIZES["train"],
     The splits are consecutive slices of one :func:`iter_listops` stream (train first), so
     they never share a sample.  Progress: a tqdm bar on stderr when ``progress``.
     """
-    from tqdm import tqdm
-
     sizes = {"train": n_train, "val": n_val, "test": n_test}
     if min(sizes.values()) < 0 or sum(sizes.values()) == 0:
         raise ValueError(f"split sizes must be >= 0 and not all 0, got {sizes}")

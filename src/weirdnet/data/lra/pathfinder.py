@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from weirdnet.data.common import split_fractions
 from weirdnet.data.lra.cache import build_dir_atomically, cache_dir
@@ -186,8 +187,6 @@ def load_pathfinder(level: str | Path, split: str, *, resolution: int, split_see
 
     Progress: a tqdm bar on stderr while decoding when ``progress``.
     """
-    from tqdm import tqdm
-
     entries = read_metadata(level)
     chosen = [entries[i] for i in split_fractions(len(entries), split, SPLIT_FRACTIONS,
                                                   seed=split_seed)]

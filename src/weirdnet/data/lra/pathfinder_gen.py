@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 __all__ = ["LEVELS", "Rendering", "SnakesParams", "default_workers", "level_dir", "lra_params",
            "metadata_line", "render_sample", "require_pillow", "sample_rng", "write_pathfinder"]
@@ -629,8 +630,6 @@ def write_pathfinder(out_dir: str | Path, *, resolution: int = 32, difficulty: i
     params: override :func:`lra_params` ``(resolution, difficulty)``.  Progress: a tqdm bar
     on stderr when ``progress``.
     """
-    from tqdm import tqdm
-
     if n < 1 or batch_size < 1:
         raise ValueError(f"n and batch_size must be >= 1, got n={n}, batch_size={batch_size}")
     p = params or lra_params(resolution, difficulty)

@@ -37,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
 from weirdnet._atomic import apply_umask
 from weirdnet.data.registry import data_root
 from weirdnet.data.sources.packages import (
@@ -161,8 +163,6 @@ def fetch(remote: RemoteFile, dest_dir: Path | None = None, *, progress: bool = 
 
 def _stream(remote: RemoteFile, target: Path, out, progress: bool) -> None:
     """Copy the URL's body into ``out`` with a progress bar; DownloadError if unreachable."""
-    from tqdm import tqdm
-
     request = urllib.request.Request(remote.url, headers={"User-Agent": "weirdnet"})
     try:
         with urllib.request.urlopen(request, timeout=60) as response, tqdm(
