@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import types
 from pathlib import Path
 
 import pytest
+import torch
 
 from helpers.train import run_cli
 from weirdnet.lab.suite import numbers
@@ -342,6 +344,66 @@ def test_a_task_the_transformer_did_not_learn_decides_nothing():
     assert "Not run, not decided at this budget:" in text and "- Pathfinder:" in text
 
 
+def test_a_shortcut_raises_the_bar_and_undecides_a_task():
+    """ListOps' first operator alone scores more than the majority class: the bar is the
+    best trivial baseline + 10 points, so a Transformer at the shortcut learned nothing."""
+    lra = numbers.LRA_COLUMNS
+    majority = {"kind": "majority", "value": 17.3}
+    records = [{**_record(t, "softmax", 34.1), "baseline": majority} for t in lra]
+    shortcut = {"kind": "first-operator", "value": 36.0, "about": "x"}
+    assert Results(records).learned("listops") is True  # majority + 10 = 27.3
+    results = Results(records, {"listops": [shortcut]})
+    assert results.baseline("listops") == shortcut
+    assert results.learned("listops") is False and results.learned("text") is True
+    for record in records:
+        record.update(machine={"command": "x"}, config={
+            "train": {"steps": 1, "batch_size": 2}, "model": {"backbone": {}},
+            "data": {"dataset": "x"}})
+    text = render(get_budget("laptop"), records, ["main"], None, 0, {"listops": [shortcut]})
+    assert "| ListOps | majority class 17.3%; first operator only 36.0% | 34.1" in text
+    assert "| 46.0 | **no**" in text
+
+
+def test_shortcut_classifiers_on_items_built_to_have_them():
+    from weirdnet.data.lra.listops import VOCAB
+    from weirdnet.lab.suite import shortcuts
+
+    class Split(list):
+        info = types.SimpleNamespace(vocab_size=16, input_dim=None)
+
+    op = {name: VOCAB.index(name) for name in ("[MAX", "[MIN", "[SM")}
+    # MAX -> 9 three times and 1 once, MIN -> 0 twice, SM -> 5 once: best is 6 of 7
+    rows = [("[MAX", 9), ("[MAX", 9), ("[MAX", 9), ("[MAX", 1), ("[MIN", 0), ("[MIN", 0),
+            ("[SM", 5)]
+    split = Split({"tokens": torch.tensor([op[o], 3, 4, 15, 0]), "label": y} for o, y in rows)
+    assert shortcuts.first_operator(split, 7) == pytest.approx(100 * 6 / 7)
+    assert shortcuts.first_operator(split, 4) == pytest.approx(75.0)  # the items read only
+
+    # a label that is the majority token: the bag of tokens finds it, order plays no part
+    generator = torch.Generator().manual_seed(0)
+
+    def items(n):
+        out = Split()
+        for _ in range(n):
+            label = int(torch.randint(0, 2, (1,), generator=generator))
+            tokens = torch.randint(1, 16, (40,), generator=generator)
+            tokens[:25] = 3 + label  # 25 of 40 tokens say the label
+            out.append({"tokens": tokens[torch.randperm(40, generator=generator)],
+                        "label": label})
+        return out
+
+    train, test = items(200), items(100)
+    found = shortcuts.shortcut_baselines("toy", train, test, 100)
+    assert [b["kind"] for b in found] == ["bag-of-tokens"]
+    assert found[0]["value"] == 100.0 and found[0]["train_items"] == 200
+
+    series = Split({"values": torch.full((6, 2), float(y)) + 0.1 * torch.randn(6, 2,
+                    generator=generator), "label": y} for y in [0, 1] * 20)
+    series.info = types.SimpleNamespace(vocab_size=None, input_dim=2)
+    found = shortcuts.shortcut_baselines("uea", series, series, 40)
+    assert found[0]["kind"] == "channel-statistics" and found[0]["value"] == 100.0
+
+
 # --- through the command line -----------------------------------------------------------
 
 def _suite(tmp_path: Path, *extra: str):
@@ -362,6 +424,11 @@ def test_smoke_suite_runs_records_skips_and_resumes(tmp_path):
     assert 0.0 <= record["results"]["test"]["accuracy"] <= 1.0
     report = (tmp_path / "results" / "suite-smoke" / "report.md").read_text()
     assert "| Weird-Net A |" in report and "(paper)" in report
+    shortcut = json.loads((tmp_path / "results" / "suite-smoke" / "shortcuts" /
+                           "listops.json").read_text())
+    assert [b["kind"] for b in shortcut["baselines"]] == ["first-operator", "bag-of-tokens"]
+    assert shortcut["items"] == record["evaluated"]["test"] and shortcut["commit"]
+    assert "first operator only" in report
 
     again = _suite(tmp_path, "--mechanisms", "weird-a,softmax")
     assert again.returncode == 0 and "2 already done, 0 to run" in again.stdout

@@ -23,7 +23,8 @@ from weirdnet.lab.harness import output
 from weirdnet.lab.suite.budgets import BUDGETS, Budget, get_budget
 from weirdnet.lab.suite.cells import Cell
 from weirdnet.lab.suite.plan import DEFAULT_TABLES, OPT_IN_TABLES, TABLES_BY_NAME, plan_cells
-from weirdnet.lab.suite.tasks import TASKS_BY_NAME
+from weirdnet.lab.suite.shortcuts import read_shortcuts, write_missing
+from weirdnet.lab.suite.tasks import TASKS, TASKS_BY_NAME
 from weirdnet.lab.sweep.engine import add_jobs_argument, print_plan, run_cells
 from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import VARIANTS
@@ -94,15 +95,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def write_report(budget_name: str, store: CellStore, tables: list[str],
-                 plot: bool) -> Path:
+                 plot: bool, compute_shortcuts: bool = False) -> Path:
     """Write ``report.md`` (and ``fig6.png``) from every stored record of the budget;
-    both are written whole (a stop signal waits until they are)."""
+    both are written whole (a stop signal waits until they are).  With
+    ``compute_shortcuts``, first compute and store the shortcut baselines of every task
+    that lacks current ones (:mod:`.shortcuts`; seconds per task)."""
     from weirdnet._atomic import write_atomic
     from weirdnet.lab.suite.document import render
     from weirdnet.lab.suite.report import Results
 
     budget = get_budget(budget_name)
     records, stale = current_records(budget, store)
+    if compute_shortcuts:
+        write_missing(store, records, [t for t in TASKS if t.name not in budget.excluded])
+    shortcuts = read_shortcuts(store, records)
     with output.write_whole():
         figure = None
         if plot and "main" in tables:
@@ -110,14 +116,14 @@ def write_report(budget_name: str, store: CellStore, tables: list[str],
                 from weirdnet.lab.suite.figure import draw_fig6
                 from weirdnet.lab.variants import MECHANISMS
 
-                draw_fig6(Results(records), [m.name for m in MECHANISMS],
+                draw_fig6(Results(records, shortcuts), [m.name for m in MECHANISMS],
                           store.results_dir / "fig6.png", budget_name)
                 figure = "fig6.png"
             except ImportError:
                 print("fig6.png skipped: matplotlib is not installed (pip install "
                       "matplotlib)", file=sys.stderr)
         path = store.results_dir / "report.md"
-        write_atomic(path, render(budget, records, tables, figure, stale))
+        write_atomic(path, render(budget, records, tables, figure, stale, shortcuts))
     return path
 
 
@@ -177,7 +183,8 @@ def _run_cells(args: argparse.Namespace, argv: list[str], cells: list[Cell],
     budget = get_budget(args.budget)
     return run_cells(f"suite {budget.name}", cells, configs, states, store, session,
                      ["weirdnet", *argv], args.report_only,
-                     lambda: write_report(budget.name, store, args.tables, not args.no_plot),
+                     lambda: write_report(budget.name, store, args.tables, not args.no_plot,
+                                          compute_shortcuts=not args.report_only),
                      args.jobs)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from weirdnet.lab.opbench.report import markdown_table
 from weirdnet.lab.suite import numbers
+from weirdnet.lab.suite.baselines import best, learned
 from weirdnet.lab.suite.tasks import get_task
 from weirdnet.lab.sweep.intervals import Z95, accuracy_interval, mean_interval
 from weirdnet.lab.variants import VARIANTS
@@ -69,7 +70,9 @@ class Score:
 class Results:
     """The stored records of one budget, indexed by (task, variant)."""
 
-    def __init__(self, records: Sequence[dict[str, Any]]):
+    def __init__(self, records: Sequence[dict[str, Any]],
+                 shortcuts: dict[str, list[dict[str, Any]]] | None = None):
+        self.shortcuts = shortcuts or {}  # task -> its shortcut baselines (.shortcuts)
         self.by_cell: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for record in records:
             self.by_cell.setdefault((record["task"], record["variant"]), []).append(record)
@@ -93,18 +96,22 @@ class Results:
         accuracy = metric == "accuracy"
         return score_of(values, _items(records[0]) if accuracy else None, accuracy)
 
+    def baselines(self, task: str) -> list[dict[str, Any]]:
+        """The task's trivial baselines: the one its Transformer records state (majority
+        class or unigram entropy, :mod:`.baselines`), then its stored shortcuts
+        (:mod:`.shortcuts`)."""
+        stated = next((r["baseline"] for r in self.done(task, "softmax") if r.get("baseline")),
+                      None)
+        return ([stated] if stated else []) + list(self.shortcuts.get(task, []))
+
     def baseline(self, task: str) -> dict[str, Any] | None:
-        """The task's trivial baseline (:mod:`.baselines`) as its Transformer records
-        state it (None: no record says)."""
-        return next((r["baseline"] for r in self.done(task, "softmax") if r.get("baseline")),
-                    None)
+        """The strongest of :meth:`baselines` (None: no record says)."""
+        return best(self.baselines(task))
 
     def learned(self, task: str) -> bool | None:
         """Whether the Transformer clearly learned ``task`` under this budget (its mean
         score clears :func:`.baselines.bar`); None when that is unknown (no Transformer
         record, or records older than the baseline)."""
-        from weirdnet.lab.suite.baselines import learned
-
         baseline, score = self.baseline(task), self.score(task, "softmax")
         if baseline is None or score.mean is None:
             return None
