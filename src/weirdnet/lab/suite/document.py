@@ -155,7 +155,7 @@ def _task_lines(budget: Budget, records: Sequence[dict[str, Any]]) -> list[str]:
 def _decided_lines(budget: Budget, results: Results) -> list[str]:
     """Per task run: its trivial baseline, the Transformer's score, the bar, and whether
     this budget decides anything on it; then the tasks the budget leaves out, and why."""
-    from weirdnet.lab.suite.baselines import bar, describe
+    from weirdnet.lab.suite.baselines import bar, describe, is_accuracy
 
     lines = ["A task decides comparisons only where the Transformer clearly learns it: test "
              "accuracy at least 10 points above the best trivial baseline on the items read "
@@ -177,6 +177,8 @@ def _decided_lines(budget: Budget, results: Results) -> list[str]:
         digits = 3 if task.metric != "accuracy" else 1
         verdict = {True: "yes", False: "**no**: the Transformer did not clear the bar",
                    None: "unknown (records predate the baseline)"}[learned]
+        if learned is False and is_accuracy(baseline) and bar(baseline) > 100:
+            verdict = f"**no**: a shortcut solves it ({describe(baseline)})"
         stated = "; ".join(describe(b) for b in results.baselines(task.name)) or "–"
         lines.append(f"| {task.label} | {stated} | "
                      f"{score.with_interval(digits)} | "

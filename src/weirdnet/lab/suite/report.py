@@ -98,11 +98,13 @@ class Results:
 
     def baselines(self, task: str) -> list[dict[str, Any]]:
         """The task's trivial baselines: the one its Transformer records state (majority
-        class or unigram entropy, :mod:`.baselines`), then its stored shortcuts
-        (:mod:`.shortcuts`)."""
+        class or unigram entropy, :mod:`.baselines`), then its stored ones (:mod:`.shortcuts`:
+        the majority class where no record states it, and the shortcuts)."""
         stated = next((r["baseline"] for r in self.done(task, "softmax") if r.get("baseline")),
                       None)
-        return ([stated] if stated else []) + list(self.shortcuts.get(task, []))
+        found = [stated] if stated else []
+        kinds = {b["kind"] for b in found}
+        return found + [b for b in self.shortcuts.get(task, []) if b["kind"] not in kinds]
 
     def baseline(self, task: str) -> dict[str, Any] | None:
         """The strongest of :meth:`baselines` (None: no record says)."""

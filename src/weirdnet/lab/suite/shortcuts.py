@@ -136,8 +136,9 @@ def shortcut_baselines(dataset: str, train: Any, test: Any, items: int
 # --- the stored shortcut records of a suite's results folder ----------------------------
 
 SHORTCUTS_DIR = "shortcuts"
-"""``<results>/shortcuts/<task>.json``: each task's shortcut baselines, with the data and
-items they were computed on, the commit and the machine."""
+"""``<results>/shortcuts/<task>.json``: each task's majority class and shortcut baselines
+on the items its evaluation read, with the data they were computed on, the commit and the
+machine (the majority class too, since records made before it was stored lack it)."""
 
 
 def _evaluated_items(record: dict[str, Any], test_length: int) -> int:
@@ -203,6 +204,7 @@ def compute_record(records: list[dict[str, Any]], task: str) -> dict[str, Any]:
 
     from weirdnet.data.registry import get
     from weirdnet.lab.harness.machine import machine_info
+    from weirdnet.lab.suite.baselines import trivial_baseline
     from weirdnet.lab.sweep.cell import git_commit
     from weirdnet.lab.sweep.store import config_hash
 
@@ -215,7 +217,8 @@ def compute_record(records: list[dict[str, Any]], task: str) -> dict[str, Any]:
                **{**options, **(data.get("eval_options") or {})})
     train = get(data["dataset"], data.get("train_split") or "train", root=root, **options)
     items = _evaluated_items(source, len(test))
-    baselines = shortcut_baselines(data["dataset"], train, test, items)
+    majority = trivial_baseline(test, "classification", items)  # on the same items
+    baselines = [majority] + shortcut_baselines(data["dataset"], train, test, items)
     return {"task": task, "dataset": data["dataset"], "items": items,
             "baselines": baselines, "data_hash": config_hash(_data_key(source)),
             "data": data, "from_record": f"{task}--softmax--s{source.get('seed', 0)}",
