@@ -438,3 +438,26 @@ def test_harness_tasks_refuse_a_max_len_with_no_room(tmp_path):
     with pytest.raises(ValueError, match="max_len=50"):
         write_tasks(tmp_path, items=4, passages_count=1, max_len=50)
     assert not any(tmp_path.iterdir())
+
+
+def test_activation_checkpointing_enable_gives_the_same_gradients():
+    """``supports_gradient_checkpointing``: transformers' switch
+    (``activation_checkpointing_enable``, formerly ``gradient_checkpointing_enable``)
+    reaches the backbone's blocks, and the gradients are those of the plain pass."""
+    wrapped = hf.WeirdNetForCausalLM.from_weirdnet(_tiny_lm().double()).train()
+    ids = _ids(batch=2, length=9)
+
+    def grads():
+        wrapped.zero_grad(set_to_none=True)
+        wrapped(ids, labels=ids).loss.backward()
+        return {n: p.grad.clone() for n, p in wrapped.named_parameters() if p.grad is not None}
+
+    plain = grads()
+    wrapped.activation_checkpointing_enable()
+    assert wrapped.backbone.gradient_checkpointing and wrapped.is_activation_checkpointing
+    checkpointed = grads()
+    assert checkpointed.keys() == plain.keys()
+    for name, grad in checkpointed.items():
+        assert torch.allclose(grad, plain[name], rtol=1e-10, atol=1e-12), name
+    wrapped.activation_checkpointing_disable()
+    assert not wrapped.backbone.gradient_checkpointing

@@ -159,3 +159,24 @@ def test_mambas_decay_rate_and_skip_are_left_out_of_weight_decay():
     assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(model.parameters()))
     assert not any(getattr(p, "_no_weight_decay", False)
                    for p in _peer("llama").parameters())
+
+
+@pytest.mark.parametrize("name", ["llama", "mamba2"])
+def test_activation_checkpointing_of_a_peer_gives_the_same_gradients(name):
+    """``train.activation_checkpointing`` reaches a peer through transformers' own
+    switch; the gradients are those of the plain pass."""
+    from weirdnet.train.trainer import enable_activation_checkpointing
+
+    model = _peer(name).double().train()
+    ids = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(0))
+
+    def grads():
+        model.zero_grad(set_to_none=True)
+        model(ids[:, :-1], ids[:, 1:]).loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    plain = grads()
+    enable_activation_checkpointing(model, "blocks", 2)
+    assert model.peer.is_activation_checkpointing
+    for key, grad in grads().items():
+        assert torch.allclose(grad, plain[key], rtol=1e-9, atol=1e-12), key

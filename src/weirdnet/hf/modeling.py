@@ -42,7 +42,7 @@ class WeirdNetPreTrainedModel(PreTrainedModel):
     base_model_prefix = "backbone"
     main_input_name = "input_ids"
     _no_split_modules = ["Block"]
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True  # Backbone.gradient_checkpointing, per block
     _is_stateful = True  # transformers refuses assisted decoding for stateful models
 
     def _init_weights(self, module: torch.nn.Module) -> None:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
 
 from weirdnet.layers.base import select_rows
 from weirdnet.ops.checks import check_mask, on_host
@@ -34,6 +36,19 @@ structure A at D=128: fused/PyTorch tokens/s 4.5x at B=1, 1.3x at B=8, 0.93x at 
 class PerBlockContext(list):
     """One cross-mixer context per block (e.g. each block's precomputed keys and values);
     a plain context is given to every block."""
+
+
+CHECKPOINTING = ("none", "blocks", "every_k")
+"""The activation checkpointing modes of :meth:`Backbone.set_activation_checkpointing`."""
+
+
+def _run_block(block: Block, h, mask, context, context_mask, z, carries_z: bool):
+    """One block of the full pass: (h, z), with z the Z-carrying mixers' state (None
+    unless the backbone carries one)."""
+    if carries_z:
+        return block(h, mask, context=context, context_mask=context_mask, z=z,
+                     return_z=True)
+    return block(h, mask, context=context, context_mask=context_mask), None
 
 
 def _block_contexts(context, count: int) -> list:
@@ -94,7 +109,28 @@ class Backbone(nn.Module):
             for name in config.mixers)
         self.carries_z = _link_z_carriers(self.blocks)
         self.norm = make_norm(config)
+        # Activation checkpointing (:meth:`set_activation_checkpointing`); the attribute
+        # names are transformers' own, so ``gradient_checkpointing_enable()`` sets them.
+        self.gradient_checkpointing = False
+        self.checkpoint_every = 1
+        self._gradient_checkpointing_func = None
         self.reset_parameters()
+
+    def set_activation_checkpointing(self, mode: str = "blocks", every: int = 2) -> None:
+        """Keep only the inputs of checkpointed blocks in training and recompute the rest
+        in the backward pass (``torch.utils.checkpoint``, non-reentrant): ``mode`` "none",
+        "blocks" (every block) or "every_k" (blocks 0, k, 2k, ...: less recomputation,
+        more memory; k = ``every``).  Outputs and gradients are those of the plain pass
+        (dropout replays its random draws)."""
+        if mode not in CHECKPOINTING:
+            raise ValueError(f"activation checkpointing must be one of {CHECKPOINTING}, got "
+                             f"{mode!r}")
+        if mode == "every_k" and (isinstance(every, bool) or not isinstance(every, int)
+                                  or every < 1):
+            raise ValueError(f"every must be a positive int, got {every!r}")
+        self.gradient_checkpointing = mode != "none"
+        self.checkpoint_every = every if mode == "every_k" else 1
+        self._gradient_checkpointing_func = None  # ours: non-reentrant
 
     def reset_parameters(self) -> None:
         std = 1.0 / math.sqrt(self.config.dim)
@@ -171,14 +207,26 @@ class Backbone(nn.Module):
         self.check_inputs(inputs, mask)
         if cache is None:
             h, z = self.embed_inputs(inputs, mask), None
-            for block, ctx in zip(self.blocks, _block_contexts(context, len(self.blocks))):
-                if self.carries_z:  # z: the last Z-carrying mixer's state (e.g. DBA's C)
-                    h, z = block(h, mask, context=ctx, context_mask=context_mask, z=z,
-                                 return_z=True)
-                else:
-                    h = block(h, mask, context=ctx, context_mask=context_mask)
+            contexts = _block_contexts(context, len(self.blocks))
+            for index, (block, ctx) in enumerate(zip(self.blocks, contexts)):
+                run = self._checkpointed if self._checkpoints(index) else _run_block
+                # z: the last Z-carrying mixer's state (e.g. DBA's C), or None
+                h, z = run(block, h, mask, ctx, context_mask, z, self.carries_z)
             return self.norm(h)
         return self._extend(inputs, mask, cache, context, context_mask)
+
+    def _checkpoints(self, index: int) -> bool:
+        """Whether block ``index`` runs checkpointed in this pass (training with
+        autograd only: evaluation and decoding keep nothing to recompute)."""
+        return (self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+                and index % self.checkpoint_every == 0)
+
+    def _checkpointed(self, block, *args):
+        """:func:`_run_block` under ``torch.utils.checkpoint`` (or the function
+        ``transformers``' ``gradient_checkpointing_enable`` set), tensors passed
+        positionally so a reentrant checkpoint sees them too."""
+        run = self._gradient_checkpointing_func or partial(checkpoint, use_reentrant=False)
+        return run(partial(_run_block, block), *args)
 
     def _extend(self, inputs, mask, cache: BackboneCache, context, context_mask):
         batch, length = inputs.shape[:2]

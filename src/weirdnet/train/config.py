@@ -13,7 +13,8 @@ A config file has up to six tables; every key has a default except ``data.datase
                 extend ("keep" | "rewarm" | "stretch")
     [train]     steps, batch_size, grad_accum, clip, precision, eval_every, eval_batches,
                 final_eval_batches, checkpoint_every, keep_last, early_stop_patience,
-                best_metric, log_every, num_workers, distributed, compile
+                best_metric, log_every, num_workers, distributed, compile,
+                activation_checkpointing, activation_checkpointing_k
 
 A file may end with named overlays: ``[overlay.cpu]`` (and its sub-tables
 ``[overlay.cpu.train]`` etc.) holds what the config ``<file>-cpu`` changes, e.g. the
@@ -58,6 +59,7 @@ EXTENSIONS = ("keep", "rewarm", "stretch")
 MAX_WORKERS = 64
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DISTRIBUTED = ("auto", "ddp", "fsdp")
+ACTIVATION_CHECKPOINTING = ("none", "blocks", "every_k")
 
 
 @dataclass
@@ -149,7 +151,10 @@ class TrainSection:
     distributed: "auto" (FSDP for models of more than 300M parameters, else DDP), "ddp",
     "fsdp" (only used under torchrun with more than one process);
     compile: run the training forward and backward through ``torch.compile`` (inductor;
-    the first steps are slower while it compiles; evaluation stays eager).
+    the first steps are slower while it compiles; evaluation stays eager);
+    activation_checkpointing: "none", "blocks" (keep only each block's input and
+    recompute the block in the backward pass: the memory of long contexts) or "every_k"
+    (only blocks 0, k, 2k, ...; k = activation_checkpointing_k); gradients are the same.
     """
 
     steps: int = 1000
@@ -168,6 +173,8 @@ class TrainSection:
     num_workers: int = 0
     distributed: str = "auto"
     compile: bool = False
+    activation_checkpointing: str = "none"
+    activation_checkpointing_k: int = 2
 
 
 @dataclass
@@ -211,8 +218,11 @@ def check(config: TrainConfig) -> None:
             raise ConfigError(str(error)) from None
     _choice("train.precision", config.train.precision, PRECISIONS)
     _choice("train.distributed", config.train.distributed, DISTRIBUTED)
+    _choice("train.activation_checkpointing", config.train.activation_checkpointing,
+            ACTIVATION_CHECKPOINTING)
     train = config.train
-    for key in ("steps", "batch_size", "grad_accum", "keep_last", "log_every"):
+    for key in ("steps", "batch_size", "grad_accum", "keep_last", "log_every",
+                "activation_checkpointing_k"):
         _at_least(f"train.{key}", getattr(train, key), 1)
     for key in ("eval_every", "eval_batches", "final_eval_batches", "checkpoint_every",
                 "early_stop_patience", "num_workers"):

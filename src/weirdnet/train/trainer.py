@@ -36,6 +36,7 @@ from weirdnet._atomic import write_atomic
 from weirdnet._faults import fault_point
 from weirdnet._signals import STOP, Interrupted, signal_name
 from weirdnet.data.registry import get
+from weirdnet.models.backbone import Backbone
 from weirdnet.models.base import WEIGHTS_FILE, model_class
 from weirdnet.models.safetensors_io import load_file
 from weirdnet.train import checkpoint as ckpt
@@ -111,6 +112,26 @@ def build_model(config: TrainConfig, info) -> nn.Module:
     return cls(from_dict(cls.config_class, model_config, where="model"))
 
 
+def enable_activation_checkpointing(model: nn.Module, mode: str, every: int) -> None:
+    """``train.activation_checkpointing`` on every backbone of ``model`` (an encoder-
+    decoder has two); a ``transformers`` peer through its own
+    ``gradient_checkpointing_enable`` (every ``every``-th layer for "every_k")."""
+    if mode == "none":
+        return
+    peer = getattr(model, "peer", None)
+    if peer is not None and hasattr(peer, "activation_checkpointing_enable"):
+        if not getattr(peer, "supports_gradient_checkpointing", False):
+            raise ConfigError(f"train.activation_checkpointing: the {type(peer).__name__} "
+                              "peer does not support it; set it to \"none\"")
+        peer.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False},
+            every_n_layers=every if mode == "every_k" else 1)
+        return
+    for module in model.modules():
+        if isinstance(module, Backbone):
+            module.set_activation_checkpointing(mode, every)
+
+
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     """AdamW or Adam; weight decay only on matrices (not on biases, norms, w levels, nor
     on a tensor marked ``_no_weight_decay``, mamba_ssm's convention for its A_log and
@@ -180,6 +201,8 @@ class Trainer:
             raise RunError(f"dataset {config.data.dataset!r} has task {self.task!r}, which "
                            "the trainer does not know")
         self.model = build_model(config, self.info).to(self.processes.device)
+        enable_activation_checkpointing(self.model, config.train.activation_checkpointing,
+                                        config.train.activation_checkpointing_k)
         self._check_fits_data()
         self.parameters = self.model.num_parameters()
         self._check_batch()
