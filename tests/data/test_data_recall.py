@@ -1,6 +1,7 @@
 """The recall diagnostics' generators (MQAR, selective copying, induction heads): what
 every item holds, their statistics, the registry entries and the recall task."""
 
+import hashlib
 import json
 
 import numpy as np
@@ -47,6 +48,52 @@ def test_mqar_statistics():
     counts = np.bincount(values - 11, minlength=10)
     expected = len(values) / 10
     assert ((counts - expected) ** 2 / expected).sum() < 30  # chi-square, 9 dof
+
+
+def test_mqar_default_items_are_unchanged():
+    """The options added for Zoology's recipe leave the default items bit for bit as they
+    were (the stored recall records were made from them): a digest of 50 items."""
+    digest = hashlib.sha256()
+    for i in range(50):
+        for array in mqar_sample(np.random.default_rng([7, i]), seq_len=64, num_pairs=8,
+                                 vocab_size=64):
+            digest.update(array.tobytes())
+    assert digest.hexdigest()[:16] == "13ea85200a39b5ad"
+
+
+def test_mqar_zoology_placement_and_sampling_without_replacement():
+    """Zoology's recipe: keys and values distinct within a sequence, each query at an
+    even offset after the pairs, the gap index drawn by the power law (most queries soon
+    after the pairs)."""
+    seq_len, pairs, vocab = 128, 8, 8192
+    space = (seq_len - 2 * pairs) // 2
+    counts = np.zeros(space)
+    for i in range(400):
+        tokens, targets = mqar_sample(np.random.default_rng(i), seq_len=seq_len,
+                                      num_pairs=pairs, vocab_size=vocab,
+                                      placement="power-law", distinct_values=True)
+        keys, values = tokens[0:2 * pairs:2], tokens[1:2 * pairs:2]
+        assert len(set(keys)) == pairs and len(set(values)) == pairs
+        asked = np.flatnonzero(targets != IGNORE)
+        assert len(asked) == pairs and (asked >= 2 * pairs).all()
+        offsets = asked - 2 * pairs
+        assert (offsets % 2 == 0).all()
+        assert sorted(tokens[asked]) == sorted(keys)  # every key asked once
+        assert {int(tokens[a]): int(targets[a]) for a in asked} == dict(zip(keys, values))
+        assert (np.delete(tokens[2 * pairs:], offsets) == 0).all()  # the rest is filler
+        counts[offsets // 2] += 1
+    # P(g) ~ (g + 1) ** -0.99: the first gaps are drawn far more often than the last ones
+    assert counts[:4].sum() > 4 * counts[-4:].sum()
+    assert counts[:space // 2].sum() > 0.6 * counts.sum()
+    uniform = [mqar_sample(np.random.default_rng(i), seq_len=seq_len, num_pairs=pairs,
+                           vocab_size=vocab)[1] for i in range(200)]
+    late = np.mean([np.mean(np.flatnonzero(t != IGNORE)) for t in uniform])
+    assert late > 2 * pairs + (seq_len - 2 * pairs) * 0.4  # uniform: about the middle
+    with pytest.raises(ValueError, match="must be >= 64"):
+        mqar_sample(np.random.default_rng(0), seq_len=60, num_pairs=16, vocab_size=vocab,
+                    placement="power-law")
+    with pytest.raises(ValueError, match="placement must be one of"):
+        mqar_sample(np.random.default_rng(0), placement="late")
 
 
 def test_selective_copy_items_and_statistics():

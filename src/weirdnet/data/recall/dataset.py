@@ -42,7 +42,7 @@ class RecallDataset(Dataset):
     """
 
     def __init__(self, sampler: Sampler, split: str, *, chance: float,
-                 num_samples: int | None = None, seed: int = 0, **options: int):
+                 num_samples: int | None = None, seed: int = 0, **options: Any):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         num_samples = DEFAULT_NUM_SAMPLES[split] if num_samples is None else num_samples
