@@ -106,6 +106,7 @@ OPTIONS = [
     {"activation": "swiglu"},
     {"short_conv": 4},
     {"short_conv": 1, "positions": "none"},
+    {"d_ff": 0},  # no feed-forward: Zoology's recall models
 ]
 
 
@@ -117,6 +118,9 @@ def test_cached_decoding_equals_the_full_pass_with_every_option(pattern, options
     backbone = {"dim": 16, "depth": 2, "d_ff": 32, "heads": 2, "max_len": 32,
                 "pattern": pattern, "causal": True, "vocab_size": 11, **options}
     model = WeirdNetLM({"backbone": backbone}).double().eval()
+    if backbone["d_ff"] == 0:
+        assert all(block.ffn is None and block.norm_ffn is None
+                   for block in model.backbone.blocks)
     ids = torch.randint(0, 11, (2, 13))
     mask = torch.ones(2, 13, dtype=torch.bool)
     mask[1, :3] = False  # left padding: positions count real tokens only
@@ -137,7 +141,9 @@ def test_bad_options_are_one_clear_error():
                               ("activation", "relu", "activation must be one of"),
                               ("rope_theta", 0.0, "rope_theta must be a positive"),
                               ("short_conv", -1, "short_conv must be 0"),
-                              ("short_conv", True, "short_conv must be 0")]:
+                              ("short_conv", True, "short_conv must be 0"),
+                              ("d_ff", -1, "d_ff must be an int >= 0"),
+                              ("d_ff", 2.5, "d_ff must be an int >= 0")]:
         with pytest.raises(ConfigError, match=match):
             BackboneConfig(**{key: value})
     with pytest.raises(ValueError, match="even head width"):

@@ -104,7 +104,8 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    """One pre-norm residual block on (B, L, D): mixer, optional cross mixer, FFN.
+    """One pre-norm residual block on (B, L, D): mixer, optional cross mixer, FFN (none
+    with ``d_ff = 0``).
 
     ``cross`` (optional) is a cross-attention module called as
     ``cross(x, context, context_mask=...)``; its context comes from :meth:`forward`.
@@ -119,9 +120,10 @@ class Block(nn.Module):
         self.mixer = mixer
         self.norm_cross = None if cross is None else make_norm(config)
         self.cross = cross
-        self.norm_ffn = make_norm(config)
+        has_ffn = config.ffn_dim > 0  # d_ff = 0: mixer-only blocks (Zoology's recall models)
+        self.norm_ffn = make_norm(config) if has_ffn else None
         self.ffn = FeedForward(dim, config.ffn_dim, config.activation, config.depth,
-                               config.bias)
+                               config.bias) if has_ffn else None
         self.dropout = nn.Dropout(config.dropout)
 
     @property
@@ -165,14 +167,17 @@ class Block(nn.Module):
         if self.cross is not None:
             x = x + self.dropout(self.cross(self.norm_cross(x), context,
                                             context_mask=context_mask))
+        if self.ffn is None:
+            return x
         return x + self.dropout(self.ffn(self.norm_ffn(x)))
 
     def fused_step(self, cache) -> FusedBlockStep | None:
         """This block's fused C decoding step over ``cache`` (its mixer's cache), or None
-        where it does not apply: RMSNorm, SwiGLU, a short convolution, a cross mixer, a
+        where it does not apply: RMSNorm, SwiGLU, no FFN, a short convolution, a cross mixer, a
         mixer without a fused step (:meth:`Mixer.fused_step_parts`), weights other than
         float32/float64 on CPU, or no C compiler."""
-        if not isinstance(self.norm_mix, nn.LayerNorm) or self.ffn.gate is not None \
+        if self.ffn is None or not isinstance(self.norm_mix, nn.LayerNorm) \
+                or self.ffn.gate is not None \
                 or self.conv is not None or self.cross is not None:
             return None  # the fused step is LayerNorm + GELU/LeakyReLU, no convolution
         parts = self.mixer.fused_step_parts(cache)

@@ -56,7 +56,8 @@ class BackboneConfig:
     linear input projection); exactly one of the two is set.
 
     - ``dim``: model width D; ``depth``: number of blocks N; ``d_ff``: FFN width
-      (default 4·D); ``heads``: heads of the multi-head mixers (default: the mixer's).
+      (default 4·D; 0: no feed-forward sublayer, as Zoology's recall models);
+      ``heads``: heads of the multi-head mixers (default: the mixer's).
     - ``max_len``: longest sequence (learned positions, Weird-attention levels).
     - ``pattern``: "A", "B" or comma-separated mixer names, repeated to ``depth``.
     - ``causal``: decoder (True) or encoder (False) mixers.
@@ -101,9 +102,13 @@ class BackboneConfig:
     def __post_init__(self) -> None:
         for name in ("dim", "depth", "max_len"):
             _positive(self, name)
-        for name in ("d_ff", "heads", "vocab_size", "input_dim"):
+        for name in ("heads", "vocab_size", "input_dim"):
             if getattr(self, name) is not None:
                 _positive(self, name)
+        if self.d_ff is not None and (isinstance(self.d_ff, bool)
+                                      or not isinstance(self.d_ff, int) or self.d_ff < 0):
+            raise ConfigError(f"d_ff must be an int >= 0 (0: no feed-forward), got "
+                              f"{self.d_ff!r}")
         if (self.vocab_size is None) == (self.input_dim is None):
             raise ConfigError("set exactly one of vocab_size (token inputs) and input_dim "
                               f"(continuous inputs); got vocab_size={self.vocab_size}, "
