@@ -143,7 +143,9 @@ def test_bad_options_are_one_clear_error():
                               ("short_conv", -1, "short_conv must be 0"),
                               ("short_conv", True, "short_conv must be 0"),
                               ("d_ff", -1, "d_ff must be an int >= 0"),
-                              ("d_ff", 2.5, "d_ff must be an int >= 0")]:
+                              ("d_ff", 2.5, "d_ff must be an int >= 0"),
+                              ("init_std", 0.0, "init_std must be None or a positive"),
+                              ("init_std", float("nan"), "init_std must be None")]:
         with pytest.raises(ConfigError, match=match):
             BackboneConfig(**{key: value})
     with pytest.raises(ValueError, match="even head width"):
@@ -222,3 +224,21 @@ def test_the_feed_forward_draws_its_weights_in_the_papers_order():
     torch.nn.init.normal_(outer.weight, std=1.7047 * math.sqrt((1 - 2 / 8) / (2 * 2 * 16)))
     assert torch.equal(ffn.inner.weight, inner.weight)
     assert torch.equal(ffn.outer.weight, outer.weight)
+
+
+def test_init_std_draws_every_linear_and_embedding_weight_and_keeps_the_mixers_own():
+    """``init_std = 0.02`` (Zoology's and GPT-2's): weights of N(0, 0.02), zero biases;
+    Weird-attention's distance weights keep their own initialisation."""
+    from weirdnet.models.backbone import normal_init
+
+    torch.manual_seed(0)
+    model = WeirdNetLM({"backbone": {"dim": 64, "depth": 2, "max_len": 64, "pattern": "B",
+                                     "causal": True, "vocab_size": 300, "init_std": 0.02}})
+    for name, module in model.backbone.named_modules():
+        if isinstance(module, torch.nn.Linear | torch.nn.Embedding):
+            assert abs(float(module.weight.detach().std()) - 0.02) < 0.003, name
+        if isinstance(module, torch.nn.Linear) and module.bias is not None:
+            assert not module.bias.detach().any(), name
+    weights = model.backbone.blocks[0].mixer.w.detach().clone()
+    normal_init(model.backbone, 0.02)
+    assert torch.equal(model.backbone.blocks[0].mixer.w.detach(), weights)

@@ -42,6 +42,16 @@ CHECKPOINTING = ("none", "blocks", "every_k")
 """The activation checkpointing modes of :meth:`Backbone.set_activation_checkpointing`."""
 
 
+def normal_init(module: nn.Module, std: float) -> None:
+    """Every ``nn.Linear`` and ``nn.Embedding`` weight in ``module`` from N(0, std), their
+    biases zeroed (``BackboneConfig.init_std``); other parameters are left as they are."""
+    for part in module.modules():
+        if isinstance(part, nn.Linear | nn.Embedding):
+            nn.init.normal_(part.weight, std=std)
+        if isinstance(part, nn.Linear) and part.bias is not None:
+            nn.init.zeros_(part.bias)
+
+
 def _run_block(block: Block, h, mask, context, context_mask, z, carries_z: bool):
     """One block of the full pass: (h, z), with z the Z-carrying mixers' state (None
     unless the backbone carries one)."""
@@ -139,6 +149,8 @@ class Backbone(nn.Module):
             nn.init.zeros_(self.embed.bias)
         if self.pos is not None:
             nn.init.normal_(self.pos.weight, std=std)
+        if self.config.init_std is not None:
+            normal_init(self, self.config.init_std)
 
     @property
     def takes_tokens(self) -> bool:

@@ -75,6 +75,10 @@ class BackboneConfig:
       state.
     - ``dropout``: on the embeddings and on each residual branch; ``attn_dropout``: given
       to mixers that have an attention dropout.
+    - ``init_std``: None (each module's own initialisation: the papers') or a standard
+      deviation: every ``nn.Linear`` and ``nn.Embedding`` weight of the backbone is drawn from
+      N(0, init_std) and their biases zeroed (0.02: GPT-2's and Zoology's); parameters a
+      mixer holds itself (Weird-attention's distance weights, DBA's Z) keep their own.
     - ``mixer_options``: per mixer name, extra constructor options, e.g.
       ``{"weird": {"weights": "exp"}, "dba": {"d_p": 16, "d_in": 24}}``.
     """
@@ -94,6 +98,7 @@ class BackboneConfig:
     rope_theta: float = 10000.0
     bias: bool = True
     short_conv: int = 0
+    init_std: float | None = None
     dropout: float = 0.0
     attn_dropout: float = 0.0
     norm_eps: float = 1e-5
@@ -121,6 +126,9 @@ class BackboneConfig:
                 or self.short_conv < 0:
             raise ConfigError(f"short_conv must be 0 (none) or a convolution width >= 1, got "
                               f"{self.short_conv!r}")
+        if self.init_std is not None and not 0 < self.init_std < float("inf"):
+            raise ConfigError(f"init_std must be None or a positive number, got "
+                              f"{self.init_std!r}")
         if not self.rope_theta > 0 or self.rope_theta == float("inf"):
             raise ConfigError(f"rope_theta must be a positive number, got {self.rope_theta!r}")
         for name in ("dropout", "attn_dropout"):
