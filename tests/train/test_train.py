@@ -256,6 +256,17 @@ def test_early_stopping_after_patience_evaluations_without_improvement(tmp_path)
     assert summary["steps"] == 6 and summary["best_step"] == 2
 
 
+def test_early_stop_at_a_target_value_of_the_best_metric(tmp_path):
+    """``train.early_stop_at``: the first evaluation whose best metric (here the loss,
+    lower is better) reaches the target ends the run, as Zoology stops at 99%."""
+    reached = _train(tmp_path, "run.name=reached", "train.early_stop_at=100.0", steps=12,
+                     eval_every=2, checkpoint_every=0, dropout=0.0)
+    assert reached["stopped_early"] is True and reached["steps"] == 2
+    missed = _train(tmp_path, "run.name=missed", "train.early_stop_at=0.0001", steps=4,
+                    eval_every=2, checkpoint_every=0, dropout=0.0)
+    assert missed["stopped_early"] is False and missed["steps"] == 4
+
+
 def test_bf16_autocast_trains_and_fp16_needs_cuda(tmp_path):
     fp32 = _train(tmp_path, "run.name=fp32", steps=4, eval_every=0, checkpoint_every=0,
                   dropout=0.0)

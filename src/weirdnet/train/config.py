@@ -13,7 +13,7 @@ A config file has up to six tables; every key has a default except ``data.datase
                 extend ("keep" | "rewarm" | "stretch")
     [train]     steps, batch_size, grad_accum, clip, precision, eval_every, eval_batches,
                 final_eval_batches, checkpoint_every, keep_last, early_stop_patience,
-                best_metric, log_every, num_workers, distributed, compile,
+                early_stop_at, best_metric, log_every, num_workers, distributed, compile,
                 activation_checkpointing, activation_checkpointing_k
 
 A file may end with named overlays: ``[overlay.cpu]`` (and its sub-tables
@@ -145,6 +145,8 @@ class TrainSection:
     checkpoint_every: steps between checkpoints (0 = only
     at eval points and the end); keep_last: checkpoints kept;
     early_stop_patience: stop after this many evaluations without improvement (0 = off);
+    early_stop_at: stop at the first evaluation whose best metric reaches this value
+    (None = off; e.g. 0.99 accuracy, as Zoology's recall runs);
     best_metric: "auto" (accuracy for classification/retrieval, exact_match for seq2seq,
     loss for lm) or a metric name, "-" prefixed if lower is better, e.g. "-loss";
     log_every: steps between log lines; num_workers: DataLoader workers;
@@ -168,6 +170,7 @@ class TrainSection:
     checkpoint_every: int = 0
     keep_last: int = 2
     early_stop_patience: int = 0
+    early_stop_at: float | None = None
     best_metric: str = "auto"
     log_every: int = 10
     num_workers: int = 0

@@ -524,7 +524,18 @@ class Trainer:
         patience = self.config.train.early_stop_patience
         if patience > 0 and self.state.evals_without_improvement >= patience:
             self.state.stopped_early = True
+        if self._reached_target(metrics):
+            self.state.stopped_early = True
         return self.state.stopped_early
+
+    def _reached_target(self, metrics: dict[str, float]) -> bool:
+        """Whether this evaluation reached ``train.early_stop_at`` (the best metric at or
+        beyond it: Zoology stops a recall run at 99% accuracy)."""
+        target = self.config.train.early_stop_at
+        if target is None:
+            return False
+        name, lower = tasks.best_metric(self.task, self.config.train.best_metric)
+        return metrics[name] <= target if lower else metrics[name] >= target
 
     def fit(self) -> dict[str, Any]:
         """Train to ``train.steps`` (or early stop), then evaluate the best model; returns
