@@ -426,7 +426,8 @@ def test_smoke_suite_runs_records_skips_and_resumes(tmp_path):
     assert "| Weird-Net A |" in report and "(paper)" in report
     shortcut = json.loads((tmp_path / "results" / "suite-smoke" / "shortcuts" /
                            "listops.json").read_text())
-    assert [b["kind"] for b in shortcut["baselines"]] == ["first-operator", "bag-of-tokens"]
+    assert [b["kind"] for b in shortcut["baselines"]] == ["majority", "first-operator",
+                                                         "bag-of-tokens"]
     assert shortcut["items"] == record["evaluated"]["test"] and shortcut["commit"]
     assert "first operator only" in report
 
