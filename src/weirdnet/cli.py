@@ -85,8 +85,7 @@ def command_module(path: str) -> ModuleType:
     return module
 
 
-def _add_commands(subparsers: argparse._SubParsersAction, table: Commands,
-                  prefix: tuple[str, ...] = ()) -> None:
+def _add_commands(subparsers: argparse._SubParsersAction, table: Commands) -> None:
     """One parser per entry of ``table`` (a group's parser holds its own table)."""
     for name, entry in table.items():
         if isinstance(entry, dict):
@@ -95,7 +94,7 @@ def _add_commands(subparsers: argparse._SubParsersAction, table: Commands,
                                           formatter_class=_FORMATTER)
             inner = group.add_subparsers(dest=f"{name}_command", metavar=metavar,
                                          required=True)
-            _add_commands(inner, entry, (*prefix, name))
+            _add_commands(inner, entry)
             continue
         module = command_module(entry)
         parser = subparsers.add_parser(

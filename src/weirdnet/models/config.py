@@ -110,8 +110,7 @@ class BackboneConfig:
         for name in ("heads", "vocab_size", "input_dim"):
             if getattr(self, name) is not None:
                 _positive(self, name)
-        if self.d_ff is not None and (isinstance(self.d_ff, bool)
-                                      or not isinstance(self.d_ff, int) or self.d_ff < 0):
+        if self.d_ff is not None and not _is_count(self.d_ff):
             raise ConfigError(f"d_ff must be an int >= 0 (0: no feed-forward), got "
                               f"{self.d_ff!r}")
         if (self.vocab_size is None) == (self.input_dim is None):
@@ -122,8 +121,7 @@ class BackboneConfig:
                             ("positions", POSITIONS)):
             if getattr(self, name) not in known:
                 raise ConfigError(f"{name} must be one of {known}, got {getattr(self, name)!r}")
-        if isinstance(self.short_conv, bool) or not isinstance(self.short_conv, int) \
-                or self.short_conv < 0:
+        if not _is_count(self.short_conv):
             raise ConfigError(f"short_conv must be 0 (none) or a convolution width >= 1, got "
                               f"{self.short_conv!r}")
         if self.init_std is not None and not 0 < self.init_std < float("inf"):
@@ -151,7 +149,12 @@ class BackboneConfig:
         return resolve_pattern(self.pattern, self.depth)
 
 
+def _is_count(value: Any) -> bool:
+    """An int >= 0 (a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _positive(config: Any, name: str) -> None:
     value = getattr(config, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not _is_count(value) or value < 1:
         raise ConfigError(f"{name} must be a positive int, got {value!r}")
