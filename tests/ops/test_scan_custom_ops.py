@@ -31,13 +31,25 @@ def scan_inputs(L, D=4, B=2, dtype=torch.float64, masked=False, seed=0):
     return a, v, log_w, mask
 
 
-# (L, masked, direction: "causal", "reverse" or "both" (split D // 2), dtype)
+def packed_docs(B, L):
+    """Canonical document ids (B, L): up to three documents in the first row (the last of
+    1 token), one in the others."""
+    doc = torch.zeros(B, L, dtype=torch.int64)
+    doc[0, L // 2:] = 1
+    if L > 2:
+        doc[0, L - 1] = 2
+    return doc
+
+
+# (L, masked, direction: "causal", "reverse" or "both" (split D // 2), dtype, packed)
 OPCHECK_CASES = [
-    (1, False, "causal", torch.float64),
-    (2, True, "reverse", torch.float64),
-    (3, False, "both", torch.float32),
-    (7, True, "both", torch.float64),
-    (33, True, "causal", torch.float32),
+    (1, False, "causal", torch.float64, False),
+    (2, True, "reverse", torch.float64, False),
+    (3, False, "both", torch.float32, True),
+    (7, True, "both", torch.float64, False),
+    (33, True, "causal", torch.float32, False),
+    (9, True, "causal", torch.float64, True),
+    (17, False, "reverse", torch.float32, True),
 ]
 
 
@@ -47,15 +59,16 @@ def directions(kind: str, D: int) -> tuple[bool, int]:
             "both": (False, D // 2)}[kind]
 
 
-@pytest.mark.parametrize("L,masked,kind,dtype", OPCHECK_CASES)
-def test_opcheck_forward_and_backward(backend, L, masked, kind, dtype):
+@pytest.mark.parametrize("L,masked,kind,dtype,packed", OPCHECK_CASES)
+def test_opcheck_forward_and_backward(backend, L, masked, kind, dtype, packed):
     a, v, log_w, mask = scan_inputs(L, dtype=dtype, masked=masked)
+    doc = packed_docs(a.shape[0], L) if packed else None
     reverse, split = directions(kind, a.shape[-1])
     leaves = [t.requires_grad_() for t in (a, v, log_w)]
-    torch.library.opcheck(op.scan_op, (*leaves, mask, reverse, split, backend))
+    torch.library.opcheck(op.scan_op, (*leaves, mask, doc, reverse, split, backend))
     grad = torch.randn_like(a)
     torch.library.opcheck(op.scan_backward_op, (grad, a.detach(), v.detach(), log_w.detach(),
-                                                mask, reverse, split, backend))
+                                                mask, doc, reverse, split, backend))
 
 
 @pytest.mark.parametrize("masked", [False, True])

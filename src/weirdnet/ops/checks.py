@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from .packing import check_doc_ids
+
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -67,7 +69,7 @@ def check_same_layout(x, y, xname: str, yname: str) -> None:
         )
 
 
-def check_scan_inputs(a, v, log_w, mask=None) -> tuple[int, int, int]:
+def check_scan_inputs(a, v, log_w, mask=None, doc_ids=None) -> tuple[int, int, int]:
     """Validate ``weird_scan`` arguments; returns (B, L, D)."""
     check_float_tensor(a, "a", 3)
     check_float_tensor(v, "v", 3)
@@ -92,4 +94,5 @@ def check_scan_inputs(a, v, log_w, mask=None) -> tuple[int, int, int]:
     check_mask(mask, B, L)
     if mask is not None and mask.device != a.device:
         raise ValueError(f"mask must be on {a.device}, got {mask.device}")
+    check_doc_ids(doc_ids, B, L, a.device)
     return B, L, D

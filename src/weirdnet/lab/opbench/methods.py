@@ -147,12 +147,12 @@ class _DirectScan(torch.autograd.Function):
     def forward(ctx, a, v, log_w, impl, nlev):
         ctx.save_for_backward(a, v, log_w)
         ctx.impl, ctx.nlev = impl, nlev
-        return impl.fwd(a, v, log_w, None, a.shape[-1], nlev)
+        return impl.fwd(a, v, log_w, None, None, a.shape[-1], nlev)
 
     @staticmethod
     def backward(ctx, grad):
         a, v, log_w = ctx.saved_tensors
-        da, dv, dlogw = ctx.impl.bwd(a, v, log_w, None, grad, a.shape[-1], ctx.nlev)
+        da, dv, dlogw = ctx.impl.bwd(a, v, log_w, None, None, grad, a.shape[-1], ctx.nlev)
         grad_log_w = log_w.new_zeros(log_w.shape)
         grad_log_w[: ctx.nlev] = dlogw.to(log_w.dtype)
         return da, dv, grad_log_w, None, None

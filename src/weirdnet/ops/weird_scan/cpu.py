@@ -36,9 +36,9 @@ _ptr = ctypes.c_void_p
 def _declare(lib: ctypes.CDLL) -> None:
     for sfx in ("f32", "f64"):
         getattr(lib, f"scan_fwd_{sfx}").argtypes = [_ptr, _i64, _i64, _ptr, _i64, _i64, _ptr,
-                                                    _ptr, _ptr] + [_i64] * 7
+                                                    _ptr, _ptr, _ptr] + [_i64] * 7
         getattr(lib, f"scan_bwd_{sfx}").argtypes = [_ptr, _i64, _i64, _ptr, _i64, _i64, _ptr,
-                                                    _ptr, _ptr, _i64, _i64, _ptr, _ptr,
+                                                    _ptr, _ptr, _ptr, _i64, _i64, _ptr, _ptr,
                                                     _ptr] + [_i64] * 7
         getattr(lib, f"scan_extend_{sfx}").argtypes = [_ptr, _i64, _i64, _ptr, _i64, _i64,
                                                        _ptr, _ptr, _ptr, _ptr, _ptr,
@@ -125,20 +125,20 @@ def _rows(t: torch.Tensor) -> tuple[int, int, int]:
     return t.data_ptr(), t.stride(0), t.stride(1)
 
 
-def fwd(a, v, log_w, mask, split: int, nlev: int) -> torch.Tensor:
+def fwd(a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
     """Forward scan; see ``weird_scan.pytorch.fwd`` for the contract.  Returns O (B, L, D)."""
     lib = load()
     B, L, D = a.shape
     out = torch.empty((B, L, D), dtype=a.dtype)
     fn = getattr(lib, f"scan_fwd_{_suffix(a.dtype)}")
     n_units = lib.scan_units(B, D, split)
-    args = (*_rows(a), *_rows(v), log_w.data_ptr(), _addr(mask), out.data_ptr(), B, L, D,
-            split, nlev)
+    args = (*_rows(a), *_rows(v), log_w.data_ptr(), _addr(mask), _addr(doc), out.data_ptr(),
+            B, L, D, split, nlev)
     _run_units(fn, args, n_units, B * L * D)
     return out
 
 
-def bwd(a, v, log_w, mask, grad, split: int, nlev: int):
+def bwd(a, v, log_w, mask, doc, grad, split: int, nlev: int):
     """Backward scan; returns (da, dv, dlog_w) with dlog_w (nlev, D) in float64."""
     lib = load()
     B, L, D = a.shape
@@ -147,8 +147,8 @@ def bwd(a, v, log_w, mask, grad, split: int, nlev: int):
     dlogw = torch.zeros((B, nlev, D), dtype=torch.float64)
     fn = getattr(lib, f"scan_bwd_{_suffix(a.dtype)}")
     n_units = lib.scan_units(B, D, split)
-    args = (*_rows(a), *_rows(v), log_w.data_ptr(), _addr(mask), *_rows(grad), da.data_ptr(),
-            dv.data_ptr(), dlogw.data_ptr(), B, L, D, split, nlev)
+    args = (*_rows(a), *_rows(v), log_w.data_ptr(), _addr(mask), _addr(doc), *_rows(grad),
+            da.data_ptr(), dv.data_ptr(), dlogw.data_ptr(), B, L, D, split, nlev)
     _run_units(fn, args, n_units, B * L * D)
     return da, dv, dlogw.sum(0)
 

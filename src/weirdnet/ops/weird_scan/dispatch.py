@@ -3,8 +3,11 @@
 Every backend implements the same three functions (the contract is
 ``weird_scan.pytorch``'s; docs/design.md §8 has the algorithm):
 
-    fwd(a, v, log_w, mask, split, nlev) -> O                       (B, L, D)
-    bwd(a, v, log_w, mask, grad, split, nlev) -> (dA, dV, dlog_w)  dlog_w (nlev, D) float64
+    fwd(a, v, log_w, mask, doc, split, nlev) -> O                       (B, L, D)
+    bwd(a, v, log_w, mask, doc, grad, split, nlev) -> (dA, dV, dlog_w)  dlog_w (nlev, D) f64
+
+``doc`` is None or the (B, L) int64 canonical document ids of a packed batch (contiguous
+and C-ordered when given): a level combines two positions only when their ids agree.
     extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev, t0) -> O   (B, T, D), decoding
 
 ``BACKENDS`` maps each name to a :class:`Backend`, which knows whether it can run on a
@@ -94,22 +97,27 @@ class Backend:
             return mask
         return mask.contiguous().view(torch.uint8)
 
-    def fwd(self, a, v, log_w, mask, split: int, nlev: int) -> torch.Tensor:
+    def fwd(self, a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
         """O (B, L, D) in the kernel's output dtype (see ``native_dtypes``)."""
         weights = log_w.to(compute_dtype(a.dtype)).contiguous()
         return self.load().fwd(self._read(a), self._read(v), weights, self._mask(mask),
-                               split, nlev)
+                               _doc(doc), split, nlev)
 
-    def bwd(self, a, v, log_w, mask, grad, split: int, nlev: int):
+    def bwd(self, a, v, log_w, mask, doc, grad, split: int, nlev: int):
         """(dA, dV, dlog_w): dA, dV (B, L, D); dlog_w (nlev, D) float64."""
         weights = log_w.to(compute_dtype(a.dtype)).contiguous()
         return self.load().bwd(self._read(a), self._read(v), weights, self._mask(mask),
-                               self._read(grad), split, nlev)
+                               _doc(doc), self._read(grad), split, nlev)
 
     def extend(self, a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int):
         """Decode T tokens; ``a``, ``v``, ``log_w`` and the rings in the compute dtype."""
         return self.load().extend(a, v, log_w, self._mask(valid), ring_m, ring_h, ring_u,
                                   nlev, t0)
+
+
+def _doc(doc: torch.Tensor | None) -> torch.Tensor | None:
+    """Canonical document ids as every kernel reads them: int64, C-contiguous."""
+    return None if doc is None else doc.to(torch.int64).contiguous()
 
 
 # --- the three backends --------------------------------------------------------------
@@ -243,15 +251,19 @@ def _run_selfcheck(backend: Backend, device: torch.device) -> Backend:
 
 
 def selfcheck_inputs(device: torch.device):
-    """(a, v, log_w, mask, grad, split) of the self-check: B=2, L=300 (two passes of the
-    Triton kernels), D=6 with 3 causal and 3 anti-causal channels, one padded row tail."""
+    """(a, v, log_w, mask, doc, grad, split) of the self-check: B=2, L=300 (two passes of
+    the Triton kernels), D=6 with 3 causal and 3 anti-causal channels, one padded row tail,
+    and three packed documents in the first row."""
     gen = torch.Generator().manual_seed(20261124)
     B, L, D = 2, 300, 6
     a, v, grad = (torch.randn(B, L, D, generator=gen) * 2 for _ in range(3))
     log_w = -(torch.rand(levels_needed(L), D, generator=gen) * 0.5).cumsum(0)
     mask = torch.ones(B, L, dtype=torch.bool)
     mask[1, L - 41:] = False
-    return (*(t.to(device) for t in (a, v, log_w, mask, grad)), D // 2)
+    doc = torch.zeros(B, L, dtype=torch.int64)
+    doc[0, 70:] = 1
+    doc[0, 201:] = 2
+    return (*(t.to(device) for t in (a, v, log_w, mask, doc, grad)), D // 2)
 
 
 def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -265,14 +277,14 @@ def selfcheck_error(backend: Backend, device: torch.device) -> str | None:
     description of what differed or of the exception the kernel raised."""
     reference = BACKENDS[FALLBACK]
     try:
-        a, v, log_w, mask, grad, split = selfcheck_inputs(device)
+        a, v, log_w, mask, doc, grad, split = selfcheck_inputs(device)
         nlev = log_w.shape[0]
-        got = (backend.fwd(a, v, log_w, mask, split, nlev),
-               *backend.bwd(a, v, log_w, mask, grad, split, nlev))
+        got = (backend.fwd(a, v, log_w, mask, doc, split, nlev),
+               *backend.bwd(a, v, log_w, mask, doc, grad, split, nlev))
     except Exception as err:  # a kernel that does not compile or launch on this device
         return f"it raised {type(err).__name__}: {err}"
-    want = (reference.fwd(a, v, log_w, mask, split, nlev),
-            *reference.bwd(a, v, log_w, mask, grad, split, nlev))
+    want = (reference.fwd(a, v, log_w, mask, doc, split, nlev),
+            *reference.bwd(a, v, log_w, mask, doc, grad, split, nlev))
     errors = {name: _rel_err(x, y) for name, x, y in zip(("O", "dA", "dV", "dlog_w"), got, want)}
     bad = {k: e for k, e in errors.items() if not e <= SELFCHECK_TOLERANCE}  # NaN is bad
     if not bad:

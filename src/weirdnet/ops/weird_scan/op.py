@@ -16,9 +16,9 @@ This module is the whole public op, top to bottom:
    (meta) implementation, so ``torch.compile(fullgraph=True)`` keeps them in the graph as
    opaque calls and ``torch.export`` records them::
 
-       weirdnet::weird_scan(a, v, log_w, mask?, reverse, split, backend) -> O
-       weirdnet::weird_scan_backward(grad, a, v, log_w, mask?, reverse, split, backend)
-           -> (dA, dV, dlog_w)
+       weirdnet::weird_scan(a, v, log_w, mask?, doc?, reverse, split, backend) -> O
+       weirdnet::weird_scan_backward(grad, a, v, log_w, mask?, doc?, reverse, split,
+           backend) -> (dA, dV, dlog_w)
        weirdnet::weird_scan_extend(a, v, log_w, valid?, ring_m!, ring_h!, ring_u!, t0,
            backend) -> O
 
@@ -44,6 +44,11 @@ s >= 0 is the encoder form, channels [0, s) causal and [s, D) anti-causal (``rev
 False).  The backends' kernels take only the number of causal channels
 (:func:`causal_channels`), computed in one place, here.
 
+Packed documents.  ``doc_ids`` (B, L) (see :mod:`weirdnet.ops.packing`) reaches the ops
+as ``doc``, the canonical segment ids (int64, computed here once); a level's combine of
+position i with i -/+ 2^k happens only when both carry the same id.  Because documents are
+contiguous, that one comparison per level keeps every document exactly as it is alone.
+
 Outputs: O and dA in ``a``'s dtype, dV in ``v``'s, d log_w in ``log_w``'s shape and dtype
 (zero in the levels the sequence does not use); extend's O in ``a``'s dtype.
 """
@@ -54,6 +59,7 @@ import torch
 from torch import Tensor
 
 from ..checks import check_scan_inputs, levels_needed
+from ..packing import segment_ids
 from . import dispatch
 
 NO_SPLIT = -1
@@ -65,7 +71,7 @@ def scan_backend_name(device: torch.device | str = "cpu") -> str:
     return dispatch.resolve(torch.device(device)).name
 
 
-def weird_scan(a, v, log_w, *, reverse=False, mask=None, backend=None):
+def weird_scan(a, v, log_w, *, reverse=False, mask=None, doc_ids=None, backend=None):
     """Weird-attention scan O = H / U of ``E = exp(a)``-weighted values ``v``.
 
     Args:
@@ -77,6 +83,9 @@ def weird_scan(a, v, log_w, *, reverse=False, mask=None, backend=None):
             suffix scan.
         mask: optional (B, L) bool, True for real tokens; padded tokens contribute nothing.
             Outputs at padded positions are finite (0 where no real token is in reach).
+        doc_ids: optional (B, L) integer tensor of packed documents: a document starts
+            wherever the id changes (:mod:`weirdnet.ops.packing`); nothing is mixed across
+            a start, and each document's outputs and gradients are those it has alone.
         backend: None (auto), "cpu" (fused C kernel), "torch" or "triton" (fused Triton
             kernels; CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``).
 
@@ -97,10 +106,11 @@ def weird_scan(a, v, log_w, *, reverse=False, mask=None, backend=None):
         are finite and exact.  ``log_w`` must be finite (the layers make it so); finite
         logits are assumed above -1e29 (-1e299 in float64), the padding level.
     """
-    return _scan(a, v, log_w, mask, bool(reverse), NO_SPLIT, backend)
+    return _scan(a, v, log_w, mask, doc_ids, bool(reverse), NO_SPLIT, backend)
 
 
-def weird_scan_bidirectional(a, v, log_w, *, mask=None, split=None, backend=None):
+def weird_scan_bidirectional(a, v, log_w, *, mask=None, doc_ids=None, split=None,
+                             backend=None):
     """Encoder form: channels [0, split) causal, [split, D) anti-causal, in one call.
 
     Same arguments as :func:`weird_scan`; ``split`` defaults to D // 2, and row k of
@@ -111,13 +121,14 @@ def weird_scan_bidirectional(a, v, log_w, *, mask=None, split=None, backend=None
     split = D // 2 if split is None else int(split)
     if not 0 <= split <= D:
         raise ValueError(f"split must be in [0, D={D}], got {split}")
-    return _scan(a, v, log_w, mask, False, split, backend)
+    return _scan(a, v, log_w, mask, doc_ids, False, split, backend)
 
 
-def _scan(a, v, log_w, mask, reverse: bool, split: int, backend: str | None):
-    check_scan_inputs(a, v, log_w, mask)
+def _scan(a, v, log_w, mask, doc_ids, reverse: bool, split: int, backend: str | None):
+    check_scan_inputs(a, v, log_w, mask, doc_ids)
     dispatch.check_name(backend)
-    return scan_op(a, v, log_w, mask, reverse, split, backend or "")
+    doc = None if doc_ids is None else segment_ids(doc_ids)
+    return scan_op(a, v, log_w, mask, doc, reverse, split, backend or "")
 
 
 def causal_channels(width: int, reverse: bool, split: int) -> int:
@@ -136,50 +147,50 @@ def _levels_of_ring(ring: Tensor) -> int:
 
 
 @torch.library.custom_op("weirdnet::weird_scan", mutates_args=())
-def scan_op(a: Tensor, v: Tensor, log_w: Tensor, mask: Tensor | None, reverse: bool,
-            split: int, backend: str) -> Tensor:
+def scan_op(a: Tensor, v: Tensor, log_w: Tensor, mask: Tensor | None, doc: Tensor | None,
+            reverse: bool, split: int, backend: str) -> Tensor:
     """O (B, L, D) in the directions ``reverse`` and ``split`` name (module docstring)."""
     impl = dispatch.resolve(a.device, backend or None)
     n_causal = causal_channels(a.shape[-1], reverse, split)
-    out = impl.fwd(a, v, log_w, mask, n_causal, levels_needed(a.shape[1]))
+    out = impl.fwd(a, v, log_w, mask, doc, n_causal, levels_needed(a.shape[1]))
     return out.to(a.dtype).contiguous()
 
 
 @scan_op.register_fake
-def _scan_fake(a, v, log_w, mask, reverse, split, backend):
+def _scan_fake(a, v, log_w, mask, doc, reverse, split, backend):
     return a.new_empty(a.shape)
 
 
 @torch.library.custom_op("weirdnet::weird_scan_backward", mutates_args=())
 def scan_backward_op(grad: Tensor, a: Tensor, v: Tensor, log_w: Tensor, mask: Tensor | None,
-                     reverse: bool, split: int,
+                     doc: Tensor | None, reverse: bool, split: int,
                      backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    """(dA, dV, dlog_w) of ``sum(grad * scan_op(a, v, log_w, mask, reverse, split))``."""
+    """(dA, dV, dlog_w) of ``sum(grad * scan_op(a, v, log_w, mask, doc, reverse, split))``."""
     impl = dispatch.resolve(a.device, backend or None)
     nlev = levels_needed(a.shape[1])
     n_causal = causal_channels(a.shape[-1], reverse, split)
-    da, dv, dlogw = impl.bwd(a, v, log_w, mask, grad, n_causal, nlev)
+    da, dv, dlogw = impl.bwd(a, v, log_w, mask, doc, grad, n_causal, nlev)
     grad_log_w = log_w.new_zeros(log_w.shape)
     grad_log_w[:nlev] = dlogw.to(log_w.dtype)
     return da.to(a.dtype).contiguous(), dv.to(v.dtype).contiguous(), grad_log_w
 
 
 @scan_backward_op.register_fake
-def _scan_backward_fake(grad, a, v, log_w, mask, reverse, split, backend):
+def _scan_backward_fake(grad, a, v, log_w, mask, doc, reverse, split, backend):
     return a.new_empty(a.shape), v.new_empty(v.shape), log_w.new_empty(log_w.shape)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    a, v, log_w, mask, reverse, split, backend = inputs
-    ctx.save_for_backward(a, v, log_w, mask)
+    a, v, log_w, mask, doc, reverse, split, backend = inputs
+    ctx.save_for_backward(a, v, log_w, mask, doc)
     ctx.reverse, ctx.split, ctx.backend = reverse, split, backend
 
 
 def _backward(ctx, grad):
-    a, v, log_w, mask = ctx.saved_tensors
-    da, dv, dlogw = scan_backward_op(grad, a, v, log_w, mask, ctx.reverse, ctx.split,
+    a, v, log_w, mask, doc = ctx.saved_tensors
+    da, dv, dlogw = scan_backward_op(grad, a, v, log_w, mask, doc, ctx.reverse, ctx.split,
                                      ctx.backend)
-    return da, dv, dlogw, None, None, None, None
+    return da, dv, dlogw, None, None, None, None, None
 
 
 scan_op.register_autograd(_backward, setup_context=_setup_context)

@@ -7,12 +7,16 @@ cannot be built.  Every function here takes tensors already in the compute dtype
 
 State per (batch, position, channel): ``(m, h, u)`` with ``H = e^m h``, ``U = e^m u``.
 Padded sources start as ``(NEG, 0, 1)``; non-finite tokens as :func:`initial_state` says.
-Channels ``[0, split)`` are scanned causally, ``[split, D)`` anti-causally.
+Channels ``[0, split)`` are scanned causally, ``[split, D)`` anti-causally.  With ``doc``
+(canonical document ids, (B, L) int64) a level combines position i with its partner only
+when both lie in one document; elsewhere the state passes through unchanged.
 """
 
 from __future__ import annotations
 
 import torch
+
+from ..packing import same_document
 
 # Elements of (B, L, chunk) per temporary the backward may hold at once, times levels.
 _CHUNK_BUDGET = 1 << 25
@@ -68,12 +72,15 @@ def initial_state(a, v, mask):
             torch.where(valid, h, _const(0.0, h)), torch.where(valid, u, _const(1.0, u)))
 
 
-def apply_level(state, s: int, c):
-    """Level with shift ``s`` and log-weight ``c`` (D,), out of place along dim 1."""
+def apply_level(state, s: int, c, doc=None):
+    """Level with shift ``s`` and log-weight ``c`` (D,), out of place along dim 1; with
+    ``doc`` (B, L) a position whose partner lies in another document keeps its state."""
     m, h, u = state
-    mn, hn, un = combine(m[:, s:], h[:, s:], u[:, s:], m[:, :-s] + c, h[:, :-s], u[:, :-s])
-    return (torch.cat([m[:, :s], mn], 1), torch.cat([h[:, :s], hn], 1),
-            torch.cat([u[:, :s], un], 1))
+    new = combine(m[:, s:], h[:, s:], u[:, s:], m[:, :-s] + c, h[:, :-s], u[:, :-s])
+    if doc is not None:
+        same = same_document(doc, s).unsqueeze(-1)
+        new = tuple(torch.where(same, x, x_old[:, s:]) for x, x_old in zip(new, state))
+    return tuple(torch.cat([x_old[:, :s], x], 1) for x, x_old in zip(new, state))
 
 
 def _parts(D: int, split: int):
@@ -97,30 +104,31 @@ def _oriented(x, reverse: bool):
     return None if x is None else (x.flip(1) if reverse else x)
 
 
-def fwd(a, v, log_w, mask, split: int, nlev: int) -> torch.Tensor:
-    """O = H / U.  a, v: (B, L, D); log_w: (>= nlev, D); mask: (B, L) bool or None."""
+def fwd(a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
+    """O = H / U.  a, v: (B, L, D); log_w: (>= nlev, D); mask: (B, L) bool or None;
+    doc: (B, L) int64 or None."""
     B, L, D = a.shape
     out = torch.empty_like(a)
     for part, rev in _parts(D, split):
-        msk = _oriented(mask, rev)
+        msk, dc = _oriented(mask, rev), _oriented(doc, rev)
         for ch in _chunks(part, B, L, 0):
             state = initial_state(_oriented(a[..., ch], rev), _oriented(v[..., ch], rev), msk)
             for k in range(nlev):
-                state = apply_level(state, 1 << k, log_w[k, ch])
+                state = apply_level(state, 1 << k, log_w[k, ch], dc)
             out[..., ch] = _oriented(state[1] / state[2], rev)
     return out
 
 
-def bwd(a, v, log_w, mask, grad, split: int, nlev: int):
+def bwd(a, v, log_w, mask, doc, grad, split: int, nlev: int):
     """Gradients (dA, dV, dlog_w) of ``sum(grad * fwd(...))``; dlog_w (nlev, D) float64."""
     B, L, D = a.shape
     da, dv = torch.empty_like(a), torch.empty_like(a)
     dlogw = torch.zeros((nlev, D), dtype=torch.float64, device=a.device)
     for part, rev in _parts(D, split):
-        msk = _oriented(mask, rev)
+        msk, dc = _oriented(mask, rev), _oriented(doc, rev)
         for ch in _chunks(part, B, L, nlev):
             args = [_oriented(x[..., ch], rev) for x in (a, v, grad)]
-            gA, gV, gw = _bwd_chunk(*args, log_w[:nlev, ch], msk, nlev)
+            gA, gV, gw = _bwd_chunk(*args, log_w[:nlev, ch], msk, dc, nlev)
             da[..., ch], dv[..., ch] = _oriented(gA, rev), _oriented(gV, rev)
             dlogw[:, ch] = gw
     return da, dv, dlogw
@@ -137,11 +145,11 @@ def adjoint_scale(fm, fu, o, g):
     return torch.where(bad, o, bm), g
 
 
-def _bwd_chunk(a, v, g, log_w, mask, nlev: int):
+def _bwd_chunk(a, v, g, log_w, mask, doc, nlev: int):
     """Causal backward of one channel chunk (already oriented)."""
     states = [initial_state(a, v, mask)]
     for k in range(nlev):
-        states.append(apply_level(states[-1], 1 << k, log_w[k]))
+        states.append(apply_level(states[-1], 1 << k, log_w[k], doc))
     fm, fh, fu = states.pop()
     o = fh / fu
     bm, g = adjoint_scale(fm, fu, o, g)
@@ -154,8 +162,14 @@ def _bwd_chunk(a, v, g, log_w, mask, nlev: int):
         mq = bm[:, s:] + log_w[k]
         w = torch.exp(mq + sm[:, :-s])
         term = w * (sh[:, :-s] * b1[:, s:] - su[:, :-s] * b2[:, s:])
+        merged = combine(bm[:, :-s], b1[:, :-s], b2[:, :-s], mq, b1[:, s:], b2[:, s:])
+        if doc is not None:  # no adjoint flows back across a document start
+            same = same_document(doc, s).unsqueeze(-1)
+            term = torch.where(same, term, _const(0.0, term))
+            merged = tuple(torch.where(same, x, x_old[:, :-s])
+                           for x, x_old in zip(merged, (bm, b1, b2)))
         dlogw[k] = term.sum((0, 1), dtype=torch.float64) + poison
-        mn, b1n, b2n = combine(bm[:, :-s], b1[:, :-s], b2[:, :-s], mq, b1[:, s:], b2[:, s:])
+        mn, b1n, b2n = merged
         bm = torch.cat([mn, bm[:, -s:]], 1)
         b1 = torch.cat([b1n, b1[:, -s:]], 1)
         b2 = torch.cat([b2n, b2[:, -s:]], 1)

@@ -7,7 +7,8 @@
 every distance d < L and the weights are normalised with a softmax over j, which is exact
 in float64 for any magnitudes.  Padded sources (``mask`` False) are left out, whatever
 their values; an output whose window holds no real token is NaN (0/0), as the formula says
-(the fast backends return 0 there).
+(the fast backends return 0 there).  With ``doc_ids`` (packed documents, see
+:mod:`weirdnet.ops.packing`) j must also lie in i's document.
 
 Non-finite values: this function is the specification the backends follow.
   * A NaN or +inf logit A_j, or a NaN or infinite V_j, makes every output with j in its
@@ -29,6 +30,7 @@ from __future__ import annotations
 import torch
 
 from ..checks import check_scan_inputs, levels_needed
+from ..packing import segment_ids
 
 _ROW_BLOCK_ELEMENTS = 1 << 24
 
@@ -46,16 +48,18 @@ def log_kernel(log_w: torch.Tensor, length: int) -> torch.Tensor:
     return bits @ used + 0 * used.sum(0)
 
 
-def weird_scan_reference(a, v, log_w, *, reverse=False, mask=None):
+def weird_scan_reference(a, v, log_w, *, reverse=False, mask=None, doc_ids=None):
     """Float64 reference for :func:`weirdnet.ops.weird_scan`; same arguments.
 
     Returns O (B, L, D) in float64.
     """
-    B, L, D = check_scan_inputs(a, v, log_w, mask)
+    B, L, D = check_scan_inputs(a, v, log_w, mask, doc_ids)
     a, v = a.to(torch.float64), v.to(torch.float64)
+    segments = None if doc_ids is None else segment_ids(doc_ids)
     if reverse:
         a, v = a.flip(1), v.flip(1)
         mask = None if mask is None else mask.flip(1)
+        segments = None if segments is None else segments.flip(1)
     if mask is not None:  # padding contributes nothing, not even a NaN
         v = torch.where(mask.unsqueeze(-1), v, torch.zeros((), dtype=v.dtype, device=v.device))
     score = a + 0 * v  # a NaN or infinite V poisons its logit: NaN weights, NaN gradients
@@ -71,6 +75,9 @@ def weird_scan_reference(a, v, log_w, *, reverse=False, mask=None):
         keep = causal.view(1, len(ii), L, 1)
         if mask is not None:
             keep = keep & mask.view(B, 1, L, 1)
+        if segments is not None:
+            same = segments[:, start : start + rows].unsqueeze(2) == segments.unsqueeze(1)
+            keep = keep & same.unsqueeze(-1)
         logits = logits.masked_fill(~keep, float("-inf"))
         empty = ~keep.any(2, keepdim=True)  # no real token in reach: 0/0
         p = torch.softmax(logits.masked_fill(empty, 0.0), dim=2)  # NaN-free gradients

@@ -33,6 +33,16 @@ last pass has at most ``C`` rows: one program per column block holds whole colum
 no halo.  Nothing is approximated (the change of form adds one rounding per pass), and
 rows never read later rows: causality is bitwise.
 
+Packed documents (``doc``, the (B, L) canonical ids).  Every level of every pass
+compares the ids of the two positions it would combine (row i and row i - s of a window
+are positions p and p - 2^k) and leaves the state at i as it is when they differ; the
+backward gates its adjoint merge and its d log_w term by the same comparison, as
+``weird_scan.pytorch`` does.  A pass's input is a position's own state after the lower
+levels, so nothing else is carried from position to position: halos, passes and the
+recomputed forward all go through the gated levels.  The ids are loaded once per window
+(every pass, not only the first), as a (rows, columns) tensor gathered like the state.
+Without ``doc`` the gate is compiled out (``HAS_DOC``).
+
 Memory traffic.  ``L <= 2^c`` (256 by default) is one pass: one read of A and V, one write
 of O.  Up to ``2^(2c)`` (65,536) it is two passes, plus one float32 intermediate
 ``(log U, O)`` written and read once (8 bytes per element each way).  The halo is read
@@ -120,16 +130,27 @@ def _combine(m, h, u, mp, hp, up):
 
 
 @triton.jit
-def _level_fwd(m, h, u, c, w, row, s, WIN: tl.constexpr, COLS: tl.constexpr):
+def _same_doc(has, seg, idx, HAS_DOC: tl.constexpr):
+    """``has`` (broadcast to (WIN, COLS)) and, with documents, ``seg == seg[idx]``: a
+    partner in another document is no partner.  Without documents ``has`` as it is."""
+    if HAS_DOC:
+        has = has & (seg == tl.gather(seg, idx, 0))
+    return has
+
+
+@triton.jit
+def _level_fwd(m, h, u, c, seg, w, row, s, WIN: tl.constexpr, COLS: tl.constexpr,
+               HAS_DOC: tl.constexpr):
     """One level on a (WIN, COLS) window: row i takes row i - s (out of place).
 
-    ``w``: (WIN,) window rows; ``row``: (WIN,) absolute rows; ``c``: (COLS,) log W.
-    A row before the sequence start (absolute row < s) has no partner.
+    ``w``: (WIN,) window rows; ``row``: (WIN,) absolute rows; ``c``: (COLS,) log W;
+    ``seg``: (WIN, COLS) document ids when HAS_DOC.  A row before the sequence start
+    (absolute row < s), or whose partner lies in another document, keeps its state.
     """
     idx = tl.broadcast_to(tl.maximum(w - s, 0)[:, None], (WIN, COLS))
     m2, h2, u2 = _combine(m, h, u, tl.gather(m, idx, 0) + c[None, :], tl.gather(h, idx, 0),
                           tl.gather(u, idx, 0))
-    has = ((w >= s) & (row >= s))[:, None]
+    has = _same_doc(((w >= s) & (row >= s))[:, None], seg, idx, HAS_DOC)
     return tl.where(has, m2, m), tl.where(has, h2, h), tl.where(has, u2, u)
 
 
@@ -193,12 +214,23 @@ def _load_state(x1_ptr, x2_ptr, mask_ptr, s1b, s1l, s2b, s2l, b, pm, d, ok, L,
 
 
 @triton.jit
-def _forward_levels(m, h, u, logw_ptr, D, lo, d, dmask, w, row, NL: tl.constexpr,
-                    WIN: tl.constexpr, COLS: tl.constexpr, STATE: tl.constexpr):
+def _load_doc(doc_ptr, b, pm, ok, L, HAS_DOC: tl.constexpr):
+    """(WIN, COLS) document ids of the window's positions (-1 where none), or 0 without
+    documents.  Every pass reads them: each level is gated, not only the first pass's."""
+    if HAS_DOC:
+        return tl.load(doc_ptr + b * L + pm, mask=ok, other=-1)
+    else:
+        return 0
+
+
+@triton.jit
+def _forward_levels(m, h, u, seg, logw_ptr, D, lo, d, dmask, w, row, NL: tl.constexpr,
+                    WIN: tl.constexpr, COLS: tl.constexpr, STATE: tl.constexpr,
+                    HAS_DOC: tl.constexpr):
     """Levels lo .. lo+NL-1 of the pass, in order."""
     for k in tl.static_range(NL):
         c = tl.load(logw_ptr + (lo + k) * D + d, mask=dmask, other=0).to(STATE)
-        m, h, u = _level_fwd(m, h, u, c, w, row, 1 << k, WIN, COLS)
+        m, h, u = _level_fwd(m, h, u, c, seg, w, row, 1 << k, WIN, COLS, HAS_DOC)
     return m, h, u
 
 
@@ -208,17 +240,19 @@ def _forward_levels(m, h, u, logw_ptr, D, lo, d, dmask, w, row, NL: tl.constexpr
 
 
 @triton.jit
-def _fwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, logw_ptr, y1_ptr, y2_ptr,
+def _fwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, y1_ptr, y2_ptr,
                      s1b, s1l, s2b, s2l, L, D, d_lo, d_hi, lo, nres, nq,
                      NL: tl.constexpr, TILE: tl.constexpr, WIN: tl.constexpr,
                      HALO: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
                      REV: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr,
-                     HAS_MASK: tl.constexpr, STATE: tl.constexpr, NEG: tl.constexpr):
+                     HAS_MASK: tl.constexpr, HAS_DOC: tl.constexpr, STATE: tl.constexpr,
+                     NEG: tl.constexpr):
     """One pass: levels lo .. lo+NL-1 over rows of ``nres`` residues, tile TILE rows.
 
     Input (x1, x2): (A, V) with strides (s*b, s*l, 1) when FIRST, else the previous
-    pass's (log U, O).  Output: (log U, O) float state, or O alone (y2) when LAST.
-    Grid: (nq * column blocks, B); the tile index varies fastest.
+    pass's (log U, O).  doc: (B, L) int64 document ids when HAS_DOC.  Output: (log U, O)
+    float state, or O alone (y2) when LAST.  Grid: (nq * column blocks, B); the tile
+    index varies fastest.
     """
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -229,8 +263,9 @@ def _fwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, logw_ptr, y1_ptr, y2_ptr,
     COLS: tl.constexpr = BLOCK_R * BLOCK_D
     m, h, u, real = _load_state(x1_ptr, x2_ptr, mask_ptr, s1b, s1l, s2b, s2l, b, pm, d, ok,
                                 L, FIRST, HAS_MASK, STATE, NEG)
-    m, h, u = _forward_levels(m, h, u, logw_ptr, D, lo, d, d < d_hi, w, row, NL, WIN, COLS,
-                              STATE)
+    seg = _load_doc(doc_ptr, b, pm, ok, L, HAS_DOC)
+    m, h, u = _forward_levels(m, h, u, seg, logw_ptr, D, lo, d, d < d_hi, w, row, NL, WIN,
+                              COLS, STATE, HAS_DOC)
     out = ok & (w >= WIN - TILE)[:, None]
     offs = (b * L + pm) * D + d[None, :]
     if LAST:
@@ -261,10 +296,12 @@ def _adjoint_from_grad(g_ptr, sgb, sgl, b, pm, d, ok, m, h, u, STATE: tl.constex
 
 
 @triton.jit
-def _dlogw_term(bm, b1, b2, fm, fh, fu, c, w, sel, s, WIN: tl.constexpr, COLS: tl.constexpr):
-    """Level term of d log_w per source row, and the adjoint's partner (rows + s)."""
-    has = (w + s < WIN)[:, None]
+def _dlogw_term(bm, b1, b2, fm, fh, fu, c, seg, w, sel, s, WIN: tl.constexpr,
+                COLS: tl.constexpr, HAS_DOC: tl.constexpr):
+    """Level term of d log_w per source row, and the adjoint's partner (rows + s); a
+    partner in another document is none (no adjoint flows back across a document start)."""
     idx = tl.broadcast_to(tl.minimum(w + s, WIN - 1)[:, None], (WIN, COLS))
+    has = _same_doc((w + s < WIN)[:, None], seg, idx, HAS_DOC)
     bmp = tl.gather(bm, idx, 0) + c[None, :]
     b1p = tl.gather(b1, idx, 0)
     b2p = tl.gather(b2, idx, 0)
@@ -274,20 +311,22 @@ def _dlogw_term(bm, b1, b2, fm, fh, fu, c, w, sel, s, WIN: tl.constexpr, COLS: t
 
 
 @triton.jit
-def _bwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, logw_ptr, g_ptr, bi_m, bi_1, bi_2,
+def _bwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, bi_m, bi_1, bi_2,
                      bo_m, bo_1, bo_2, part_ptr,
                      s1b, s1l, s2b, s2l, sgb, sgl, L, D, d_lo, d_hi, lo, nres, nq, n_rb,
                      NL: tl.constexpr, TILE: tl.constexpr, WIN: tl.constexpr,
                      HALO: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
                      REV: tl.constexpr, FIRST: tl.constexpr, TOP: tl.constexpr,
-                     HAS_MASK: tl.constexpr, STATE: tl.constexpr, NEG: tl.constexpr):
+                     HAS_MASK: tl.constexpr, HAS_DOC: tl.constexpr, STATE: tl.constexpr,
+                     NEG: tl.constexpr):
     """Adjoint of one pass, and its levels' d log_w partial sums.
 
     Adjoint input: the output gradient G (strided) when TOP (last pass), else the
     (bm, b1, b2) buffers of the pass above.  Output: (dA, dV) into (bo_1, bo_2) when FIRST,
     else (bm, b1, b2) into bo_*.  part: (B, nq, n_rb, NL, D) float, this program's slot
-    holding its sum of every level's term.  Grid: (nq * column blocks, B), where nq counts
-    one program more than tiles when HALO (the window is [(q-1) TILE, (q+1) TILE)).
+    holding its sum of every level's term.  doc: (B, L) int64 document ids when HAS_DOC.
+    Grid: (nq * column blocks, B), where nq counts one program more than tiles when HALO
+    (the window is [(q-1) TILE, (q+1) TILE)).
     """
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -299,10 +338,11 @@ def _bwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, logw_ptr, g_ptr, bi_m, bi_1, bi_2
     dmask = d < d_hi
     fm0, fh0, fu0, real = _load_state(x1_ptr, x2_ptr, mask_ptr, s1b, s1l, s2b, s2l, b, pm, d,
                                       ok, L, FIRST, HAS_MASK, STATE, NEG)
+    seg = _load_doc(doc_ptr, b, pm, ok, L, HAS_DOC)
     offs = (b * L + pm) * D + d[None, :]
     if TOP:
-        m, h, u = _forward_levels(fm0, fh0, fu0, logw_ptr, D, lo, d, dmask, w, row, NL, WIN,
-                                  COLS, STATE)
+        m, h, u = _forward_levels(fm0, fh0, fu0, seg, logw_ptr, D, lo, d, dmask, w, row, NL,
+                                  WIN, COLS, STATE, HAS_DOC)
         bm, b1, b2, o0 = _adjoint_from_grad(g_ptr, sgb, sgl, b, pm, d, ok, m, h, u, STATE,
                                             NEG)
         # NaN in the channels of a NaN output (bwd() spreads it to the lower passes' levels)
@@ -316,12 +356,12 @@ def _bwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, logw_ptr, g_ptr, bi_m, bi_1, bi_2
     d_blk = d_lo + (pid_c // n_rb) * BLOCK_D + tl.arange(0, BLOCK_D)
     for kk in tl.static_range(NL):
         k: tl.constexpr = NL - 1 - kk
-        fm, fh, fu = _forward_levels(fm0, fh0, fu0, logw_ptr, D, lo, d, dmask, w, row, k,
-                                     WIN, COLS, STATE)
+        fm, fh, fu = _forward_levels(fm0, fh0, fu0, seg, logw_ptr, D, lo, d, dmask, w, row,
+                                     k, WIN, COLS, STATE, HAS_DOC)
         c = tl.load(logw_ptr + (lo + k) * D + d, mask=dmask, other=0).to(STATE)
         src = (w >= (1 << k) * HALO) & (w < (1 << k) * HALO + TILE)
-        term, bmp, b1p, b2p, has = _dlogw_term(bm, b1, b2, fm, fh, fu, c, w,
-                                               ok & src[:, None], 1 << k, WIN, COLS)
+        term, bmp, b1p, b2p, has = _dlogw_term(bm, b1, b2, fm, fh, fu, c, seg, w,
+                                               ok & src[:, None], 1 << k, WIN, COLS, HAS_DOC)
         acc = tl.reduce(tl.reshape(tl.reduce(term, 0, _SUM), (BLOCK_R, BLOCK_D)), 0, _SUM)
         tl.store(part + k * D + d_blk, acc + poison, mask=d_blk < d_hi)
         m2, c1, c2 = _combine(bm, b1, b2, bmp, b1p, b2p)
@@ -428,7 +468,7 @@ def _device(x: torch.Tensor):
     return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
-def _common(ps: _Pass, x, part: slice, mask, log_w, first: bool):
+def _common(ps: _Pass, x, part: slice, mask, doc, log_w, first: bool):
     """Arguments shared by the forward and backward launches of one pass and part."""
     x1, x2 = x
     B, L, D = x1.shape
@@ -438,42 +478,44 @@ def _common(ps: _Pass, x, part: slice, mask, log_w, first: bool):
     state, neg = _state(log_w.dtype)
     strides = (x1.stride(0), x1.stride(1), x2.stride(0), x2.stride(1))
     consts = dict(NL=ps.nl, TILE=ps.tile, WIN=ps.win, HALO=ps.halo, BLOCK_R=block_r,
-                  BLOCK_D=block_d, HAS_MASK=first and mask is not None, STATE=state, NEG=neg,
-                  num_warps=NUM_WARPS)
+                  BLOCK_D=block_d, HAS_MASK=first and mask is not None,
+                  HAS_DOC=doc is not None, STATE=state, NEG=neg, num_warps=NUM_WARPS)
     return B, L, D, n_rb, n_cb, strides, consts
 
 
-def _launch_fwd(ps: _Pass, x, y, mask, log_w, part: slice, rev: bool, first: bool,
+def _launch_fwd(ps: _Pass, x, y, mask, doc, log_w, part: slice, rev: bool, first: bool,
                 last: bool) -> None:
-    B, L, D, _, n_cb, strides, consts = _common(ps, x, part, mask, log_w, first)
+    B, L, D, _, n_cb, strides, consts = _common(ps, x, part, mask, doc, log_w, first)
     mask_arg = x[0] if mask is None else mask
+    doc_arg = x[0] if doc is None else doc  # never read without documents
     _fwd_pass_kernel[(ps.nq * n_cb, B)](
-        x[0], x[1], mask_arg, log_w, y[0], y[1], *strides, L, D, part.start, part.stop, ps.lo,
-        ps.nres, ps.nq, REV=rev, FIRST=first, LAST=last, **consts)
+        x[0], x[1], mask_arg, doc_arg, log_w, y[0], y[1], *strides, L, D, part.start,
+        part.stop, ps.lo, ps.nres, ps.nq, REV=rev, FIRST=first, LAST=last, **consts)
 
 
-def _launch_bwd(ps: _Pass, x, adj, out, mask, log_w, part: slice, rev: bool,
+def _launch_bwd(ps: _Pass, x, adj, out, mask, doc, log_w, part: slice, rev: bool,
                 first: bool) -> torch.Tensor:
     """Run one backward pass on ``part``; returns its d log_w rows (nl, D) float64."""
-    B, L, D, n_rb, n_cb, strides, consts = _common(ps, x, part, mask, log_w, first)
+    B, L, D, n_rb, n_cb, strides, consts = _common(ps, x, part, mask, doc, log_w, first)
     nq = ps.nq + ps.halo
     top = isinstance(adj, torch.Tensor)
     g = adj if top else x[0]
     bi = (x[0],) * 3 if top else adj
     part_sums = torch.zeros((B, nq, n_rb, ps.nl, D), dtype=log_w.dtype, device=log_w.device)
     _bwd_pass_kernel[(nq * n_cb, B)](
-        x[0], x[1], x[0] if mask is None else mask, log_w, g, *bi, *out, part_sums, *strides,
-        g.stride(0), g.stride(1), L, D, part.start, part.stop, ps.lo, ps.nres, nq, n_rb,
-        REV=rev, FIRST=first, TOP=top, **consts)
+        x[0], x[1], x[0] if mask is None else mask, x[0] if doc is None else doc, log_w, g,
+        *bi, *out, part_sums, *strides, g.stride(0), g.stride(1), L, D, part.start,
+        part.stop, ps.lo, ps.nres, nq, n_rb, REV=rev, FIRST=first, TOP=top, **consts)
     return part_sums.sum((0, 1, 2), dtype=torch.float64)
 
 
-def fwd(a, v, log_w, mask, split: int, nlev: int) -> torch.Tensor:
+def fwd(a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
     """O = H / U in ``a``'s dtype.
 
     a, v: (B, L, D) any float dtype, unit channel stride; log_w: (>= nlev, D) contiguous in
-    the state dtype (float32, or float64 for float64 inputs); mask: (B, L) bool or None.
-    Channels [0, split) are causal, [split, D) anti-causal.
+    the state dtype (float32, or float64 for float64 inputs); mask: (B, L) bool or None;
+    doc: (B, L) int64 C-contiguous canonical document ids, or None.  Channels [0, split)
+    are causal, [split, D) anti-causal.
     """
     B, L, D = a.shape
     out = torch.empty((B, L, D), dtype=a.dtype, device=a.device)
@@ -486,7 +528,7 @@ def fwd(a, v, log_w, mask, split: int, nlev: int) -> torch.Tensor:
             last = i == len(passes) - 1
             y = (out, out) if last else _buffers(a, log_w.dtype, 2)
             for part, rev in _parts(D, split):
-                _launch_fwd(ps, x, y, mask, log_w, part, rev, i == 0, last)
+                _launch_fwd(ps, x, y, mask, doc, log_w, part, rev, i == 0, last)
             x = y
     return out
 
@@ -495,11 +537,12 @@ def _buffers(a: torch.Tensor, dtype: torch.dtype, n: int):
     return tuple(torch.empty(a.shape, dtype=dtype, device=a.device) for _ in range(n))
 
 
-def bwd(a, v, log_w, mask, grad, split: int, nlev: int):
+def bwd(a, v, log_w, mask, doc, grad, split: int, nlev: int):
     """Gradients (dA, dV, dlog_w) of ``sum(grad * fwd(...))``.
 
-    a, v, grad: (B, L, D) unit channel stride; dA, dV in ``a``'s dtype; dlog_w (nlev, D)
-    float64.  Recomputes the forward intermediates, then runs the passes backwards.
+    a, v, grad: (B, L, D) unit channel stride; mask, doc as in :func:`fwd`; dA, dV in
+    ``a``'s dtype; dlog_w (nlev, D) float64.  Recomputes the forward intermediates, then
+    runs the passes backwards.
     """
     B, L, D = a.shape
     da = torch.empty((B, L, D), dtype=a.dtype, device=a.device)
@@ -513,14 +556,14 @@ def bwd(a, v, log_w, mask, grad, split: int, nlev: int):
         for i, ps in enumerate(passes[:-1]):
             xs.append(_buffers(a, log_w.dtype, 2))
             for part, rev in _parts(D, split):
-                _launch_fwd(ps, xs[-2], xs[-1], mask, log_w, part, rev, i == 0, False)
+                _launch_fwd(ps, xs[-2], xs[-1], mask, doc, log_w, part, rev, i == 0, False)
         adj = grad
         for i in reversed(range(len(passes))):
             ps, x = passes[i], xs.pop()
             out = (da, da, dv) if i == 0 else _buffers(a, log_w.dtype, 3)
             for part, rev in _parts(D, split):
-                dlogw[ps.lo : ps.lo + ps.nl] += _launch_bwd(ps, x, adj, out, mask, log_w, part,
-                                                            rev, i == 0)
+                dlogw[ps.lo : ps.lo + ps.nl] += _launch_bwd(ps, x, adj, out, mask, doc, log_w,
+                                                            part, rev, i == 0)
             adj = out
     return da, dv, dlogw + dlogw.sum(0) * 0  # a NaN level poisons all levels of its channel
 

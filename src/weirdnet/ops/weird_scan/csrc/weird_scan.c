@@ -135,6 +135,14 @@ static inline double wn_sum_parts(const double *part, int n) {
     return total;
 }
 
+/* A unit's canonical document ids (doc: (B, L) int64) in scan order (reversed for rev),
+ * or NULL without packed documents. */
+static const i64 *scan_order_doc(const i64 *doc, i64 L, i64 b, int rev, i64 *buf) {
+    if (!doc) return NULL;
+    for (i64 p = 0; p < L; p++) buf[p] = doc[b * L + (rev ? L - 1 - p : p)];
+    return buf;
+}
+
 static void *wn_alloc(size_t bytes) {
     size_t rounded = (bytes + 63) / 64 * 64;
     return aligned_alloc(64, rounded ? rounded : 64);

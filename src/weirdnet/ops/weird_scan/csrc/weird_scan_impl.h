@@ -37,16 +37,25 @@ static inline void WN_NAME(token_state)(WN_T a, WN_T v, int real, WN_T *m, WN_T 
     *u = real && zero ? (WN_T)0 : (WN_T)1;
 }
 
-/* One level, out of place: dst[p] = src[p] (+) W * src[p-s]; lanes innermost. */
+/* One level, out of place: dst[p] = src[p] (+) W * src[p-s]; lanes innermost.  With seg
+ * (the unit's document ids in scan order) a position whose partner lies in another
+ * document keeps its state. */
 static void WN_NAME(level_fwd)(const WN_T *restrict sm, const WN_T *restrict sh,
                             const WN_T *restrict su, WN_T *restrict dm, WN_T *restrict dh,
-                            WN_T *restrict du, i64 L, i64 s, const WN_T *restrict c) {
+                            WN_T *restrict du, i64 L, i64 s, const WN_T *restrict c,
+                            const i64 *restrict seg) {
     i64 head = (s < L ? s : L) * LANES;
     memcpy(dm, sm, head * sizeof(WN_T));
     memcpy(dh, sh, head * sizeof(WN_T));
     memcpy(du, su, head * sizeof(WN_T));
     for (i64 p = s; p < L; p++) {
         const i64 x = p * LANES, y = (p - s) * LANES;
+        if (seg && seg[p] != seg[p - s]) {
+            memcpy(dm + x, sm + x, LANES * sizeof(WN_T));
+            memcpy(dh + x, sh + x, LANES * sizeof(WN_T));
+            memcpy(du + x, su + x, LANES * sizeof(WN_T));
+            continue;
+        }
         for (int l = 0; l < LANES; l++) {
             WN_T m = sm[x + l], h = sh[x + l], u = su[x + l];
             WN_NAME(combine)(&m, &h, &u, sm[y + l] + c[l], sh[y + l], su[y + l]);
@@ -99,23 +108,25 @@ static void WN_NAME(load_logw)(const WN_T *logw, i64 D, i64 k, i64 d0, i64 nl, W
 
 /* Forward: out = H / U for units [u0, u1).  out is (B, L, D) contiguous. */
 int WN_NAME(scan_fwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i64 vsl,
-                   const WN_T *logw, const uint8_t *mask, WN_T *out, i64 B, i64 L, i64 D,
-                   i64 split, i64 nlev, i64 u0, i64 u1) {
+                   const WN_T *logw, const uint8_t *mask, const i64 *doc, WN_T *out, i64 B,
+                   i64 L, i64 D, i64 split, i64 nlev, i64 u0, i64 u1) {
     size_t n = (size_t)L * LANES;
-    WN_T *buf = (WN_T *)wn_alloc(6 * n * sizeof(WN_T));
+    WN_T *buf = (WN_T *)wn_alloc(6 * n * sizeof(WN_T) + (doc ? (size_t)L * sizeof(i64) : 0));
     if (!buf) return 1;
+    i64 *sbuf = (i64 *)(buf + 6 * n);
     WN_T c[LANES];
     for (i64 unit = u0; unit < u1; unit++) {
         i64 b, d0, nl;
         int rev;
         unit_geometry(unit, B, D, split, &b, &d0, &nl, &rev);
+        const i64 *seg = scan_order_doc(doc, L, b, rev, sbuf);
         WN_T *cur = buf, *nxt = buf + 3 * n;
         WN_NAME(load_unit)(a, v, asb, asl, vsb, vsl, mask, L, b, d0, nl, rev, cur, cur + n,
                         cur + 2 * n);
         for (i64 k = 0; k < nlev; k++) {
             WN_NAME(load_logw)(logw, D, k, d0, nl, c);
             WN_NAME(level_fwd)(cur, cur + n, cur + 2 * n, nxt, nxt + n, nxt + 2 * n, L,
-                            (i64)1 << k, c);
+                            (i64)1 << k, c, seg);
             WN_T *t = cur; cur = nxt; nxt = t;
         }
         const WN_T *h = cur + n, *u = cur + 2 * n;
@@ -177,21 +188,33 @@ static void WN_NAME(init_channel)(const WN_T *restrict a, const WN_T *restrict v
         WN_NAME(token_state)(a[p], v[p], valid ? valid[p] != 0 : 1, &m[p], &h[p], &u[p]);
 }
 
-/* One level of one channel, out of place: dst[p] = src[p] (+) W * src[p - s]. */
+/* One level of one channel, out of place: dst[p] = src[p] (+) W * src[p - s]; with seg
+ * (document ids in scan order) only where p - s lies in p's document. */
 static void WN_NAME(level_fwd_row)(const WN_T *restrict sm, const WN_T *restrict sh,
                                    const WN_T *restrict su, WN_T *restrict dm,
                                    WN_T *restrict dh, WN_T *restrict du, i64 L, i64 s,
-                                   WN_T c) {
+                                   WN_T c, const i64 *restrict seg) {
     i64 head = s < L ? s : L;
     memcpy(dm, sm, head * sizeof(WN_T));
     memcpy(dh, sh, head * sizeof(WN_T));
     memcpy(du, su, head * sizeof(WN_T));
+    if (!seg) {
+        for (i64 p = head; p < L; p++) {
+            WN_T m = sm[p], h = sh[p], u = su[p];
+            WN_NAME(combine)(&m, &h, &u, sm[p - s] + c, sh[p - s], su[p - s]);
+            dm[p] = m;
+            dh[p] = h;
+            du[p] = u;
+        }
+        return;
+    }
     for (i64 p = head; p < L; p++) {
         WN_T m = sm[p], h = sh[p], u = su[p];
         WN_NAME(combine)(&m, &h, &u, sm[p - s] + c, sh[p - s], su[p - s]);
-        dm[p] = m;
-        dh[p] = h;
-        du[p] = u;
+        int join = seg[p] == seg[p - s];
+        dm[p] = join ? m : sm[p];
+        dh[p] = join ? h : sh[p];
+        du[p] = join ? u : su[p];
     }
 }
 
@@ -214,7 +237,8 @@ static double WN_NAME(level_bwd_row)(const WN_T *restrict fm, const WN_T *restri
                                      const WN_T *restrict fu, const WN_T *restrict sm,
                                      const WN_T *restrict s1, const WN_T *restrict s2,
                                      WN_T *restrict dm, WN_T *restrict d1,
-                                     WN_T *restrict d2, i64 L, i64 s, WN_T c) {
+                                     WN_T *restrict d2, i64 L, i64 s, WN_T c,
+                                     const i64 *restrict seg) {
     double part[WN_ACC];
     for (int j = 0; j < WN_ACC; j++) part[j] = 0.0;
     i64 body = L > s ? L - s : 0;
@@ -222,14 +246,16 @@ static double WN_NAME(level_bwd_row)(const WN_T *restrict fm, const WN_T *restri
         int width = body - p0 < WN_ACC ? (int)(body - p0) : WN_ACC;
         for (int j = 0; j < width; j++) {
             const i64 x = p0 + j, y = x + s;
+            int join = !seg || seg[x] == seg[y]; /* no adjoint across a document start */
             WN_T mq = sm[y] + c;
             WN_T w = WN_EXP(mq + fm[x]);
-            part[j] += (double)(w * (fh[x] * s1[y] - fu[x] * s2[y]));
+            WN_T term = w * (fh[x] * s1[y] - fu[x] * s2[y]);
+            part[j] += join ? (double)term : 0.0;
             WN_T m = sm[x], b1 = s1[x], b2 = s2[x];
             WN_NAME(combine)(&m, &b1, &b2, mq, s1[y], s2[y]);
-            dm[x] = m;
-            d1[x] = b1;
-            d2[x] = b2;
+            dm[x] = join ? m : sm[x];
+            d1[x] = join ? b1 : s1[x];
+            d2[x] = join ? b2 : s2[x];
         }
     }
     memcpy(dm + body, sm + body, (L - body) * sizeof(WN_T));
@@ -315,8 +341,9 @@ static int WN_NAME(row_ranges)(const WN_T *restrict a, const WN_T *restrict v,
 /* The forward states before every level in the linear domain, (H, U) of level k at
  * st + 2 k n; E = e^{A - R} (0 for padding) is U of level 0. */
 static void WN_NAME(lin_forward)(const WN_T *restrict a, const WN_T *restrict v,
-                                 const uint8_t *valid, const WN_T *restrict w, WN_T R,
-                                 i64 L, i64 nlev, i64 n, WN_T *st) {
+                                 const uint8_t *valid, const i64 *restrict seg,
+                                 const WN_T *restrict w, WN_T R, i64 L, i64 nlev, i64 n,
+                                 WN_T *st) {
     WN_T *h0 = st, *u0 = st + n;
     for (i64 p = 0; p < L; p++) {
         int live = WN_NAME(weighted)(valid, a, p);
@@ -332,8 +359,9 @@ static void WN_NAME(lin_forward)(const WN_T *restrict a, const WN_T *restrict v,
         memcpy(dh, sh, head * sizeof(WN_T));
         memcpy(du, su, head * sizeof(WN_T));
         for (i64 p = head; p < L; p++) {
-            dh[p] = sh[p] + wk * sh[p - s];
-            du[p] = su[p] + wk * su[p - s];
+            WN_T wp = !seg || seg[p] == seg[p - s] ? wk : (WN_T)0; /* all terms finite */
+            dh[p] = sh[p] + wp * sh[p - s];
+            du[p] = su[p] + wp * su[p - s];
         }
     }
 }
@@ -365,7 +393,7 @@ static int WN_NAME(lin_adjoint_init)(const WN_T *restrict h, const WN_T *restric
 static double WN_NAME(lin_level_bwd)(const WN_T *restrict fh, const WN_T *restrict fu,
                                      const WN_T *restrict s1, const WN_T *restrict s2,
                                      WN_T *restrict d1, WN_T *restrict d2, i64 L, i64 s,
-                                     WN_T wk) {
+                                     WN_T wk, const i64 *restrict seg) {
     double part[WN_ACC];
     for (int j = 0; j < WN_ACC; j++) part[j] = 0.0;
     i64 body = L > s ? L - s : 0;
@@ -373,9 +401,11 @@ static double WN_NAME(lin_level_bwd)(const WN_T *restrict fh, const WN_T *restri
         int width = body - p0 < WN_ACC ? (int)(body - p0) : WN_ACC;
         for (int j = 0; j < width; j++) {
             const i64 x = p0 + j, y = x + s;
-            part[j] += (double)(fh[x] * s1[y] - fu[x] * s2[y]);
-            d1[x] = s1[x] + wk * s1[y];
-            d2[x] = s2[x] + wk * s2[y];
+            int join = !seg || seg[x] == seg[y];
+            WN_T wx = join ? wk : (WN_T)0; /* every term is finite on this path */
+            part[j] += join ? (double)(fh[x] * s1[y] - fu[x] * s2[y]) : 0.0;
+            d1[x] = s1[x] + wx * s1[y];
+            d2[x] = s2[x] + wx * s2[y];
         }
     }
     memcpy(d1 + body, s1 + body, (L - body) * sizeof(WN_T));
@@ -389,8 +419,8 @@ static double WN_NAME(lin_level_bwd)(const WN_T *restrict fh, const WN_T *restri
  * c: the channel's log-weights (nlev); st: room for 2 (nlev + 2) rows of n. */
 static int WN_NAME(row_bwd_linear)(WN_T *restrict ar, WN_T *restrict vr,
                                    const WN_T *restrict gr, const uint8_t *valid,
-                                   const WN_T *c, i64 L, i64 nlev, i64 n, WN_T *st,
-                                   double *dl) {
+                                   const i64 *seg, const WN_T *c, i64 L, i64 nlev, i64 n,
+                                   WN_T *st, double *dl) {
     WN_T amax, amin, vmax, gmax;
     int zeros;
     if (!WN_NAME(row_ranges)(ar, vr, gr, valid, L, &amax, &amin, &vmax, &gmax, &zeros))
@@ -408,7 +438,7 @@ static int WN_NAME(row_bwd_linear)(WN_T *restrict ar, WN_T *restrict vr,
                    + 2.0 * log((double)vmax > 1.0 ? (double)vmax : 1.0);
     if (!(spread <= WN_LIN_SPREAD) || !(bound <= WN_LIN_LOG_MAX)) return 1;
     WN_T R = (WN_T)((double)amax + cpos);
-    WN_NAME(lin_forward)(ar, vr, valid, w, R, L, nlev, n, st);
+    WN_NAME(lin_forward)(ar, vr, valid, seg, w, R, L, nlev, n, st);
     /* The final forward state (level nlev) is read once, then serves as a buffer. */
     WN_T *spare = st + 2 * nlev * n, *adj = st + 2 * (nlev + 1) * n;
     if (WN_NAME(lin_adjoint_init)(spare, spare + n, gr, adj, adj + n, L,
@@ -417,7 +447,7 @@ static int WN_NAME(row_bwd_linear)(WN_T *restrict ar, WN_T *restrict vr,
     for (i64 k = nlev - 1; k >= 0; k--) {
         const WN_T *fw = st + 2 * k * n;
         double sum = WN_NAME(lin_level_bwd)(fw, fw + n, adj, adj + n, spare, spare + n, L,
-                                            (i64)1 << k, w[k]);
+                                            (i64)1 << k, w[k], seg);
         WN_T *t = adj; adj = spare; spare = t;
         dl[k] = (double)w[k] * sum;
     }
@@ -438,18 +468,20 @@ static int WN_NAME(row_bwd_linear)(WN_T *restrict ar, WN_T *restrict vr,
  * accumulating d log_w level by level.  da, dv: (B, L, D) contiguous.  dlogw:
  * (B, nlev, D) float64, per batch row. */
 int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i64 vsl,
-                      const WN_T *logw, const uint8_t *mask, const WN_T *g, i64 gsb, i64 gsl,
-                      WN_T *da, WN_T *dv, double *dlogw, i64 B, i64 L, i64 D, i64 split,
-                      i64 nlev, i64 u0, i64 u1) {
+                      const WN_T *logw, const uint8_t *mask, const i64 *doc, const WN_T *g,
+                      i64 gsb, i64 gsl, WN_T *da, WN_T *dv, double *dlogw, i64 B, i64 L,
+                      i64 D, i64 split, i64 nlev, i64 u0, i64 u1) {
     size_t n = (size_t)row_stride(L);
     /* rows of A, V, G; nlev + 1 forward states (the last one becomes an adjoint buffer)
-     * + 1 adjoint buffer; the unit's mask */
+     * + 1 adjoint buffer; the unit's document ids (with doc) and mask */
     size_t values = (3 * LANES + 3 * (size_t)(nlev + 2)) * n;
-    WN_T *buf = (WN_T *)wn_alloc(values * sizeof(WN_T) + n);
+    size_t seg_bytes = doc ? n * sizeof(i64) : 0;
+    WN_T *buf = (WN_T *)wn_alloc(values * sizeof(WN_T) + seg_bytes + n);
     if (!buf) return 1;
     WN_T *arows = buf, *vrows = buf + LANES * n, *grows = buf + 2 * LANES * n;
     WN_T *st = buf + 3 * LANES * n; /* state before level k at st + 3 * k * n */
-    uint8_t *vbuf = (uint8_t *)(buf + values);
+    i64 *sbuf = (i64 *)(buf + values);
+    uint8_t *vbuf = (uint8_t *)(buf + values) + seg_bytes;
     for (i64 unit = u0; unit < u1; unit++) {
         i64 b, d0, nl;
         int rev;
@@ -458,13 +490,14 @@ int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
         WN_NAME(gather_rows)(v, vsb, vsl, L, n, b, d0, nl, rev, vrows);
         WN_NAME(gather_rows)(g, gsb, gsl, L, n, b, d0, nl, rev, grows);
         const uint8_t *valid = WN_NAME(scan_order_mask)(mask, L, b, rev, vbuf);
+        const i64 *seg = scan_order_doc(doc, L, b, rev, sbuf);
         for (i64 l = 0; l < nl; l++) {
             WN_T *ar = arows + l * n, *vr = vrows + l * n;
             WN_T c[64];
             double dl[64];
             for (i64 k = 0; k < nlev; k++) c[k] = logw[k * D + d0 + l];
-            if (WN_NAME(row_bwd_linear)(ar, vr, grows + l * n, valid, c, L, nlev, n, st,
-                                        dl) == 0) {
+            if (WN_NAME(row_bwd_linear)(ar, vr, grows + l * n, valid, seg, c, L, nlev, n,
+                                        st, dl) == 0) {
                 for (i64 k = 0; k < nlev; k++) dlogw[(b * nlev + k) * D + d0 + l] = dl[k];
                 continue;
             }
@@ -472,7 +505,7 @@ int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
             for (i64 k = 0; k < nlev; k++) {
                 WN_T *cur = st + 3 * k * n, *nxt = st + 3 * (k + 1) * n;
                 WN_NAME(level_fwd_row)(cur, cur + n, cur + 2 * n, nxt, nxt + n, nxt + 2 * n,
-                                       L, (i64)1 << k, logw[k * D + d0 + l]);
+                                       L, (i64)1 << k, logw[k * D + d0 + l], seg);
             }
             WN_T *adj = st + 3 * nlev * n, *spare = st + 3 * (nlev + 1) * n;
             WN_T bad = WN_NAME(adjoint_init_row)(adj, adj + n, adj + 2 * n, grows + l * n, L);
@@ -481,7 +514,7 @@ int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
                 double sum = WN_NAME(level_bwd_row)(fw, fw + n, fw + 2 * n, adj, adj + n,
                                                     adj + 2 * n, spare, spare + n,
                                                     spare + 2 * n, L, (i64)1 << k,
-                                                    logw[k * D + d0 + l]);
+                                                    logw[k * D + d0 + l], seg);
                 WN_T *t = adj; adj = spare; spare = t;
                 dlogw[(b * nlev + k) * D + d0 + l] = sum + (double)bad;
             }
