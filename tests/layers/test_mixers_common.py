@@ -342,3 +342,74 @@ def test_a_tiny_model_reads_out_one_chosen_position(name, causal, options, where
         if accuracies[-1] >= 0.9:
             break
     assert accuracies[-1] >= 0.9, f"held-out accuracy per seed: {accuracies}"
+
+
+# ---------------------------------------------------------------- packed documents
+
+PACKED_IDS = [[4] * 9 + [1] + [4] * 6 + [2] * 7,  # a 1-token document; ids that repeat
+              [0] * 16 + [3] * 7]                  # a start at a power of two
+
+
+@pytest.mark.parametrize("name,causal", FORMS)
+def test_packed_documents_are_each_as_alone(name, causal):
+    """``doc_ids``: every document's outputs and gradients (input and parameters) are
+    those of the document alone, with padding inside a document kept out too."""
+    layer = _build(name, causal)
+    if hasattr(layer, "max_len") and getattr(layer, "fixed_length", False):
+        pytest.skip("fixed-length mixer")
+    x = _x().requires_grad_()
+    doc_ids = torch.tensor(PACKED_IDS)
+    mask = torch.ones(B, L, dtype=torch.bool)
+    mask[1, 18] = False
+    y = layer(x, mask, doc_ids=doc_ids)
+    grad = torch.randn(B, L, D, dtype=torch.float64) * mask[..., None]
+    params = list(layer.parameters())
+    got = torch.autograd.grad(y, [x, *params], grad, allow_unused=True)
+    want_x = torch.zeros_like(x)
+    want_p = [torch.zeros_like(p) for p in params]
+    for b, row in enumerate(PACKED_IDS):
+        starts = [0] + [i for i in range(1, L) if row[i] != row[i - 1]] + [L]
+        for lo, hi in zip(starts, starts[1:]):
+            part = x[b:b + 1, lo:hi].detach().requires_grad_()
+            alone = layer(part, mask[b:b + 1, lo:hi])
+            real = mask[b, lo:hi]
+            assert torch.allclose(y[b, lo:hi][real], alone[0][real], rtol=1e-9, atol=1e-10)
+            grads = torch.autograd.grad(alone, [part, *params], grad[b:b + 1, lo:hi],
+                                        allow_unused=True)
+            want_x[b, lo:hi] = grads[0][0]
+            for acc, g in zip(want_p, grads[1:]):
+                if g is not None:
+                    acc += g
+    assert torch.allclose(got[0], want_x, rtol=1e-9, atol=1e-10)
+    for g, w in zip(got[1:], want_p):
+        assert torch.allclose(torch.zeros_like(w) if g is None else g, w, rtol=1e-8,
+                              atol=1e-10)
+
+
+@pytest.mark.parametrize("name,causal", CAUSAL_FORMS)
+def test_a_started_document_decodes_as_a_fresh_cache(name, causal):
+    """``cache.start_document(rows)``: the chosen rows continue as a fresh cache would
+    (the others keep their past)."""
+    layer = _build(name, causal)
+    x = _x()
+    rows = torch.tensor([True, False])
+    with torch.no_grad():
+        cache = layer.init_cache(B)
+        layer(x[:, :9], cache=cache)
+        cache.start_document(rows)
+        got = torch.stack([layer.step(x[:, t], cache) for t in range(9, L)], 1)
+        fresh = layer(x[:1, 9:])
+        kept = layer(x[1:])[:, 9:]
+    assert torch.allclose(got[:1], fresh, rtol=1e-9, atol=1e-10)
+    assert torch.allclose(got[1:], kept, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("name,causal", CAUSAL_FORMS[:1])
+def test_doc_ids_are_refused_with_a_cache_and_checked(name, causal):
+    layer = _build(name, causal)
+    with pytest.raises(ValueError, match="start_document"):
+        layer(_x(), cache=layer.init_cache(B), doc_ids=torch.zeros(B, L, dtype=torch.long))
+    with pytest.raises(ValueError, match="doc_ids must have shape"):
+        layer(_x(), doc_ids=torch.zeros(B, L + 1, dtype=torch.long))
+    with pytest.raises(ValueError, match="rows must be a bool tensor"):
+        layer.init_cache(B).start_document(torch.tensor([0, 1]))

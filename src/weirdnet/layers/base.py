@@ -4,16 +4,25 @@ multi-head projection base of the attention mixers, :class:`MultiHeadMixer`.
 A mixer maps (B, L, dim) to (B, L, dim)::
 
     y = mixer(x, mask=None)                  # the full pass
+    y = mixer(x, mask, doc_ids=doc_ids)      # packed documents, each mixed on its own
     cache = mixer.init_cache(B, max_len)     # causal mixers only
     y = mixer(x, mask, cache=cache)          # L more tokens; the cache advances in place
     y_t = mixer.step(x_t, cache, mask_t)     # one token: (B, dim) -> (B, dim)
     cache.reorder(index)                     # keep batch rows ``index`` (beam search)
+    cache.start_document(rows)               # rows (B,) bool forget their past
 
 ``forward`` always returns the output tensor (the cache is updated in place, never
 returned).  ``mask`` is (B, L) bool, True for real tokens.  A subclass supplies
 ``_mix_full(x, mask)``, and when it decodes, ``cache_type``, ``_new_cache(B, max_len)`` and
 ``_mix_cached(x, mask, cache)``; input and cache checks, ``init_cache`` and ``step`` are
 here.  ``tests/layers/test_mixers_common.py`` checks the contract for every registered mixer.
+
+Packed documents (``doc_ids``, the convention of :mod:`weirdnet.ops.packing`): every
+mixer gives each document the outputs it gets alone.  A mixer with a native packed path
+overrides ``_mix_packed(x, mask, doc_ids)`` (Weird/PS-attention: the scan's document gate;
+softmax attention: a block-diagonal mask); the others run :meth:`Mixer._mix_packed`, which
+mixes each document as a row of a padded batch (exact wherever padding is, and padding is
+exact in every mixer; it costs the padding of the longest document).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import torch
 import torch.nn as nn
 
 from ..ops.checks import check_float_tensor, check_mask
+from ..ops.packing import check_doc_ids, repack, unpack, unpack_layout
 from ..ops.softmax_attention import check_dropout, check_step_mask, merge_heads, split_heads
 
 
@@ -29,6 +39,13 @@ def select_rows(index: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tens
     """Rows ``index`` (B',) of each (B, ...) tensor, in that order: the body of every
     cache's ``reorder`` (beam search keeps, drops and repeats sequences this way)."""
     return tuple(t.index_select(0, index.to(t.device)) for t in tensors)
+
+
+def clear_rows(rows: torch.Tensor, *tensors: torch.Tensor, value=0) -> None:
+    """Set rows ``rows`` ((B,) bool) of each (B, ...) tensor to ``value``, in place: the
+    body of every cache's ``start_document`` (those rows forget their past)."""
+    for t in tensors:
+        t[rows.to(t.device)] = value
 
 
 def check_positive_int(value, name: str, optional: bool = False) -> None:
@@ -49,15 +66,22 @@ class Mixer(nn.Module):
     cache_type: type | None = None  # the decoding cache's class; None: cannot decode
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                cache=None) -> torch.Tensor:
-        """x: (B, L, dim); mask: optional (B, L) bool, True = real token.
+                cache=None, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, L, dim); mask: optional (B, L) bool, True = real token; doc_ids:
+        optional (B, L) integer ids of packed documents (a document starts where the id
+        changes; nothing is mixed across a start).
 
         Returns y (B, L, dim).  With ``cache`` (from :meth:`init_cache`) the L tokens
         continue the cached sequences and the cache advances in place.
         """
         self.check_input(x, mask)
+        check_doc_ids(doc_ids, x.shape[0], x.shape[1], x.device)
         if cache is None:
-            return self._mix_full(x, mask)
+            return self._mix_full(x, mask) if doc_ids is None else \
+                self._mix_packed(x, mask, doc_ids)
+        if doc_ids is not None:
+            raise ValueError("doc_ids belong to the full pass; when decoding, start a new "
+                             "document in chosen rows with cache.start_document(rows)")
         self.check_cache(cache, x.shape[0])
         return self._mix_cached(x, mask, cache)
 
@@ -115,6 +139,15 @@ class Mixer(nn.Module):
 
     def _mix_full(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         raise NotImplementedError
+
+    def _mix_packed(self, x: torch.Tensor, mask: torch.Tensor | None,
+                    doc_ids: torch.Tensor) -> torch.Tensor:
+        """Packed documents, each mixed alone: the documents become the rows of a padded
+        batch (N, longest, dim), go through :meth:`_mix_full` with padding masked, and
+        come back to their places.  Mixers with a cheaper exact form override this."""
+        layout = unpack_layout(doc_ids)
+        docs_mask = layout.valid if mask is None else layout.valid & unpack(mask, layout)
+        return repack(self._mix_full(unpack(x, layout), docs_mask), layout)
 
     def _mix_cached(self, x: torch.Tensor, mask: torch.Tensor | None, cache) -> torch.Tensor:
         raise NotImplementedError

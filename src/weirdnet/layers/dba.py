@@ -56,6 +56,7 @@ import torch.nn.functional as F
 
 from ..ops.checks import check_float_tensor, check_mask
 from ..ops.dba import AuthorsWeights, bilinear_mix, compress_positions, dba_authors_attention
+from ..ops.packing import check_doc_ids
 from .base import Mixer
 from .registry import register
 
@@ -274,14 +275,30 @@ class DBAuthorsAttention(Mixer):
                self.proj_o.weight, self.proj_o.bias)
         return AuthorsWeights(*lin)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache=None, *,
-                z: torch.Tensor | None = None, return_z: bool = False):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache=None,
+                doc_ids: torch.Tensor | None = None, *, z: torch.Tensor | None = None,
+                return_z: bool = False):
         """x (B, L, dim), mask (B, L) bool (True = real); z: the previous DBA layer's C
         (B, d_p, dim), or None for the learned Z.  Returns Y (B, L, dim), or (Y, C) with
-        ``return_z``.  Outputs at real tokens and C do not depend on padded positions."""
+        ``return_z``.  Outputs at real tokens and C do not depend on padded positions.
+        ``doc_ids`` (packed documents) compresses each document on its own, with the
+        learned Z (a carried C belongs to one sequence: a packed backbone unpacks)."""
         self.check_input(x, mask)
         if cache is not None:
             raise self.not_decodable("forward() takes no cache")
+        if doc_ids is not None:
+            check_doc_ids(doc_ids, x.shape[0], x.shape[1], x.device)
+            if z is not None or return_z:
+                raise ValueError("packed documents (doc_ids) take the learned Z: a carried "
+                                 "z belongs to one sequence, not to each document")
+            return self._mix_packed(x, mask, doc_ids)
+        return self._compress(x, mask, z, return_z)
+
+    def _mix_full(self, x, mask):
+        return self._compress(x, mask, None, False)
+
+    def _compress(self, x, mask, z, return_z: bool):
+        """The authors' attention with Z = ``z`` (None: the learned Z)."""
         if z is None:
             if self.z is None:
                 raise ValueError("this DBA layer takes Z from the previous DBA layer (z_carry):"

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..ops.checks import check_rows
 from ..ops.linear_attention import (
     LinearAttentionState,
     causal_linear_attention,
@@ -14,7 +15,7 @@ from ..ops.linear_attention import (
     linear_attention,
     linear_attention_step,
 )
-from .base import MultiHeadMixer, select_rows
+from .base import MultiHeadMixer, clear_rows, select_rows
 from .registry import register
 
 
@@ -34,6 +35,11 @@ class LinearAttentionCache:
         """Keep batch rows ``index`` (B',) in that order (beam search); B becomes B'."""
         kv, z = select_rows(index, self.state.kv, self.state.z)
         self.state = LinearAttentionState(kv, z)
+
+    def start_document(self, rows: torch.Tensor) -> None:
+        """Rows ``rows`` (B,) bool forget their past: their running sums restart at 0."""
+        check_rows(rows, self.batch_size)
+        clear_rows(rows, self.state.kv, self.state.z)
 
 
 @register("linear")

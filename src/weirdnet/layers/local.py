@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..ops.checks import check_rows
 from ..ops.local_attention import check_window, local_attention, local_attention_decode
-from .base import MultiHeadMixer, select_rows
+from .base import MultiHeadMixer, clear_rows, select_rows
 from .registry import register
 
 
@@ -34,6 +35,11 @@ class LocalAttentionCache:
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (B',) in that order (beam search); B becomes B'."""
         self.k, self.v, self.mask = select_rows(index, self.k, self.v, self.mask)
+
+    def start_document(self, rows: torch.Tensor) -> None:
+        """Rows ``rows`` (B,) bool forget their past: their window holds no key."""
+        check_rows(rows, self.batch_size)
+        clear_rows(rows, self.mask, value=False)
 
     def push(self, k, v, mask) -> None:
         """Append n new (B, H, n, .) keys/values and (B, n) mask, keeping the last

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from ..ops.checks import check_rows
 from ..ops.relation import relation_mean, relation_mix, relation_mix_continue
-from .base import Mixer, select_rows
+from .base import Mixer, clear_rows, select_rows
 from .registry import register
 
 
@@ -44,6 +45,11 @@ class RelationCache:
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (B',) in that order (beam search); B becomes B'."""
         self.total, self.count = select_rows(index, self.total, self.count)
+
+    def start_document(self, rows: torch.Tensor) -> None:
+        """Rows ``rows`` (B,) bool forget their past: their sums and counts restart."""
+        check_rows(rows, self.batch_size)
+        clear_rows(rows, self.total, self.count)
 
 
 def _check_options(dim, inner_dim, dropout) -> None:

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..ops.checks import check_mask, on_host
+from ..ops.checks import check_mask, check_rows, on_host
+from ..ops.packing import positions_in_document, segment_ids
 from ..ops.rotary import rotary, rotary_angles, token_positions
-from ..ops.softmax_attention import softmax_attention
-from .base import MultiHeadMixer, select_rows
+from ..ops.softmax_attention import attention_mask, masked_sdpa, softmax_attention
+from .base import MultiHeadMixer, clear_rows, select_rows
 from .registry import register
 
 
@@ -46,6 +47,12 @@ class SoftmaxKVCache:
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (B',) in that order (beam search); B becomes B'."""
         self.k, self.v, self.mask = select_rows(index, self.k, self.v, self.mask)
+
+    def start_document(self, rows: torch.Tensor) -> None:
+        """Rows ``rows`` (B,) bool forget their past: their cached keys count as padding,
+        so rotary positions restart at 0 too (they count real tokens)."""
+        check_rows(rows, self.batch_size)
+        clear_rows(rows, self.mask, value=False)
 
     def append(self, k, v, mask):
         """Store n new (B, H, n, .) keys/values and (B, n) mask; returns the cached
@@ -93,19 +100,33 @@ class SoftmaxAttention(MultiHeadMixer):
             raise ValueError(f"rope_theta must be positive, got {rope_theta!r}")
         self.rope, self.rope_theta = bool(rope), float(rope_theta)
 
-    def _rotate(self, q, k, mask, start=None):
-        """q, k (B, H, n, d) rotated at their positions (real tokens counted from
-        ``start`` (B,), default 0); unchanged without ``rope``."""
+    def _rotate(self, q, k, mask, start=None, positions=None):
+        """q, k (B, H, n, d) rotated at their positions: ``positions`` (B, n), or real
+        tokens counted from ``start`` (B,) (default 0); unchanged without ``rope``."""
         if not self.rope:
             return q, k
-        pos = token_positions(mask, q.shape[0], q.shape[2], q.device, start)
-        cos, sin = rotary_angles(pos, self.head_dim, self.rope_theta, q.dtype)
+        if positions is None:
+            positions = token_positions(mask, q.shape[0], q.shape[2], q.device, start)
+        cos, sin = rotary_angles(positions, self.head_dim, self.rope_theta, q.dtype)
         return rotary(q, cos, sin), rotary(k, cos, sin)
 
     def _mix(self, q, k, v, mask):
         q, k = self._rotate(q, k, mask)
         return softmax_attention(q, k, v, causal=self.causal, mask=mask,
                                  dropout_p=self.dropout_p)
+
+    def _mix_packed(self, x, mask, doc_ids):
+        """Block-diagonal attention: a query sees the keys of its own document only, and
+        rotary positions restart at each document.  The (B, 1, L, L) mask costs what the
+        attention matrix costs."""
+        q, k, v = self.project_qkv(x)
+        q, k = self._rotate(q, k, mask, positions=positions_in_document(doc_ids, mask))
+        L = x.shape[1]
+        segments = segment_ids(doc_ids)
+        allowed = (segments[:, :, None] == segments[:, None, :]).unsqueeze(1)
+        rules = attention_mask(mask, L, L, self.causal, x.device)
+        allowed = allowed if rules is None else allowed & rules
+        return self.project_out(masked_sdpa(q, k, v, allowed, self.dropout_p))
 
     def _new_cache(self, batch_size: int, max_len: int | None) -> SoftmaxKVCache:
         """Buffers of ``max_len`` positions, or growable ones when ``max_len`` is None."""

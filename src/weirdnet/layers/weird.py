@@ -50,6 +50,10 @@ class WeirdAttentionCache:
         """Keep batch rows ``index`` (B',) in that order (beam search); B becomes B'."""
         self.scan.reorder(index)
 
+    def start_document(self, rows: torch.Tensor) -> None:
+        """Rows ``rows`` (B,) bool forget every token so far: a new document starts."""
+        self.scan.start_document(rows)
+
 
 @register("weird")
 class WeirdAttention(Mixer):
@@ -123,12 +127,17 @@ class WeirdAttention(Mixer):
             )
 
     def _mix_full(self, x, mask):
+        return self._mix_packed(x, mask, None)
+
+    def _mix_packed(self, x, mask, doc_ids):
+        """The scan with its document gate (``doc_ids`` None: one document per row)."""
         a, v = self.proj_a(x), self.proj_v(x)
         log_w = self.log_weights()
         if self.causal:
-            o = weird_scan(a, v, log_w, mask=mask)
+            o = weird_scan(a, v, log_w, mask=mask, doc_ids=doc_ids)
         else:
-            o = weird_scan_bidirectional(a, v, log_w, mask=mask, split=self.dim // 2)
+            o = weird_scan_bidirectional(a, v, log_w, mask=mask, doc_ids=doc_ids,
+                                         split=self.dim // 2)
         return self.proj_o(o)
 
     def _new_cache(self, batch_size: int, max_len: int | None) -> WeirdAttentionCache:

@@ -8,6 +8,11 @@ Positions count real tokens only: with a padding mask, the position of a token i
 number of real tokens before it, so right padding (training batches) and left padding
 (batched generation of prompts of different lengths) both give every real token the
 position it would have alone.
+
+Packed documents (``doc_ids``, :mod:`weirdnet.ops.packing`): positions restart at each
+document and every block mixes each document on its own, so every document's outputs
+are those it has alone.  A backbone whose DBA layers hand Z on runs each document as a
+row of a padded batch instead (a carried Z belongs to one sequence).
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
-from weirdnet.layers.base import select_rows
-from weirdnet.ops.checks import check_mask, on_host
+from weirdnet.layers.base import clear_rows, select_rows
+from weirdnet.ops.checks import check_mask, check_rows, on_host
+from weirdnet.ops.packing import check_doc_ids, positions_in_document, repack, unpack, unpack_layout
 from weirdnet.ops.rotary import token_positions
 
 from .blocks import Block, build_mixer, make_norm
@@ -52,13 +58,14 @@ def normal_init(module: nn.Module, std: float) -> None:
             nn.init.zeros_(part.bias)
 
 
-def _run_block(block: Block, h, mask, context, context_mask, z, carries_z: bool):
+def _run_block(block: Block, h, mask, context, context_mask, z, carries_z: bool,
+               doc_ids=None):
     """One block of the full pass: (h, z), with z the Z-carrying mixers' state (None
     unless the backbone carries one)."""
     if carries_z:
         return block(h, mask, context=context, context_mask=context_mask, z=z,
                      return_z=True)
-    return block(h, mask, context=context, context_mask=context_mask), None
+    return block(h, mask, context=context, context_mask=context_mask, doc_ids=doc_ids), None
 
 
 def _block_contexts(context, count: int) -> list:
@@ -93,6 +100,14 @@ class BackboneCache:
         for layer in self.layers:
             layer.reorder(index)
         (self.lengths,) = select_rows(index, self.lengths)
+
+    def start_document(self, rows: torch.Tensor) -> None:
+        """Rows ``rows`` (B,) bool start a new document: every layer forgets their past
+        and their positions restart at 0; the next tokens decode as in a fresh cache."""
+        check_rows(rows, self.batch_size, self.lengths.device)
+        for layer in self.layers:
+            layer.start_document(rows)
+        clear_rows(rows, self.lengths)
 
 
 class Backbone(nn.Module):
@@ -194,11 +209,15 @@ class Backbone(nn.Module):
         stay below max_len (checked on the length, or on the cache's capacity)."""
         return token_positions(mask, batch, length, self.embed.weight.device, start)
 
-    def embed_inputs(self, inputs: torch.Tensor, mask, start=None) -> torch.Tensor:
-        """Token/value embedding (+ learned position embedding), dropout: (B, L, D)."""
+    def embed_inputs(self, inputs: torch.Tensor, mask, start=None, doc_ids=None
+                     ) -> torch.Tensor:
+        """Token/value embedding (+ learned position embedding, restarting at each packed
+        document with ``doc_ids``), dropout: (B, L, D)."""
         h = self.embed_values(inputs)
         if self.pos is not None:
-            h = h + self.pos(self.positions(mask, inputs.shape[0], inputs.shape[1], start))
+            positions = positions_in_document(doc_ids, mask) if doc_ids is not None else \
+                self.positions(mask, inputs.shape[0], inputs.shape[1], start)
+            h = h + self.pos(positions)
         return self.dropout(h)
 
     def embed_values(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -206,9 +225,10 @@ class Backbone(nn.Module):
         return self.embed(inputs.long() if self.takes_tokens else inputs)
 
     def forward(self, inputs: torch.Tensor, mask: torch.Tensor | None = None, *,
-                cache: BackboneCache | None = None, context=None, context_mask=None
-                ) -> torch.Tensor:
-        """inputs (B, L) ids or (B, L, input_dim); mask (B, L) bool, True = real.
+                cache: BackboneCache | None = None, context=None, context_mask=None,
+                doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """inputs (B, L) ids or (B, L, input_dim); mask (B, L) bool, True = real;
+        doc_ids (B, L) integer ids of packed documents (see the module docstring).
 
         With ``cache`` (from :meth:`init_cache`) the inputs continue the cached sequences
         and the cache advances; one unpadded token (L = 1, mask None or all True) runs as
@@ -217,15 +237,24 @@ class Backbone(nn.Module):
         states (B, L, D) after the final LayerNorm.
         """
         self.check_inputs(inputs, mask)
-        if cache is None:
-            h, z = self.embed_inputs(inputs, mask), None
-            contexts = _block_contexts(context, len(self.blocks))
-            for index, (block, ctx) in enumerate(zip(self.blocks, contexts)):
-                run = self._checkpointed if self._checkpoints(index) else _run_block
-                # z: the last Z-carrying mixer's state (e.g. DBA's C), or None
-                h, z = run(block, h, mask, ctx, context_mask, z, self.carries_z)
-            return self.norm(h)
-        return self._extend(inputs, mask, cache, context, context_mask)
+        check_doc_ids(doc_ids, inputs.shape[0], inputs.shape[1], inputs.device)
+        if cache is not None:
+            if doc_ids is not None:
+                raise ValueError("doc_ids belong to the full pass; when decoding, start a new "
+                                 "document in chosen rows with cache.start_document(rows)")
+            return self._extend(inputs, mask, cache, context, context_mask)
+        if doc_ids is not None and context is not None:
+            raise ValueError("packed documents (doc_ids) take no cross-attended context: "
+                             "one context belongs to one sequence")
+        if doc_ids is not None and self.carries_z:
+            return run_unpacked(self, inputs, mask, doc_ids)
+        h, z = self.embed_inputs(inputs, mask, doc_ids=doc_ids), None
+        contexts = _block_contexts(context, len(self.blocks))
+        for index, (block, ctx) in enumerate(zip(self.blocks, contexts)):
+            run = self._checkpointed if self._checkpoints(index) else _run_block
+            # z: the last Z-carrying mixer's state (e.g. DBA's C), or None
+            h, z = run(block, h, mask, ctx, context_mask, z, self.carries_z, doc_ids)
+        return self.norm(h)
 
     def _checkpoints(self, index: int) -> bool:
         """Whether block ``index`` runs checkpointed in this pass (training with
@@ -322,6 +351,16 @@ class Backbone(nn.Module):
         layers = [block.init_cache(batch_size, max_len) for block in self.blocks]
         lengths = torch.zeros(batch_size, dtype=torch.long, device=self.embed.weight.device)
         return BackboneCache(layers, lengths, 0, max_len)
+
+
+def run_unpacked(model, inputs: torch.Tensor, mask, doc_ids) -> torch.Tensor:
+    """``model(inputs, mask)`` with each packed document run alone, as a row of a
+    right-padded batch (exact for a model whose real outputs padding never changes):
+    outputs (B, L, ...) in the packed layout.  The fallback of models that cannot gate
+    each layer (a carried DBA Z, ``transformers`` peers)."""
+    layout = unpack_layout(doc_ids)
+    docs_mask = layout.valid if mask is None else layout.valid & unpack(mask, layout)
+    return repack(model(unpack(inputs, layout), docs_mask), layout)
 
 
 def _link_z_carriers(blocks) -> bool:

@@ -134,21 +134,26 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache=None,
                 context=None, context_mask: torch.Tensor | None = None, *,
-                z: torch.Tensor | None = None, return_z: bool = False):
+                z: torch.Tensor | None = None, return_z: bool = False,
+                doc_ids: torch.Tensor | None = None):
         """x (B, L, D), mask (B, L) bool or None; with ``cache`` (from the mixer's
         ``init_cache``) the L tokens continue the cached sequence.  ``context``: the
-        cross mixer's context (B, Lc, Dc) (or its precomputed form).  Returns (B, L, D).
+        cross mixer's context (B, Lc, Dc) (or its precomputed form).  ``doc_ids`` (B, L):
+        packed documents (full pass), for the mixer and the short convolution.  Returns
+        (B, L, D).
 
         ``return_z=True`` returns (output, z) instead: for a mixer that carries Z
         (:attr:`carries_z`) it is given ``z`` (None: its own learned Z) and z is the
         state it hands on; any other mixer passes ``z`` through unchanged."""
         h = self.norm_mix(x)
         if self.conv is not None:
-            h, state = self.conv(h, mask, None if cache is None else cache.state)
+            h, state = self.conv(h, mask, None if cache is None else cache.state, doc_ids)
             if cache is not None:
                 cache.state, cache = state, cache.mixer
         if return_z and self.carries_z:
             y, z = self.mixer(h, mask, z=z, return_z=True)
+        elif doc_ids is not None:
+            y = self.mixer(h, mask, doc_ids=doc_ids)
         else:
             y = self.mixer(h, mask, cache=cache)
         x = self._after_mixer(x + self.dropout(y), context, context_mask)

@@ -75,11 +75,15 @@ class WeirdNetLM(WeirdNetModel):
         return output_logits(hidden, self.backbone, self.head)
 
     def forward(self, input_ids: torch.Tensor, targets: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None) -> LMOutput:
+                mask: torch.Tensor | None = None, doc_ids: torch.Tensor | None = None
+                ) -> LMOutput:
         """input_ids (B, L); targets (B, L) next-token ids (-100 = not counted); mask
-        (B, L) bool, True = real token (targets at padded positions are not counted).
+        (B, L) bool, True = real token (targets at padded positions are not counted);
+        doc_ids (B, L) packed documents (:mod:`weirdnet.ops.packing`): each is modelled
+        alone.  A target that is the first token of the next document should be -100
+        (:func:`weirdnet.ops.packing.within_documents` does it; the LM task does).
         Returns :class:`LMOutput`."""
-        logits = self.logits(self.backbone(input_ids, mask))
+        logits = self.logits(self.backbone(input_ids, mask, doc_ids=doc_ids))
         loss = None
         if targets is not None:
             loss = lm_loss(logits, targets, mask)

@@ -32,8 +32,10 @@ from typing import Any
 
 import torch
 
+from weirdnet.ops.packing import check_doc_ids
 from weirdnet.typed_config import ConfigError
 
+from .backbone import run_unpacked
 from .base import WeirdNetModel, register_model
 from .config import BackboneConfig
 from .lm import LMOutput, lm_loss
@@ -167,20 +169,29 @@ class PeerLM(WeirdNetModel):
         self.peer.tie_weights()
 
     def forward(self, input_ids: torch.Tensor, targets: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None) -> LMOutput:
+                mask: torch.Tensor | None = None, doc_ids: torch.Tensor | None = None
+                ) -> LMOutput:
         """input_ids (B, L); targets (B, L) (-100 = not counted); mask (B, L) bool, True =
-        real token.  Returns :class:`~weirdnet.models.lm.LMOutput`."""
+        real token; doc_ids (B, L) packed documents, each run alone as a row of a
+        right-padded batch (the peers' CPU paths have no document boundaries).  Returns
+        :class:`~weirdnet.models.lm.LMOutput`."""
         if input_ids.dim() != 2 or input_ids.is_floating_point():
             raise ValueError(f"input_ids must be integer ids (batch, length), got "
                              f"{input_ids.dtype} {tuple(input_ids.shape)}")
         if input_ids.shape[1] > self.max_len:
             raise ValueError(f"sequence length {input_ids.shape[1]} exceeds max_len="
                              f"{self.max_len}")
-        attention = None if mask is None else mask.long()
-        logits = self.peer(input_ids=input_ids, attention_mask=attention,
-                           use_cache=False).logits
+        check_doc_ids(doc_ids, input_ids.shape[0], input_ids.shape[1], input_ids.device)
+        if doc_ids is None:
+            logits = self._logits(input_ids, mask)
+        else:
+            logits = run_unpacked(self._logits, input_ids, mask, doc_ids)
         loss = None if targets is None else lm_loss(logits, targets, mask)
         return LMOutput(logits, loss)
+
+    def _logits(self, input_ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        attention = None if mask is None else mask.long()
+        return self.peer(input_ids=input_ids, attention_mask=attention, use_cache=False).logits
 
     @torch.no_grad()
     def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,

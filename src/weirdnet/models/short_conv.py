@@ -4,7 +4,9 @@
 On x (B, L, D): ``y_t = b + Σ_{j<k} w_j ⊙ x_{t-j}`` per channel, with x_{t-j} = 0 before
 the sequence and at padded positions (so a left-padded sequence gives what it gives
 alone).  Causal in both backbone forms.  Decoding keeps the last k − 1 inputs
-(:class:`ShortConvCache`), beside the mixer's own cache.
+(:class:`ShortConvCache`), beside the mixer's own cache.  With packed documents
+(``doc_ids``) a tap that would reach into the previous document reads 0, as before the
+sequence.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from weirdnet.layers.base import select_rows
+from weirdnet.layers.base import clear_rows, select_rows
+from weirdnet.ops.checks import check_rows
+from weirdnet.ops.packing import segment_ids
 
 
 @dataclass
@@ -31,6 +35,12 @@ class ShortConvCache:
         """Keep sequences ``index`` (B',) in that order (beam search); B becomes B'."""
         (self.state,) = select_rows(index, self.state)
         self.mixer.reorder(index)
+
+    def start_document(self, rows: torch.Tensor) -> None:
+        """Rows ``rows`` (B,) bool forget their past, in the convolution and the mixer."""
+        check_rows(rows, self.state.shape[0])
+        clear_rows(rows, self.state)
+        self.mixer.start_document(rows)
 
 
 class ShortConv(nn.Module):
@@ -48,17 +58,33 @@ class ShortConv(nn.Module):
         return w.new_zeros(batch_size, self.width - 1, w.shape[0])
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                state: torch.Tensor | None = None, doc_ids: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, L, D), mask (B, L) bool (True = real), state (B, k − 1, D) or None
-        (zeros).  Returns y (B, L, D) and the state after the last position."""
+        (zeros); doc_ids (B, L) packed documents (full pass only: the state is then None).
+        Returns y (B, L, D) and the state after the last position."""
         if mask is not None:
             x = x.masked_fill(~mask[..., None], 0.0)
+        if doc_ids is not None:
+            return self._packed(x, segment_ids(doc_ids)), None
         if state is None:
             state = self.init_state(x.shape[0]).to(x.dtype)
         full = torch.cat((state, x), dim=1)  # (B, k - 1 + L, D)
         y = F.conv1d(full.transpose(1, 2), self.conv.weight, self.conv.bias,
                      groups=self.conv.groups).transpose(1, 2)
         return y, full[:, full.shape[1] - (self.width - 1):]
+
+    def _packed(self, x: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+        """The convolution with each tap x_{t-j} kept only inside t's document: a sum of
+        k shifted, gated copies (conv1d's weight w[k-1-j] multiplies x_{t-j})."""
+        L, k = x.shape[1], self.width
+        weight = self.conv.weight[:, 0]  # (D, k)
+        y = x * weight[:, k - 1]
+        for j in range(1, min(k, L)):
+            same = (segments[:, j:] == segments[:, :-j]).unsqueeze(-1)
+            tap = (x[:, :-j] * weight[:, k - 1 - j]).masked_fill(~same, 0.0)
+            y = y + F.pad(tap, (0, 0, j, 0))
+        return y if self.conv.bias is None else y + self.conv.bias
 
     def extra_repr(self) -> str:
         return f"width={self.width}, causal"

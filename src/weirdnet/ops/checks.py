@@ -57,6 +57,17 @@ def check_mask(mask, batch: int, length: int, name: str = "mask") -> None:
         )
 
 
+def check_rows(rows, batch: int, device=None, name: str = "rows") -> None:
+    """``rows`` must be a (batch,) bool tensor (True: the rows an operation applies to)."""
+    if not isinstance(rows, torch.Tensor) or rows.dtype != torch.bool \
+            or tuple(rows.shape) != (batch,):
+        got = (f"{rows.dtype} tensor of shape {tuple(rows.shape)}"
+               if isinstance(rows, torch.Tensor) else type(rows).__name__)
+        raise ValueError(f"{name} must be a bool tensor of shape ({batch},), got {got}")
+    if device is not None and rows.device != torch.device(device):
+        raise ValueError(f"{name} must be on {device}, got {rows.device}")
+
+
 def check_same_layout(x, y, xname: str, yname: str) -> None:
     """``y`` must have the shape and dtype of ``x`` (both already checked floating)."""
     if y.shape != x.shape:

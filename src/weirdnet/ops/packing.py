@@ -58,17 +58,31 @@ def segment_ids(doc_ids: torch.Tensor) -> torch.Tensor:
     return document_starts(doc_ids).to(torch.int64).cumsum(1) - 1
 
 
-def positions_in_document(doc_ids: torch.Tensor) -> torch.Tensor:
-    """(B, L) int64: each position's offset from the start of its document."""
+def positions_in_document(doc_ids: torch.Tensor, mask: torch.Tensor | None = None
+                          ) -> torch.Tensor:
+    """(B, L) int64 positions that restart at 0 in each document.  With ``mask`` they
+    count real tokens only, as the backbone's positions do (a padded position gets the
+    position of the next real token, clamped at 0)."""
     B, L = doc_ids.shape
-    index = torch.arange(L, device=doc_ids.device).expand(B, L)
-    start_index = torch.where(document_starts(doc_ids), index, torch.zeros_like(index))
-    return index - start_index.cummax(1).values
+    real = torch.ones(B, L, dtype=torch.int64, device=doc_ids.device) if mask is None \
+        else mask.to(torch.int64)
+    seen = real.cumsum(1)  # real tokens up to and including each position
+    before = torch.where(document_starts(doc_ids), seen - real, torch.zeros_like(seen))
+    return (seen - before.cummax(1).values - 1).clamp(min=0)
 
 
 def same_document(segments: torch.Tensor, shift: int) -> torch.Tensor:
     """(B, L - shift) bool: position i + shift lies in the document of position i."""
     return segments[:, shift:] == segments[:, :-shift]
+
+
+def within_documents(targets: torch.Tensor, token_doc_ids: torch.Tensor,
+                     ignore_index: int = -100) -> torch.Tensor:
+    """Next-token targets (B, L) with ``ignore_index`` wherever the target is the first
+    token of the next document: ``token_doc_ids`` (B, L + 1) are the ids of the tokens
+    the inputs (``[:, :-1]``) and targets (``[:, 1:]``) were cut from."""
+    crossing = token_doc_ids[:, 1:] != token_doc_ids[:, :-1]
+    return targets.masked_fill(crossing, ignore_index)
 
 
 def doc_ids_from_cu_seqlens(cu_seqlens: torch.Tensor) -> torch.Tensor:

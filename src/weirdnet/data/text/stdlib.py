@@ -97,10 +97,14 @@ def stdlib_bytes(root: Path | None = None) -> bytes:
     return cached_bytes(path, lambda: _build(stdlib_dir()))
 
 
+FILE_STARTS = rb"^# ===== .+ =====$"
+"""Where each source file (a document, for ``pack``) starts: its header line."""
+
+
 @register("python-stdlib", splits=SPLITS, task="lm", options=LM_OPTIONS,
           summary="the running Python's standard-library source, UTF-8 bytes (always offline)")
 def _python_stdlib(split: str, root: Path | None = None, **options) -> ByteLMDataset:
     """python-stdlib: root=None the interpreter's stdlib, else a directory of .py files.
     Options: see weirdnet.data.text.lm."""
     return lm_dataset(stdlib_bytes(root), split, name="python-stdlib", encoding="utf-8",
-                      **options)
+                      doc_pattern=FILE_STARTS, **options)

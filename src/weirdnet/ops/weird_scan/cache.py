@@ -14,6 +14,7 @@ import torch
 from ..checks import (
     check_float_tensor,
     check_mask,
+    check_rows,
     check_same_layout,
     levels_needed,
     max_len_for_levels,
@@ -21,6 +22,7 @@ from ..checks import (
 from . import dispatch
 from .dispatch import compute_dtype, prepare_input
 from .op import extend
+from .pytorch import neg_sentinel
 
 
 class WeirdScanCache:
@@ -80,6 +82,17 @@ class WeirdScanCache:
     def reset(self) -> None:
         """Forget all tokens; the next one is position 0."""
         self.position = 0
+
+    def start_document(self, rows: torch.Tensor) -> None:
+        """Rows ``rows`` (B,) bool forget every token so far: their ring states become
+        padding, which adds exactly nothing to a later token (the relative distances of
+        the new document's tokens are unchanged), so each such row continues as a fresh
+        cache would, at any position.  In place: a fused step's rings stay valid."""
+        check_rows(rows, self.batch_size, self.device)
+        ring_m, ring_h, ring_u = self._ring
+        ring_m[:, rows] = neg_sentinel(self.dtype)
+        ring_h[:, rows] = 0.0
+        ring_u[:, rows] = 1.0
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (B',), e.g. for beam search; B becomes len(index)."""
