@@ -397,3 +397,115 @@ def test_full_sizes_match_torch_backend_cuda(L, reverse):
     assert rel_err(out[keep], want[keep]) <= 2e-5
     for got, ref in zip(grads, want_grads):
         assert rel_err(got, ref) <= 1e-4
+
+
+# ---------------------------------------------------------------------------------------
+# Packed documents
+# ---------------------------------------------------------------------------------------
+
+
+def packed_layout(L):
+    """(doc_ids, mask) of B = 2 rows.  Row 0: 1-token documents at 0 and 3, documents
+    starting at the powers of two 4, 8, 16, 64, 128 and 256 (so a level's partner lies
+    exactly one document start away, and with small passes a start falls on a tile edge),
+    no padding.  Row 1: starts at 2, 2L/3 and 7L/8, a padded tail from 3L/4 on (the last
+    document all padding, the one before it half; at least the last token)."""
+    ids = torch.zeros(2, L, dtype=torch.int64)
+    rows = ([1, 3, 4, 8, 16, 64, 128, 256], [2, L - L // 3, L - L // 8])
+    for b, starts in enumerate(rows):
+        for s in starts:
+            if 0 < s < L:
+                ids[b, s:] += 1
+    mask = torch.ones(2, L, dtype=torch.bool)
+    mask[1, L - max(1, L // 4):] = False
+    return ids, mask
+
+
+def packed_reference(a, v, log_w, mask, doc_ids, reverse, split):
+    """Float64 reference; reverse=None is the bidirectional form with ``split``."""
+    if reverse is not None:
+        return weird_scan_reference(a, v, log_w, reverse=reverse, mask=mask, doc_ids=doc_ids)
+    halves = [weird_scan_reference(a[..., s], v[..., s], log_w[:, s], reverse=r, mask=mask,
+                                   doc_ids=doc_ids)
+              for s, r in ((slice(0, split), False), (slice(split, None), True))]
+    return torch.cat(halves, -1)
+
+
+def run_packed(a, v, log_w, mask, doc_ids, reverse, split, backend="triton"):
+    if reverse is None:
+        return weird_scan_bidirectional(a, v, log_w, mask=mask, doc_ids=doc_ids, split=split,
+                                        backend=backend)
+    return weird_scan(a, v, log_w, reverse=reverse, mask=mask, doc_ids=doc_ids,
+                      backend=backend)
+
+
+def output_and_grads(xs, mask, doc_ids, reverse, split, grad, backend="triton"):
+    leaves = [x.detach().requires_grad_() for x in xs]
+    out = run_packed(*leaves, mask, doc_ids, reverse, split, backend)
+    return out, torch.autograd.grad(out, leaves, grad.to(out.dtype))
+
+
+# (L, levels per pass): one pass (L <= 8), two passes of which the first has two tiles and
+# a halo (300: its document start at 256 is a tile edge), and small passes: many windows.
+PACKED_CASES = [(1, 8), (2, 8), (3, 8), (7, 8), (300, 8), (37, 2), (100, 3)]
+
+
+@pytest.mark.parametrize("L,levels", PACKED_CASES)
+@pytest.mark.parametrize("reverse", [False, True, None])
+def test_packed_documents_match_reference_and_torch(passes, L, levels, reverse):
+    """Forward and dA, dV, d log_w with packed documents: float64 against the reference
+    (exact up to rounding), float32 against the PyTorch backend; everything finite."""
+    passes(levels)
+    B, D = 2, 5 if L < 300 else 3
+    split = 2  # bidirectional: 2 causal channels, D - 2 anti-causal
+    a, v, log_w, _ = make_inputs(B, L, D, seed=100 + L + levels, masked=False)
+    doc_ids, mask = packed_layout(L)
+    grad = torch.randn(B, L, D, dtype=torch.float64)
+    leaves = [x.clone().requires_grad_() for x in (a, v, log_w)]
+    ref = packed_reference(*leaves, mask, doc_ids, reverse, split)
+    keep = torch.isfinite(ref)  # the reference is 0/0 where no real token is in reach
+    grad = grad * keep
+    ref_grads = torch.autograd.grad(ref.nan_to_num(), leaves, grad)
+
+    xs = on_device(a, v, log_w)
+    out, grads = output_and_grads(xs, *on_device(mask, doc_ids), reverse, split,
+                                  grad.to(DEVICE))
+    assert out.dtype == torch.float64 and torch.isfinite(out).all()
+    assert rel_err(out.cpu()[keep], ref[keep]) <= 1e-12
+    for name, got, want in zip(("a", "v", "log_w"), grads, ref_grads):
+        assert torch.isfinite(got).all(), name
+        assert rel_err(got.cpu(), want) <= 1e-10, name
+
+    xs = [x.float() for x in xs]
+    results = [output_and_grads(xs, *on_device(mask, doc_ids), reverse, split,
+                                grad.to(DEVICE), backend)
+               for backend in ("triton", "torch")]
+    (out, grads), (want, want_grads) = results
+    assert torch.isfinite(out).all()
+    assert rel_err(out, want) <= 1e-5
+    for name, got, want in zip(("a", "v", "log_w"), grads, want_grads):
+        assert torch.isfinite(got).all(), name
+        assert rel_err(got, want) <= 1e-4, name
+
+
+@pytest.mark.parametrize("levels", [2, 8])
+def test_packed_edge_layouts_are_bitwise(passes, levels):
+    """One document per row is the unpacked scan bit for bit (the gate never fires), ids
+    that repeat after another document are their canonical form, and one document per
+    token gives O = V (nothing to mix with)."""
+    passes(levels)
+    B, L, D = 2, 37, 4
+    a, v, log_w, mask = on_device(*make_inputs(B, L, D, seed=8))
+    ids, _ = packed_layout(L)
+    repeats = ids % 2 * 7 + 3  # 3, 10, 3, 10, ...: a new document at every change
+    for reverse in (False, True, None):
+        plain = run_packed(a, v, log_w, mask, None, reverse, 2)
+        single = run_packed(a, v, log_w, mask, torch.full((B, L), 4, device=DEVICE), reverse,
+                            2)
+        assert torch.equal(plain, single)
+        canonical = run_packed(a, v, log_w, mask, ids.to(DEVICE), reverse, 2)
+        assert torch.equal(run_packed(a, v, log_w, mask, repeats.to(DEVICE), reverse, 2),
+                           canonical)
+    alone = torch.arange(L, device=DEVICE).expand(B, L)
+    out = run_packed(a, v, log_w, None, alone, None, 2)
+    assert rel_err(out, v) <= 1e-15
