@@ -141,18 +141,25 @@ class Backbone(nn.Module):
         self._gradient_checkpointing_func = None
         self.reset_parameters()
 
-    def set_activation_checkpointing(self, mode: str = "blocks", every: int = 2) -> None:
+    def set_activation_checkpointing(self, mode: str = "blocks", every: int = 2,
+                                     ffn_chunk: int = 0) -> None:
         """Keep only the inputs of checkpointed blocks in training and recompute the rest
         in the backward pass (``torch.utils.checkpoint``, non-reentrant): ``mode`` "none",
         "blocks" (every block) or "every_k" (blocks 0, k, 2k, ...: less recomputation,
-        more memory; k = ``every``).  Outputs and gradients are those of the plain pass
-        (dropout replays its random draws)."""
+        more memory; k = ``every``).  ``ffn_chunk`` > 0 also runs every FFN in
+        checkpointed chunks of that many positions (it is position-wise), so a block's
+        recomputation never holds d_ff numbers per position for the whole sequence: what
+        a context of a million positions needs.  Outputs and gradients are those of the
+        plain pass (dropout replays its random draws; with ``ffn_chunk`` the FFN's dropout
+        draws its masks chunk by chunk: other draws, the same distribution)."""
         if mode not in CHECKPOINTING:
             raise ValueError(f"activation checkpointing must be one of {CHECKPOINTING}, got "
                              f"{mode!r}")
-        if mode == "every_k" and (isinstance(every, bool) or not isinstance(every, int)
-                                  or every < 1):
-            raise ValueError(f"every must be a positive int, got {every!r}")
+        for name, value, low in (("every", every, 1), ("ffn_chunk", ffn_chunk, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        for block in self.blocks:
+            block.ffn_chunk = ffn_chunk
         self.gradient_checkpointing = mode != "none"
         self.checkpoint_every = every if mode == "every_k" else 1
         self._gradient_checkpointing_func = None  # ours: non-reentrant

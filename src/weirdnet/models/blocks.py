@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from weirdnet.layers.registry import factory
 from weirdnet.ops import WeirdScanCache, block_step
@@ -125,6 +126,7 @@ class Block(nn.Module):
         self.ffn = FeedForward(dim, config.ffn_dim, config.activation, config.depth,
                                config.bias) if has_ffn else None
         self.dropout = nn.Dropout(config.dropout)
+        self.ffn_chunk = 0  # > 0: the FFN runs in checkpointed chunks of this many positions
 
     @property
     def carries_z(self) -> bool:
@@ -174,6 +176,16 @@ class Block(nn.Module):
                                             context_mask=context_mask))
         if self.ffn is None:
             return x
+        chunk = self.ffn_chunk
+        if not (chunk and x.shape[1] > chunk and self.training and torch.is_grad_enabled()):
+            return x + self.dropout(self.ffn(self.norm_ffn(x)))
+        # position-wise: chunks of the sequence, each recomputed in the backward, so the
+        # FFN's inner activations (d_ff per position) never exist for the whole sequence
+        parts = [checkpoint(self._ffn_residual, part, use_reentrant=False)
+                 for part in x.split(chunk, dim=1)]
+        return torch.cat(parts, 1)
+
+    def _ffn_residual(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.dropout(self.ffn(self.norm_ffn(x)))
 
     def fused_step(self, cache) -> FusedBlockStep | None:

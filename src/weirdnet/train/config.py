@@ -157,6 +157,9 @@ class TrainSection:
     activation_checkpointing: "none", "blocks" (keep only each block's input and
     recompute the block in the backward pass: the memory of long contexts) or "every_k"
     (only blocks 0, k, 2k, ...; k = activation_checkpointing_k); gradients are the same.
+    ffn_chunk: > 0 runs every FFN in checkpointed chunks of that many positions (the FFN is
+    position-wise): a block then never holds d_ff numbers per position for the whole
+    sequence, which is what a million-position context needs (0: whole).
     """
 
     steps: int = 1000
@@ -178,6 +181,7 @@ class TrainSection:
     compile: bool = False
     activation_checkpointing: str = "none"
     activation_checkpointing_k: int = 2
+    ffn_chunk: int = 0
 
 
 @dataclass
@@ -228,7 +232,7 @@ def check(config: TrainConfig) -> None:
                 "activation_checkpointing_k"):
         _at_least(f"train.{key}", getattr(train, key), 1)
     for key in ("eval_every", "eval_batches", "final_eval_batches", "checkpoint_every",
-                "early_stop_patience", "num_workers"):
+                "early_stop_patience", "num_workers", "ffn_chunk"):
         _at_least(f"train.{key}", getattr(train, key), 0)
     if train.num_workers > MAX_WORKERS:  # each worker is a process with a copy of the data
         raise ConfigError(f"train.num_workers must be <= {MAX_WORKERS}, got "

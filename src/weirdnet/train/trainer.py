@@ -112,13 +112,19 @@ def build_model(config: TrainConfig, info) -> nn.Module:
     return cls(from_dict(cls.config_class, model_config, where="model"))
 
 
-def enable_activation_checkpointing(model: nn.Module, mode: str, every: int) -> None:
-    """``train.activation_checkpointing`` on every backbone of ``model`` (an encoder-
-    decoder has two); a ``transformers`` peer through its own
+def enable_activation_checkpointing(model: nn.Module, mode: str, every: int,
+                                    ffn_chunk: int = 0) -> None:
+    """``train.activation_checkpointing`` (and ``train.ffn_chunk``) on every backbone of
+    ``model`` (an encoder-decoder has two); a ``transformers`` peer through its own
     ``gradient_checkpointing_enable`` (every ``every``-th layer for "every_k")."""
-    if mode == "none":
+    if mode == "none" and not ffn_chunk:
         return
     peer = getattr(model, "peer", None)
+    if peer is not None and ffn_chunk:
+        raise ConfigError("train.ffn_chunk applies to weirdnet backbones; a transformers peer "
+                          "has its own blocks: set it to 0")
+    if peer is not None and mode == "none":
+        return
     if peer is not None and hasattr(peer, "activation_checkpointing_enable"):
         if not getattr(peer, "supports_gradient_checkpointing", False):
             raise ConfigError(f"train.activation_checkpointing: the {type(peer).__name__} "
@@ -129,7 +135,7 @@ def enable_activation_checkpointing(model: nn.Module, mode: str, every: int) -> 
         return
     for module in model.modules():
         if isinstance(module, Backbone):
-            module.set_activation_checkpointing(mode, every)
+            module.set_activation_checkpointing(mode, every, ffn_chunk)
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
@@ -202,7 +208,8 @@ class Trainer:
                            "the trainer does not know")
         self.model = build_model(config, self.info).to(self.processes.device)
         enable_activation_checkpointing(self.model, config.train.activation_checkpointing,
-                                        config.train.activation_checkpointing_k)
+                                        config.train.activation_checkpointing_k,
+                                        config.train.ffn_chunk)
         self._check_fits_data()
         self.parameters = self.model.num_parameters()
         self._check_batch()
