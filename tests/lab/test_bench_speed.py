@@ -81,3 +81,25 @@ def test_language_model_speed_with_a_peer_against_the_transformerpp(tmp_path):
     text = (tmp_path / "speed_lm_cpu.md").read_text()
     assert "relative to the Transformer++" in text and "| RWKV-4 (transformers) ¹ |" in text
     assert "DBA Table 1" not in text and result["machine"]["transformers"]
+
+
+def test_long_context_speed_checkpoints_and_stops_at_the_budget(tmp_path):
+    """--task long: checkpointed language models by length, the RSS of the timed step,
+    each model's largest length within the memory budget, its tokens/s against its own at
+    the shortest length, and lengths predicted over the budget skipped (not run)."""
+    out = run_cli("bench", "speed", "--task", "long", "--lengths", "64", "128", "256",
+                  "65536", "--mechanisms", "weird-a-long", "--dim", "32", "--d-ff", "64",
+                  "--ffn-chunk", "48", "--memory-budget-gib", "0.05",
+                  "--out", str(tmp_path), cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads((tmp_path / "speed_long_cpu.json").read_text())
+    settings = result["settings"]
+    assert (settings["checkpointing"], settings["ffn_chunk"], settings["memory"]) == \
+        ("blocks", 48, "rss")
+    rows = {(r["mechanism"], r["length"]): r for r in result["rows"]}
+    assert all(rows[("weird-a-long", n)]["status"] == "ok" for n in (64, 128, 256))
+    assert rows[("weird-a-long", 65536)]["status"].startswith("skipped (predicted")
+    text = (tmp_path / "speed_long_cpu.md").read_text()
+    assert "the largest length within 0.05 GiB" in text
+    assert "relative to the same model at 64" in text
+    assert (tmp_path / "speed_long_cpu.png").is_file()

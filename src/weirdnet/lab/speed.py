@@ -21,6 +21,18 @@ at longer ones (marked in the table), so the quadratic Transformer cannot stall 
 loss), the models of ``weirdnet bench lm`` and its ``transformers`` peers (Llama, Mamba,
 Mamba-2, RWKV), each matched to the non-embedding parameters of the GPT-2-style
 Transformer at the chosen sizes within 5%, with ratios against the Transformer++.
+
+``--task long`` asks how long one machine can train (issue 33): the same language models
+at 4K to 1M bytes, batch 1, Weird-Net A without positions (``weird-a-long``, D = 256,
+N = 4) against the Transformer++ and Mamba-2 at matched sizes, every model with activation
+checkpointing (``--checkpointing blocks``; weirdnet's FFNs in checkpointed chunks of
+``--ffn-chunk`` positions).  Memory is the step's peak RSS with glibc's default allocator
+(freed large blocks go back to the system, so the peak is what the machine must hold),
+and one step per length is timed, the memory step itself.  A length is skipped when the
+growth measured between a model's last two lengths predicts a step over
+``--max-step-seconds`` or a peak over ``--memory-budget-gib``; the report gives each
+model's largest length within the budget and its tokens/s against its own at the
+shortest length (near-linear cost keeps that ratio near 1).
 """
 
 from __future__ import annotations
@@ -60,18 +72,31 @@ LM_SIZES = {"cpu": {"dim": 128, "depth": 4, "d_ff": 512, "heads": 4, "batch": 1}
 """``--task lm``: bench lm's model on CPU (one sequence per step), a wider one on CUDA."""
 LM_MECHANISMS = ("weird-a", "weird-b", "weird-a-pp", "weird-b-pp", "softmax", "llama",
                  "mamba", "mamba2", "rwkv", "transformerpp")
-REFERENCE = {"classify": "softmax", "lm": "transformerpp"}
+LONG_LENGTHS = (4096, 16384, 65536, 262144, 1048576)
+LONG_SIZES = {"cpu": {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "batch": 1},
+              "cuda": {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "batch": 1}}
+LONG_MECHANISMS = ("weird-a-long", "transformerpp", "mamba2")
+LONG_DEFAULTS = {"checkpointing": "blocks", "ffn_chunk": 16384, "memory": "rss",
+                 "memory_budget_gib": 24.0, "steps": 1, "warmup": 0,
+                 "max_step_seconds": 1800.0}
+"""``--task long``: what its options default to (issue 33's setting)."""
+DEFAULTS = {"checkpointing": "none", "ffn_chunk": 0, "memory": "trace",
+            "memory_budget_gib": None, "steps": 3, "warmup": 1, "max_step_seconds": 30.0}
+REFERENCE = {"classify": "softmax", "lm": "transformerpp", "long": "transformerpp"}
 """The model every ratio of a task is taken against."""
+STEMS = {"classify": "speed_", "lm": "speed_lm_", "long": "speed_long_"}
+"""Report file names: STEM + device type."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from weirdnet.lab.variants import MECHANISMS
 
     names = ",".join(m.name for m in MECHANISMS)
-    parser.add_argument("--task", choices=("classify", "lm"), default="classify",
+    parser.add_argument("--task", choices=("classify", "lm", "long"), default="classify",
                         help="classify: byte-level text classification (the papers' "
                              "tables; default); lm: byte-level language models with the "
-                             "transformers peers")
+                             "transformers peers; long: language models at 4K to 1M bytes "
+                             "with activation checkpointing")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
     parser.add_argument("--lengths", type=int, nargs="+", default=None,
                         help=f"default: {' '.join(map(str, LENGTHS))} (classify), "
@@ -83,10 +108,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help=f"default: {SIZES['cpu'][key]} (CPU), "
                                  f"{SIZES['cuda'][key]} (CUDA); lm: "
                                  f"{LM_SIZES['cpu'][key]}, {LM_SIZES['cuda'][key]}")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps (default 3)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed steps (default 1)")
-    parser.add_argument("--max-step-seconds", type=float, default=30.0,
-                        help="skip longer lengths of a mechanism slower than this")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="timed steps (default 3; long: 1)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed steps (default 1; long: 0)")
+    parser.add_argument("--max-step-seconds", type=float, default=None,
+                        help="skip longer lengths of a mechanism slower than this, or "
+                             "predicted to be (default 30; long: 1800)")
+    parser.add_argument("--checkpointing", choices=("none", "blocks"), default=None,
+                        help="activation checkpointing of every model (default none; "
+                             "long: blocks)")
+    parser.add_argument("--ffn-chunk", type=int, default=None,
+                        help="weirdnet FFNs in checkpointed chunks of this many positions "
+                             "(default 0: whole; long: 16384)")
+    parser.add_argument("--memory", choices=("trace", "rss"), default=None,
+                        help="trace: the allocator's bytes from a traced second step "
+                             "(default); rss: the peak RSS of the timed step (long)")
+    parser.add_argument("--memory-budget-gib", type=float, default=None,
+                        help="skip lengths predicted to need more (default: none; long: 24)")
     output.add_out_arguments(parser, "speed_<device>.{json,md,png}")
 
 
@@ -102,9 +141,13 @@ def _build_lm(spec: dict[str, Any], device):
     import torch
 
     from weirdnet.lab import matching
+    from weirdnet.train.trainer import enable_activation_checkpointing
 
     table = matching.matched_variant(spec["mechanism"], _widths(spec))[0]
     model = matching.build(table, max_len=spec["length"]).to(device)
+    peer = hasattr(model, "peer")  # a transformers model: its own checkpointing, no chunks
+    enable_activation_checkpointing(model, spec.get("checkpointing", "none"), 1,
+                                    0 if peer else spec.get("ffn_chunk", 0))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step(tokens, targets) -> None:
@@ -125,7 +168,7 @@ def _build(spec: dict[str, Any], device):
 
     from weirdnet.lab.variants import get_variant
 
-    if spec.get("task") == "lm":
+    if spec.get("task") in ("lm", "long"):
         return _build_lm(spec, device)
     from weirdnet.models.classifier import WeirdNetClassifier
 
@@ -152,7 +195,10 @@ def _build(spec: dict[str, Any], device):
 
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """Speed and memory of one (mechanism, length): see the module doc."""
-    allocator = reuse_freed_memory()
+    traced = spec.get("memory", "trace") == "trace"
+    allocator = reuse_freed_memory() if traced else GLIBC_DEFAULT
+    import time
+
     import torch
 
     from weirdnet.lab.harness.memory import MIB, PeakMemory, allocator_peak_bytes
@@ -165,15 +211,23 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     tokens, labels = batch(spec["length"])
     meter = PeakMemory(device, since="model, optimizer and batch")
     meter.start()
+    started = time.perf_counter()
     step(tokens, labels)
     synchronize(device)
+    first_s = time.perf_counter() - started
     memory_mib, rss_mib = meter.peak_mib()[0], None
     if device.type == "cpu":  # the trace's own buffers would count in the RSS: a 2nd model
         rss_mib = memory_mib
+    if device.type == "cpu" and traced:
         torch.manual_seed(0)
         _, fresh_step, _ = _build(spec, device)
         memory_mib = allocator_peak_bytes(lambda: fresh_step(tokens, labels)) / MIB
-    times = time_step(lambda: step(tokens, labels), device, spec["steps"], spec["warmup"])
+    if traced:
+        times = time_step(lambda: step(tokens, labels), device, spec["steps"], spec["warmup"])
+    else:  # the metered step is the first timed one (a long step is minutes)
+        more = spec["steps"] - 1
+        times = [first_s, *(time_step(lambda: step(tokens, labels), device, more,
+                                      spec["warmup"]) if more > 0 else [])]
     seconds = statistics.median(times)
     return {"mechanism": spec["mechanism"], "length": spec["length"], "status": "ok",
             "step_s": seconds, "steps_per_s": 1.0 / seconds,
@@ -181,6 +235,10 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             "memory_mib": memory_mib, "rss_mib": rss_mib, "allocator": allocator,
             "parameters": model.num_parameters(),
             "non_embedding_parameters": model.num_parameters(embeddings=False)}
+
+
+GLIBC_DEFAULT = ("glibc default (large blocks mmap-ed and returned when freed: the peak "
+                 "RSS is what the machine must hold)")
 
 
 def _run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -203,40 +261,81 @@ def _resolve(args: argparse.Namespace) -> dict[str, Any]:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is available")
-    table = LM_SIZES if args.task == "lm" else SIZES
+    table = {"lm": LM_SIZES, "long": LONG_SIZES}.get(args.task, SIZES)
     sizes = dict(table["cuda" if device.startswith("cuda") else "cpu"])
     for key in sizes:
         if getattr(args, key) is not None:
             sizes[key] = getattr(args, key)
+    defaults = LONG_DEFAULTS if args.task == "long" else DEFAULTS
+    chosen = {key: defaults[key] if getattr(args, key) is None else getattr(args, key)
+              for key in defaults}
+    if chosen["steps"] < 1 or chosen["warmup"] < 0 or chosen["ffn_chunk"] < 0:
+        raise ValueError("--steps must be >= 1, --warmup and --ffn-chunk >= 0")
     return {"task": args.task, "reference": REFERENCE[args.task], "device": device,
-            **sizes, "steps": args.steps, "warmup": args.warmup}
+            **sizes, **chosen}
 
 
 def measure_all(base: dict[str, Any], mechanisms: list[str], lengths: list[int],
                 max_step_s: float) -> list[dict[str, Any]]:
-    """Measure every (mechanism, length), shortest first, skipping lengths after a step
-    slower than ``max_step_s``."""
+    """Measure every (mechanism, length), shortest first, skipping the lengths after a
+    step slower than ``max_step_s`` or after a failure, and those predicted (from the
+    growth between the last two lengths) to be slower or to exceed the memory budget."""
     from tqdm.auto import tqdm
 
     rows = []
-    slow: dict[str, int] = {}
+    stopped: dict[str, str] = {}
     with tqdm(total=len(mechanisms) * len(lengths), unit="cell", dynamic_ncols=True) as bar:
         for mechanism in mechanisms:
+            done: list[dict[str, Any]] = []
             for length in sorted(lengths):
                 bar.set_postfix_str(f"{mechanism} L={length}")
-                if mechanism in slow:
+                why = stopped.get(mechanism) or _predicted_over(done, length, max_step_s,
+                                                                base["memory_budget_gib"])
+                if why:
+                    stopped[mechanism] = stopped.get(mechanism) or why
                     rows.append({"mechanism": mechanism, "length": length,
-                                 "status": f"skipped (> {max_step_s:g} s/step at "
-                                           f"L={slow[mechanism]})"})
+                                 "status": f"skipped ({why})"})
                 else:
                     timeout = 60 + max_step_s * (base["steps"] + base["warmup"] + 2) * 4
                     row = _run_child({**base, "mechanism": mechanism, "length": length},
                                      timeout)
                     rows.append(row)
-                    if row["status"] != "ok" or row["step_s"] > max_step_s:
-                        slow[mechanism] = length
+                    if row["status"] != "ok":
+                        stopped[mechanism] = f"{row['status'].split(' (')[0]} at L={length}"
+                    elif row["step_s"] > max_step_s:
+                        stopped[mechanism] = f"> {max_step_s:g} s/step at L={length}"
+                    else:
+                        done.append(row)
                 bar.update(1)
     return rows
+
+
+def _predicted_over(done: list[dict[str, Any]], length: int, max_step_s: float,
+                    budget_gib: float | None) -> str | None:
+    """Why ``length`` would not run, by a power law through the last two measured lengths
+    (time and memory each), or None: a step over ``max_step_s`` or a peak RSS over
+    ``budget_gib``."""
+    import math
+
+    if len(done) < 2:
+        return None
+    a, b = done[-2], done[-1]
+    grow = math.log(length / b["length"]) / math.log(b["length"] / a["length"])
+
+    def ahead(key: str) -> float:
+        ratio = max(b[key] / a[key], 1.0) if a[key] else 1.0
+        return b[key] * ratio ** grow
+
+    step_s = ahead("step_s")
+    if step_s > max_step_s:
+        return f"predicted {step_s:,.0f} s/step > {max_step_s:g}"
+    memory = b.get("rss_mib") if b.get("rss_mib") is not None else b["memory_mib"]
+    if budget_gib is not None and memory is not None:
+        key = "rss_mib" if b.get("rss_mib") is not None else "memory_mib"
+        need_gib = ahead(key) / 1024
+        if need_gib > budget_gib:
+            return f"predicted {need_gib:,.1f} GiB > the {budget_gib:g} GiB budget"
+    return None
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -244,11 +343,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     status."""
     from weirdnet.lab.variants import MECHANISMS, get_variant
 
-    lm = args.task == "lm"
+    lm = args.task in ("lm", "long")
     if args.lengths is None:
-        args.lengths = list(LM_LENGTHS if lm else LENGTHS)
+        args.lengths = list({"lm": LM_LENGTHS, "long": LONG_LENGTHS}.get(args.task, LENGTHS))
     if args.mechanisms is None:
-        args.mechanisms = ",".join(LM_MECHANISMS if lm else (m.name for m in MECHANISMS))
+        args.mechanisms = ",".join({"lm": LM_MECHANISMS, "long": LONG_MECHANISMS}.get(
+            args.task, [m.name for m in MECHANISMS]))
     try:
         mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
         for name in mechanisms:
@@ -281,7 +381,7 @@ def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: 
         return 2
     if base["reference"] not in mechanisms:
         mechanisms.append(base["reference"])  # the reference of every ratio
-    if base["task"] == "lm":
+    if base["task"] in ("lm", "long"):
         try:  # every model matched before any is timed
             from weirdnet.lab import matching
 
@@ -290,12 +390,12 @@ def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: 
         except (ValueError, ImportError) as error:
             print(f"weirdnet bench speed: {error}", file=sys.stderr)
             return 2
-    rows = measure_all(base, mechanisms, args.lengths, args.max_step_seconds)
+    rows = measure_all(base, mechanisms, args.lengths, base["max_step_seconds"])
     command = ["weirdnet", *argv]
-    info = machine_info(torch.device(base["device"]), command, reuse_freed_memory())
+    allocator = reuse_freed_memory() if base["memory"] == "trace" else GLIBC_DEFAULT
+    info = machine_info(torch.device(base["device"]), command, allocator)
     result = {"settings": base, "machine": info, "rows": rows}
-    stem = ("speed_lm_" if base["task"] == "lm" else "speed_") + \
-        torch.device(base["device"]).type
+    stem = STEMS[base["task"]] + torch.device(base["device"]).type
     text = markdown(result, f"{stem}.png")
     paths = [out / f"{stem}.json", out / f"{stem}.md"]
     with output.write_whole():

@@ -33,7 +33,54 @@ def reference(result: dict[str, Any]) -> str:
 
 
 def _is_lm(result: dict[str, Any]) -> bool:
-    return result["settings"].get("task") == "lm"
+    return result["settings"].get("task") in ("lm", "long")
+
+
+def _is_long(result: dict[str, Any]) -> bool:
+    return result["settings"].get("task") == "long"
+
+
+def _gib(cell: dict[str, Any]) -> float:
+    """A cell's peak memory in GiB: its RSS where measured, else the allocator's."""
+    mib = cell["rss_mib"] if cell.get("rss_mib") is not None else cell["memory_mib"]
+    return mib / 1024
+
+
+def _own_ratio(result, mechanism: str, length: int) -> float | None:
+    """Tokens/s at ``length`` over the same model's at its shortest measured length."""
+    cells = [c for c in result["rows"] if c["mechanism"] == mechanism and c["status"] == "ok"]
+    if not cells:
+        return None
+    first = min(cells, key=lambda c: c["length"])
+    mine = next((c for c in cells if c["length"] == length), None)
+    return None if mine is None else mine["tokens_per_s"] / first["tokens_per_s"]
+
+
+def _long_sections(result) -> list[str]:
+    """The largest length each model trains at within the budget, and its tokens/s
+    against its own at the shortest length (near-linear cost: near 1)."""
+    budget = result["settings"].get("memory_budget_gib")
+    lines = [f"## How long one machine trains (ours): the largest length within "
+             f"{budget:g} GiB" if budget else "## The largest length each model trained at",
+             ""]
+    rows = []
+    for mechanism in _mechanisms(result):
+        cells = [c for c in result["rows"] if c["mechanism"] == mechanism]
+        fits = [c for c in cells if c["status"] == "ok"
+                and (budget is None or _gib(c) <= budget)]
+        best = max(fits, key=lambda c: c["length"]) if fits else None
+        stop = next((c["status"] for c in cells if c["status"] != "ok"), "")
+        rows.append([_label(mechanism), _short(best["length"]) if best else "–",
+                     f"{_gib(best):.1f}" if best else "–",
+                     f"{best['tokens_per_s']:,.0f}" if best else "–", stop or "–"])
+    lines += markdown_table(["Model", "largest length", "peak GiB there", "tokens/s there",
+                             "why not longer"], rows)
+    shortest = _short(min(_lengths(result)))
+    lines += ["", f"### Training tokens/s relative to the same model at {shortest} (ours; "
+                  "near-linear cost keeps it near 1, the target is >= 0.5 at 1M)", "",
+              *_per_length(result, lambda m, n: "–" if _own_ratio(result, m, n) is None
+                           else f"{_own_ratio(result, m, n):.2f}"), ""]
+    return lines
 
 
 def ratio(result: dict[str, Any], mechanism: str, length: int, key: str) -> float | None:
@@ -131,9 +178,15 @@ def _setting(result) -> str:
     what = ("byte-level language models (next-byte loss; the `bench lm` models and the "
             "`transformers` peers)" if _is_lm(result) else
             "byte-level text classification")
+    extra = ""
+    if s.get("checkpointing", "none") != "none" or s.get("ffn_chunk"):
+        extra = (f"; activation checkpointing: {s.get('checkpointing', 'none')}"
+                 + (f", weirdnet FFNs in chunks of {s['ffn_chunk']:,} positions"
+                    if s.get("ffn_chunk") else ""))
+    memory = ("; memory: the timed step's peak RSS" if s.get("memory") == "rss" else "")
     return (f"- {what}, batch {s['batch']} for every model, D = {s['dim']}, N = "
             f"{s['depth']}, d_ff = {s['d_ff']}, {s['heads']} heads; AdamW; median of "
-            f"{s['steps']} timed steps after {s['warmup']} warm-up")
+            f"{s['steps']} timed steps after {s['warmup']} warm-up{extra}{memory}")
 
 
 _SLOW_NOTE = ("¹ `transformers` runs this peer's layers on its pure-PyTorch path on a CPU "
@@ -161,6 +214,7 @@ def markdown(result: dict[str, Any], plot: str) -> str:
            f"## Peak memory of a training step relative to the {ref} (ours, lower is "
            "smaller)", "", _MEMORY_NOTE[m["device"] == "cuda"], "",
            *_table(result, "memory_mib"), "", *_rss_section(result),
+           *(_long_sections(result) if _is_long(result) else []),
            f"![speed and memory]({plot})", "",
            f"## Absolute: {'training tokens/s, ' if lm else ''}time per training step / "
            "peak extra memory (ours)", "", *_absolute(result), ""]
@@ -181,16 +235,30 @@ def draw(result: dict[str, Any], out: Path) -> Path:
     FigureCanvasAgg(figure)
     axes = figure.subplots(1, 2)
     lengths = _lengths(result)
+    cells, long = _by_cell(result), _is_long(result)
+
+    def value(mechanism: str, n: int, key: str) -> float | None:
+        if not long:
+            return ratio(result, mechanism, n, key)
+        cell = cells.get((mechanism, n))
+        if not cell or cell["status"] != "ok":
+            return None
+        return cell["tokens_per_s"] if key == "steps_per_s" else _gib(cell)
+
     for index, mechanism in enumerate(_mechanisms(result)):
         for ax, key in zip(axes, ("steps_per_s", "memory_mib")):
-            points = [(n, ratio(result, mechanism, n, key)) for n in lengths]
+            points = [(n, value(mechanism, n, key)) for n in lengths]
             points = [(n, v) for n, v in points if v is not None]
             if points:
                 ax.plot(*zip(*points), marker="o", color=f"C{index % 10}",
                         label=VARIANTS[mechanism].label)
     ref = VARIANTS[reference(result)].label
-    for ax, title in zip(axes, (f"training steps/s relative to the {ref}",
-                                f"peak memory relative to the {ref}")):
+    titles = ((f"training steps/s relative to the {ref}", f"peak memory relative to the {ref}")
+              if not long else ("training tokens/s", "peak memory (GiB)"))
+    budget = result["settings"].get("memory_budget_gib")
+    if long and budget:
+        axes[1].axhline(budget, color="gray", linestyle="--", label=f"{budget:g} GiB")
+    for ax, title in zip(axes, titles):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length L")

@@ -174,7 +174,14 @@ TODAY = (
 """The baselines the field uses today (issue 30): the Transformer++, Weird-Net with its
 options, and the ``transformers`` peers (language models only)."""
 
-VARIANTS = {v.name: v for v in (*MECHANISMS, *ABLATIONS, *TODAY)}
+LONG = (
+    Variant("weird-a-long", "Weird-Net A, no positions", "A", backbone={"positions": "none"},
+            note="structure A with no position embedding (its relative weights are its "
+                 "positions), so nothing limits the length: the million-byte model"),
+)
+"""Long-context variants (issue 33): models whose size does not grow with the length."""
+
+VARIANTS = {v.name: v for v in (*MECHANISMS, *ABLATIONS, *TODAY, *LONG)}
 
 
 def get_variant(name: str) -> Variant:
