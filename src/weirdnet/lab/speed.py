@@ -26,9 +26,10 @@ Transformer at the chosen sizes within 5%, with ratios against the Transformer++
 at 4K to 1M bytes, batch 1, Weird-Net A without positions (``weird-a-long``, D = 256,
 N = 4) against the Transformer++ and Mamba-2 at matched sizes, every model with activation
 checkpointing (``--checkpointing blocks``; weirdnet's FFNs in checkpointed chunks of
-``--ffn-chunk`` positions).  Memory is the step's peak RSS with glibc's default allocator
-(freed large blocks go back to the system, so the peak is what the machine must hold),
-and one step per length is timed, the memory step itself.  A length is skipped when the
+``--ffn-chunk`` positions).  Memory is the step's peak RSS with glibc's mmap threshold
+fixed at 1 MiB (freed large blocks go back to the system, so the peak is what the machine
+must hold: :func:`.harness.alloc.return_freed_memory`), and one step per length is timed,
+the memory step itself.  A length is skipped when the
 growth measured between a model's last two lengths predicts a step over
 ``--max-step-seconds`` or a peak over ``--memory-budget-gib``; the report gives each
 model's largest length within the budget and its tokens/s against its own at the
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet.lab.harness import output
-from weirdnet.lab.harness.alloc import reuse_freed_memory
+from weirdnet.lab.harness.alloc import return_freed_memory, reuse_freed_memory
 
 HELP = "training steps/s and peak memory of each model vs the Transformer"
 
@@ -196,7 +197,7 @@ def _build(spec: dict[str, Any], device):
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """Speed and memory of one (mechanism, length): see the module doc."""
     traced = spec.get("memory", "trace") == "trace"
-    allocator = reuse_freed_memory() if traced else GLIBC_DEFAULT
+    allocator = reuse_freed_memory() if traced else return_freed_memory()
     import time
 
     import torch
@@ -235,10 +236,6 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             "memory_mib": memory_mib, "rss_mib": rss_mib, "allocator": allocator,
             "parameters": model.num_parameters(),
             "non_embedding_parameters": model.num_parameters(embeddings=False)}
-
-
-GLIBC_DEFAULT = ("glibc default (large blocks mmap-ed and returned when freed: the peak "
-                 "RSS is what the machine must hold)")
 
 
 def _run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -392,7 +389,8 @@ def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: 
             return 2
     rows = measure_all(base, mechanisms, args.lengths, base["max_step_seconds"])
     command = ["weirdnet", *argv]
-    allocator = reuse_freed_memory() if base["memory"] == "trace" else GLIBC_DEFAULT
+    allocator = reuse_freed_memory() if base["memory"] == "trace" else \
+        "in each measuring process: " + return_freed_memory()
     info = machine_info(torch.device(base["device"]), command, allocator)
     result = {"settings": base, "machine": info, "rows": rows}
     stem = STEMS[base["task"]] + torch.device(base["device"]).type
