@@ -461,3 +461,20 @@ def test_activation_checkpointing_enable_gives_the_same_gradients():
         assert torch.allclose(grad, plain[name], rtol=1e-10, atol=1e-12), name
     wrapped.activation_checkpointing_disable()
     assert not wrapped.backbone.gradient_checkpointing
+
+
+def test_packed_documents_through_the_hf_model(model):
+    """doc_ids, or transformers' packing convention (position_ids restarting at each
+    sequence, DataCollatorWithFlattening's): every document's logits are its own."""
+    first, second = _ids(1, 7, seed=3), _ids(1, 5, seed=4)
+    packed = torch.cat([first, second], 1)
+    with torch.no_grad():
+        alone = [model(first).logits, model(second).logits]
+        by_ids = model(packed, doc_ids=torch.tensor([[0] * 7 + [1] * 5])).logits
+        positions = torch.tensor([list(range(7)) + list(range(5))])
+        by_positions = model(packed, position_ids=positions).logits
+    for got in (by_ids, by_positions):
+        assert torch.allclose(got[:, :7], alone[0], atol=1e-5)
+        assert torch.allclose(got[:, 7:], alone[1], atol=1e-5)
+    with pytest.raises(ValueError, match="full pass"):
+        model(packed, doc_ids=torch.zeros(1, 12, dtype=torch.long), use_cache=True)

@@ -29,6 +29,7 @@ from weirdnet.models import Backbone, WeirdNetLM
 from weirdnet.models.generation import check_length
 from weirdnet.models.lm import lm_loss, output_head, output_logits, token_nll
 from weirdnet.models.safetensors_io import add_checksum, verify_file
+from weirdnet.ops.packing import doc_ids_from_positions
 
 from .cache import WeirdNetCache
 from .configuration import WeirdNetConfig
@@ -165,7 +166,9 @@ class WeirdNetForCausalLM(WeirdNetPreTrainedModel, GenerationMixin):
                 logits_to_keep: int | torch.Tensor = 0, return_dict: bool | None = None,
                 output_attentions: bool | None = None, output_hidden_states: bool | None = None,
                 inputs_embeds: torch.Tensor | None = None, num_items_in_batch=None,
-                past_key_values: WeirdNetCache | None = None) -> CausalLMOutputWithPast:
+                past_key_values: WeirdNetCache | None = None,
+                doc_ids: torch.Tensor | None = None,
+                position_ids: torch.LongTensor | None = None) -> CausalLMOutputWithPast:
         """Logits of ``input_ids`` (B, L), and the loss when ``labels`` are given.
 
         Args:
@@ -183,12 +186,23 @@ class WeirdNetForCausalLM(WeirdNetPreTrainedModel, GenerationMixin):
                 plain forward pass stays the full-sequence pass.
             logits_to_keep: n > 0 keeps the last n positions' logits; a 1-D tensor keeps
                 those positions; 0 keeps all.
+            doc_ids: (B, L) packed documents (``weirdnet.ops.packing``): each is modelled
+                alone.  Full pass only (no cache).
+            position_ids: read only as ``transformers``' packing convention
+                (``DataCollatorWithFlattening``): a document starts wherever a position
+                does not follow the previous one.  The model's own positions restart at
+                each document either way.
         """
         cache = _one_cache(cache, past_key_values)
         _refuse_unsupported(inputs_embeds, output_attentions, output_hidden_states)
         if input_ids is None:
             raise ValueError("WeirdNetForCausalLM needs input_ids (batch, length)")
         use_cache = cache is not None if use_cache is None else use_cache
+        if position_ids is not None and doc_ids is None and not use_cache:
+            doc_ids = doc_ids_from_positions(position_ids)
+        if doc_ids is not None and use_cache:
+            raise ValueError("doc_ids (packed documents) belong to the full pass: pass "
+                             "use_cache=False")
         if use_cache and cache is None:
             cache = WeirdNetCache(self.backbone.init_cache(input_ids.shape[0]))
         mask = _new_tokens_mask(attention_mask, input_ids, cache if use_cache else None)
@@ -198,7 +212,7 @@ class WeirdNetForCausalLM(WeirdNetPreTrainedModel, GenerationMixin):
         elif use_cache:
             hidden = self.backbone(input_ids, mask, cache=cache.state)
         else:
-            hidden = self.backbone(input_ids, mask)
+            hidden = self.backbone(input_ids, mask, doc_ids=doc_ids)
         logits = output_logits(_keep(hidden, logits_to_keep), self.backbone, self.head)
         loss = None
         if labels is not None:

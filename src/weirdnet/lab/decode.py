@@ -78,16 +78,37 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _decode_steps(model, prompt, n: int, device) -> tuple[float, list[float]]:
-    """Prefill seconds and the n decode-step times (s) of greedy decoding of the (B, Lp)
-    prompts."""
+PREFILL_CHUNK = 65536
+"""Prompt tokens fed to the caches per call: a long prompt is prefilled chunk by chunk
+(exact: a cache continues from where it stopped), so the activations of one call stay
+bounded and only the caches grow with the context."""
+
+
+def cache_bytes(cache) -> int:
+    """Bytes of every tensor a decoding cache holds (its fields, recursively)."""
+    import torch
+
+    if isinstance(cache, torch.Tensor):
+        return cache.numel() * cache.element_size()
+    if isinstance(cache, list | tuple):
+        return sum(cache_bytes(part) for part in cache)
+    fields = getattr(cache, "__dict__", None)
+    if fields is None:
+        return 0
+    return sum(cache_bytes(value) for key, value in fields.items() if key != "fused")
+
+
+def _decode_steps(model, prompt, n: int, device) -> tuple[float, list[float], int]:
+    """Prefill seconds, the n decode-step times (s) of greedy decoding of the (B, Lp)
+    prompts, and the bytes the caches hold."""
     import torch
 
     backbone = model.backbone
     with torch.no_grad():
         cache = backbone.init_cache(prompt.shape[0], prompt.shape[1] + n)
         start = time.perf_counter()
-        hidden = backbone(prompt, cache=cache)[:, -1]
+        for part in prompt.split(PREFILL_CHUNK, dim=1):
+            hidden = backbone(part, cache=cache)[:, -1]
         _sync(device)
         prefill = time.perf_counter() - start
         steps = []
@@ -97,10 +118,10 @@ def _decode_steps(model, prompt, n: int, device) -> tuple[float, list[float]]:
             hidden = backbone.step(token[:, 0], cache)
             _sync(device)
             steps.append(time.perf_counter() - start)
-    return prefill, steps
+    return prefill, steps, cache_bytes(cache.layers)
 
 
-def _peer_decode_steps(model, prompt, n: int, device) -> tuple[float, list[float]]:
+def _peer_decode_steps(model, prompt, n: int, device) -> tuple[float, list[float], None]:
     """Prefill seconds and the n − 1 step times (s) of a ``transformers`` peer's own cached
     greedy ``generate``: the time from the call to the first token (prefill and that
     token), then between consecutive tokens (each step includes ``generate``'s own
@@ -121,7 +142,7 @@ def _peer_decode_steps(model, prompt, n: int, device) -> tuple[float, list[float
         model.peer.generate(prompt, attention_mask=torch.ones_like(prompt),
                             max_new_tokens=n, min_new_tokens=n, do_sample=False,
                             pad_token_id=0, stopping_criteria=[Stamp()])
-    return stamps[0] - start, [b - a for a, b in zip(stamps, stamps[1:])]
+    return stamps[0] - start, [b - a for a, b in zip(stamps, stamps[1:])], None
 
 
 def _build(name: str, context: int, device):
@@ -168,7 +189,9 @@ def _layer_step_us(mixer, context: int, device, batch: int, repeats: int = 20) -
 
     with torch.no_grad():  # the steps fill positions context - repeats + 1 ... context
         cache = mixer.init_cache(batch, context)
-        mixer(torch.randn(batch, context - repeats, mixer.dim, device=device), cache=cache)
+        for start in range(0, context - repeats, PREFILL_CHUNK):
+            size = min(PREFILL_CHUNK, context - repeats - start)
+            mixer(torch.randn(batch, size, mixer.dim, device=device), cache=cache)
         x = torch.randn(batch, mixer.dim, device=device)
         times = []
         for _ in range(repeats):
@@ -187,8 +210,11 @@ def _mixer_of(model, name: str):
 
 
 def measure(model_name: str, context: int, new_tokens: int, device, batch: int = 1) -> dict:
-    """One row: tokens/s, prefill time and per-layer step times at ``context``."""
+    """One row: tokens/s, prefill time and speed, the caches' bytes, the peak memory of
+    prefill and decoding, and per-layer step times at ``context``."""
     import torch
+
+    from weirdnet.lab.harness.memory import PeakMemory
 
     torch.manual_seed(0)
     model = _build(model_name, context, device).eval()
@@ -200,9 +226,14 @@ def measure(model_name: str, context: int, new_tokens: int, device, batch: int =
     vocab = model.config.backbone.vocab_size
     prompt = torch.randint(0, vocab, (batch, context - new_tokens), device=device)
     decode(model, prompt[:, :64], 4, device)  # warm-up
-    prefill, steps = decode(model, prompt, new_tokens, device)
+    meter = PeakMemory(device, since="the model and the prompt")
+    meter.start()
+    prefill, steps, held = decode(model, prompt, new_tokens, device)
+    peak_mib = meter.peak_mib()[0]
     row = {"model": model_name, "context": context, "new_tokens": new_tokens,
            "batch": batch, "prefill_s": prefill,
+           "prefill_tokens_per_s": batch * prompt.shape[1] / prefill,
+           "cache_mib": None if held is None else held / 2**20, "peak_mib": peak_mib,
            "step_ms_median": 1e3 * statistics.median(steps),
            "tokens_per_s": batch / statistics.median(steps),
            "non_embedding_parameters": model.num_parameters(embeddings=False),
@@ -249,14 +280,22 @@ def _markdown(doc: dict) -> str:
              f"{FUSED_STEP_MAX_BATCH})",
              "- layer step: median of the last 20 cached steps of one mixer layer (projections "
              "included, as PyTorch ops) up to `context` tokens", *_peer_lines(doc), ""]
-    header = ["context", "model", "tokens/s", "step ms", "prefill s", "weird layer µs",
-              "softmax layer µs"]
+    header = ["context", "model", "tokens/s", "step ms", "prefill s", "prefill tokens/s",
+              "cache MiB", "peak MiB", "weird layer µs", "softmax layer µs"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in doc["results"]:
         us = [("–" if r[k] is None else f"{r[k]:.0f}")
               for k in ("weird_layer_step_us", "softmax_layer_step_us")]
+        memory = [("–" if r.get(k) is None else f"{r[k]:,.0f}")
+                  for k in ("prefill_tokens_per_s", "cache_mib", "peak_mib")]
         lines.append(f"| {r['context']} | {r['model']} | {r['tokens_per_s']:.1f} | "
-                     f"{r['step_ms_median']:.2f} | {r['prefill_s']:.2f} | {us[0]} | {us[1]} |")
+                     f"{r['step_ms_median']:.2f} | {r['prefill_s']:.2f} | {memory[0]} | "
+                     f"{memory[1]} | {memory[2]} | {us[0]} | {us[1]} |")
+    lines += ["", "Prefill: the prompt fed to the caches in chunks of "
+              f"{PREFILL_CHUNK:,} tokens (exact: a cache continues where it stopped). Cache "
+              "MiB: every tensor the model's decoding caches hold after the last token; peak "
+              "MiB: the peak RSS of prefill and decoding above the model and the prompt "
+              "(weirdnet's models; a peer's own `generate` holds its cache itself)."]
     if baseline:
         others = list(doc["ratios"])
         lines += ["", f"Tokens/s relative to {baseline}:", "",
@@ -296,9 +335,11 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path,
     from weirdnet.lab.harness.progress import Progress
     from weirdnet.lab.opbench import report
 
-    allocator = alloc.reuse_freed_memory()
     models = [m for m in args.models.split(",") if m]
     contexts = [256, 512] if args.quick else args.contexts
+    # long contexts: freed blocks go back to the system, so the peak is what is held
+    allocator = (alloc.return_freed_memory() if max(contexts) > PREFILL_CHUNK
+                 else alloc.reuse_freed_memory())
     new_tokens = 8 if args.quick else args.new_tokens
     if args.batch < 1:
         raise output.BenchError("--batch must be >= 1")

@@ -228,6 +228,11 @@ def _lm_presets() -> list[Preset]:
     presets.append(Preset("weirdnet-a-small-cpu", "WeirdNetLM", config,
                           "structure A (every layer Weird-attention) at the widths of "
                           "gpt2-small-cpu"))
+    backbone = {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "max_len": 1 << 20,
+                "pattern": "A", "causal": True, "vocab_size": 256, "positions": "none"}
+    presets.append(Preset("weirdnet-a-long-cpu", "WeirdNetLM", {"backbone": backbone},
+                          "structure A without a position embedding, D = 256, N = 4, for "
+                          "contexts up to 1,048,576 bytes (issue 33)"))
     return presets
 
 

@@ -85,6 +85,15 @@ def within_documents(targets: torch.Tensor, token_doc_ids: torch.Tensor,
     return targets.masked_fill(crossing, ignore_index)
 
 
+def doc_ids_from_positions(position_ids: torch.Tensor) -> torch.Tensor:
+    """``transformers``' packing convention (``DataCollatorWithFlattening``: position ids
+    that restart at each sequence) -> ``doc_ids`` (B, L): a document starts wherever a
+    position does not follow the one before it."""
+    starts = torch.ones_like(position_ids, dtype=torch.bool)
+    starts[:, 1:] = position_ids[:, 1:] != position_ids[:, :-1] + 1
+    return starts.to(torch.int64).cumsum(1)
+
+
 def doc_ids_from_cu_seqlens(cu_seqlens: torch.Tensor) -> torch.Tensor:
     """flash-attention's ``cu_seqlens`` (N + 1,) -> ``doc_ids`` (1, cu_seqlens[-1])."""
     if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or \

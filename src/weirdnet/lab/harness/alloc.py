@@ -24,6 +24,7 @@ M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 M_MMAP_MAX = -4
 RETURN_THRESHOLD_BYTES = 1 << 20
+DEFAULT_MMAP_MAX = 65536  # glibc's own default
 # mallopt takes a C int: the largest trim threshold it can express (2 GiB - 1).
 TRIM_THRESHOLD_BYTES = 2**31 - 1
 
@@ -47,9 +48,14 @@ def return_freed_memory() -> str:
     mallopt = _mallopt()
     if mallopt is None:
         return "default allocator (glibc mallopt not available)"
-    if mallopt(M_MMAP_THRESHOLD, RETURN_THRESHOLD_BYTES) == 1:
-        return f"glibc mallopt(M_MMAP_THRESHOLD={RETURN_THRESHOLD_BYTES}): freed blocks of " \
-               "1 MiB or more go back to the system"
+    # undo reuse_freed_memory (the harness child applies it first): mmap allowed again
+    # (glibc's default count), the heap's free top trimmed past 1 MiB
+    settings = ((M_MMAP_MAX, DEFAULT_MMAP_MAX), (M_TRIM_THRESHOLD, RETURN_THRESHOLD_BYTES),
+                (M_MMAP_THRESHOLD, RETURN_THRESHOLD_BYTES))
+    if all(mallopt(key, value) == 1 for key, value in settings):
+        return (f"glibc mallopt(M_MMAP_THRESHOLD={RETURN_THRESHOLD_BYTES}, M_TRIM_THRESHOLD="
+                f"{RETURN_THRESHOLD_BYTES}, M_MMAP_MAX={DEFAULT_MMAP_MAX}): freed blocks of "
+                "1 MiB or more go back to the system")
     return "default allocator (mallopt refused M_MMAP_THRESHOLD)"
 
 
