@@ -51,7 +51,8 @@ from weirdnet.lab.harness.alloc import return_freed_memory, reuse_freed_memory
 HELP = "training steps/s and peak memory of each model vs the Transformer"
 
 DESCRIPTION = __doc__.split("\n\n", 1)[0].replace("``", "`") + "\n\n" + \
-    "Writes speed_<device>.{json,md,png} (--task lm: speed_lm_<device>.*) to OUT and " \
+    "Writes speed_<device>.{json,md,png} (--task lm: speed_lm_<device>.*, --task long: " \
+    "speed_long_<device>.*) to OUT and " \
     "prints the Markdown table. OUT is --out DIR, else $WEIRDNET_BENCH_DIR, else " \
     "~/.cache/weirdnet/bench; the committed " \
     "results are rewritten only with --out benchmarks/results."
@@ -62,6 +63,7 @@ examples:
   weirdnet bench speed --device cuda                     # LRA Text sizes, batch 32
   weirdnet bench speed --lengths 1024 4096 --mechanisms weird-a,dba,softmax
   weirdnet bench speed --task lm                         # LMs and the transformers peers
+  weirdnet bench speed --task long                       # 4K to 1M bytes, checkpointed
 """
 LENGTHS = (256, 512, 1024, 2048, 3072, 4096, 8192, 16384)
 SIZES = {"cpu": {"dim": 64, "depth": 2, "d_ff": 128, "heads": 4, "batch": 4},
@@ -83,6 +85,19 @@ LONG_DEFAULTS = {"checkpointing": "blocks", "ffn_chunk": 16384, "memory": "rss",
 """``--task long``: what its options default to (issue 33's setting)."""
 DEFAULTS = {"checkpointing": "none", "ffn_chunk": 0, "memory": "trace",
             "memory_budget_gib": None, "steps": 3, "warmup": 1, "max_step_seconds": 30.0}
+_RUN_OPTIONS = {
+    "steps": (int, None, "timed steps"),
+    "warmup": (int, None, "untimed steps"),
+    "max_step_seconds": (float, None, "skip the longer lengths of a mechanism slower than "
+                                      "this, or predicted to be"),
+    "checkpointing": (str, ("none", "blocks"), "activation checkpointing of every model"),
+    "ffn_chunk": (int, None, "weirdnet FFNs in checkpointed chunks of this many positions "
+                             "(0: whole)"),
+    "memory": (str, ("trace", "rss"), "trace: the allocator's bytes, from a traced second "
+                                      "step; rss: the peak RSS of the timed step"),
+    "memory_budget_gib": (float, None, "skip the lengths predicted to need more GiB"),
+}
+"""The options whose defaults depend on the task: (type, choices, help)."""
 REFERENCE = {"classify": "softmax", "lm": "transformerpp", "long": "transformerpp"}
 """The model every ratio of a task is taken against."""
 STEMS = {"classify": "speed_", "lm": "speed_lm_", "long": "speed_long_"}
@@ -101,32 +116,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
     parser.add_argument("--lengths", type=int, nargs="+", default=None,
                         help=f"default: {' '.join(map(str, LENGTHS))} (classify), "
-                             f"{' '.join(map(str, LM_LENGTHS))} (lm)")
+                             f"{' '.join(map(str, LM_LENGTHS))} (lm), "
+                             f"{' '.join(map(str, LONG_LENGTHS))} (long)")
     parser.add_argument("--mechanisms", default=None, help=f"comma-separated (default: "
-                        f"{names}; lm: {','.join(LM_MECHANISMS)})")
+                        f"{names}; lm: {','.join(LM_MECHANISMS)}; long: "
+                        f"{','.join(LONG_MECHANISMS)})")
     for key in ("dim", "depth", "d_ff", "heads", "batch"):
         parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=None,
                             help=f"default: {SIZES['cpu'][key]} (CPU), "
                                  f"{SIZES['cuda'][key]} (CUDA); lm: "
                                  f"{LM_SIZES['cpu'][key]}, {LM_SIZES['cuda'][key]}")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="timed steps (default 3; long: 1)")
-    parser.add_argument("--warmup", type=int, default=None,
-                        help="untimed steps (default 1; long: 0)")
-    parser.add_argument("--max-step-seconds", type=float, default=None,
-                        help="skip longer lengths of a mechanism slower than this, or "
-                             "predicted to be (default 30; long: 1800)")
-    parser.add_argument("--checkpointing", choices=("none", "blocks"), default=None,
-                        help="activation checkpointing of every model (default none; "
-                             "long: blocks)")
-    parser.add_argument("--ffn-chunk", type=int, default=None,
-                        help="weirdnet FFNs in checkpointed chunks of this many positions "
-                             "(default 0: whole; long: 16384)")
-    parser.add_argument("--memory", choices=("trace", "rss"), default=None,
-                        help="trace: the allocator's bytes from a traced second step "
-                             "(default); rss: the peak RSS of the timed step (long)")
-    parser.add_argument("--memory-budget-gib", type=float, default=None,
-                        help="skip lengths predicted to need more (default: none; long: 24)")
+    for key, (kind, choices, what) in _RUN_OPTIONS.items():
+        parser.add_argument(f"--{key.replace('_', '-')}", type=kind, choices=choices,
+                            default=None, help=f"{what} (default {DEFAULTS[key]}; long: "
+                                               f"{LONG_DEFAULTS[key]})")
     output.add_out_arguments(parser, "speed_<device>.{json,md,png}")
 
 
