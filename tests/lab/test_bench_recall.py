@@ -96,3 +96,48 @@ def test_smoke_sweep_records_reports_and_skips(tmp_path):
     assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
     report = (tmp_path / "results" / "recall" / "recall.md").read_text()
     assert "## selective-copy (chance 7.1%)" in report and "4 of 4 cells done" in report
+
+
+def test_the_zoology_recipe_is_zoologys(tmp_path):
+    """--recipe zoology: Zoology's Figure 2 settings in every cell's config."""
+    from weirdnet.lab.recall import zoology
+    from weirdnet.lab.variants import get_variant
+
+    variants = [get_variant(n) for n in ("transformerpp", "softmax", "weird-a")]
+    cells = zoology.plan([64, 128, 256], [64], variants, [0, 4], zoology.LRS, 1, 64)
+    assert len(cells) == 3 * 3 * 2 * 4 and len({c.key for c in cells}) == len(cells)
+    for cell in cells:
+        config = TrainConfig.from_dict(cell.config_dict(tmp_path))
+        backbone, options = config.model["backbone"], config.data.options
+        assert (backbone["heads"], backbone["d_ff"], backbone["dropout"],
+                backbone["init_std"]) == (1, 0, 0.1, 0.02)
+        assert backbone["depth"] == (2 if cell.variant.name in zoology.ATTENTION else 4)
+        assert backbone["short_conv"] == cell.short_conv
+        assert (options["vocab_size"], options["placement"], options["distinct_values"],
+                options["num_samples"]) == (8192, "power-law", True, 100_000)
+        assert options["num_pairs"] == {64: 4, 128: 8, 256: 16}[cell.length]
+        assert config.train.batch_size == (256 if cell.length == 256 else 512)
+        assert config.train.early_stop_at == 0.99
+        assert config.train.steps == 64 * config.train.eval_every
+        if cell.variant.name == "weird-a":
+            assert backbone["positions"] == "none"
+    with pytest.raises(ValueError, match="cannot hold"):
+        zoology.plan([3], [64], variants, [0], [1e-3], 1, 1)
+
+
+def test_zoology_smoke_sweep_gates_its_columns(tmp_path):
+    """A tiny sweep through the command line: records, and a report whose column the
+    Transformer++ does not solve at this budget says so and ranks nothing."""
+    args = ["bench", "recall", "--recipe", "zoology", "--lengths", "64", "--widths", "16",
+            "--mechanisms", "transformerpp,weird-a", "--short-convs", "0", "--lrs", "1e-3",
+            "--epochs", "1", "--train-sequences", "1024", "--vocab-size", "64",
+            "--out", str(tmp_path / "results"), "--work", str(tmp_path / "runs")]
+    out = run_cli(*args, cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+    folder = tmp_path / "results" / "recall-zoology"
+    cells = sorted((folder / "cells").glob("*.json"))
+    assert len(cells) == 2
+    report = (folder / "recall-zoology.md").read_text()
+    assert "budget too small: attention reaches" in report
+    assert "1,024 training sequences instead of 100,000" in report
+    assert "vocabulary 64 instead of 8,192" in report

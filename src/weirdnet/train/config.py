@@ -14,7 +14,7 @@ A config file has up to six tables; every key has a default except ``data.datase
     [train]     steps, batch_size, grad_accum, clip, precision, eval_every, eval_batches,
                 final_eval_batches, checkpoint_every, keep_last, early_stop_patience,
                 early_stop_at, best_metric, log_every, num_workers, distributed, compile,
-                activation_checkpointing, activation_checkpointing_k
+                activation_checkpointing, activation_checkpointing_k, ffn_chunk
 
 A file may end with named overlays: ``[overlay.cpu]`` (and its sub-tables
 ``[overlay.cpu.train]`` etc.) holds what the config ``<file>-cpu`` changes, e.g. the

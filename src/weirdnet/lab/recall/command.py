@@ -16,6 +16,12 @@ against width, one panel per diagnostic and length.
 Local attention sees a window of a quarter of the sequence.  DBA and Linformer have no
 causal form (their mixing reads the whole sequence), so they
 are not run: a bidirectional model would see the queries' positions before them.
+
+``--recipe zoology`` runs MQAR at Zoology's own recipe instead (Figure 2 of Arora et al.
+2023: vocabulary 8,192, power-law queries, one head, no FFN, batch 512, four learning
+rates, early stopping at 99%; :mod:`weirdnet.lab.recall.zoology`), with a sanity gate: a
+column is ranked only where the Transformer++ reaches 95%.  Its records and report go to
+``recall-zoology/``.
 """
 
 from __future__ import annotations
@@ -177,18 +183,40 @@ def _names(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from weirdnet.lab.recall import zoology
+
+    parser.add_argument("--recipe", choices=("weirdnet", "zoology"), default="weirdnet",
+                        help="weirdnet: the quick sweep (default); zoology: MQAR at "
+                             "Zoology's Figure 2 recipe, with the attention sanity gate")
     parser.add_argument("--diagnostics", default=",".join(DIAGNOSTICS),
-                        help="comma-separated (default: %(default)s)")
+                        help="comma-separated (default: %(default)s; zoology: mqar)")
     parser.add_argument("--mechanisms", default=None,
-                        help="comma-separated (default: every mechanism with a causal form)")
-    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
-    parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
+                        help="comma-separated (default: every mechanism with a causal form; "
+                             "zoology: and the Transformer++)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=None,
+                        help=f"default: {' '.join(map(str, LENGTHS))}; zoology: "
+                             f"{' '.join(map(str, zoology.PAIRS))}")
+    parser.add_argument("--widths", type=int, nargs="+", default=None,
+                        help=f"default: {' '.join(map(str, WIDTHS))}; zoology: "
+                             f"{' '.join(map(str, zoology.WIDTHS))}")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per cell (default 1)")
-    parser.add_argument("--lrs", type=float, nargs="+", default=[DEFAULT_LR],
-                        help="learning rates to sweep (default %(default)s); the report "
+    parser.add_argument("--lrs", type=float, nargs="+", default=None,
+                        help=f"learning rates to sweep (default {DEFAULT_LR:g}; zoology: "
+                             f"{' '.join(f'{r:g}' for r in zoology.LRS)}); the report "
                              "shows the one with the best validation accuracy")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS,
                         help="training steps per cell, batch 32 (default %(default)s)")
+    parser.add_argument("--epochs", type=int, default=zoology.EPOCHS,
+                        help="zoology: epochs of 100,000 sequences at most (default "
+                             "%(default)s, early stopping at 99%%)")
+    parser.add_argument("--train-sequences", type=int, default=zoology.TRAIN_SEQUENCES,
+                        help="zoology: generated training sequences, an epoch (default "
+                             "%(default)s; fewer is a deviation the report states)")
+    parser.add_argument("--vocab-size", type=int, default=zoology.VOCAB,
+                        help="zoology: MQAR's vocabulary (default %(default)s)")
+    parser.add_argument("--short-convs", type=int, nargs="+", default=[0, zoology.SHORT_CONV],
+                        help="zoology: short_conv widths each model runs with (default "
+                             "%(default)s)")
     parser.add_argument("--work", default=None,
                         help="run directories (default: $WEIRDNET_BENCH_DIR/runs)")
     parser.add_argument("--list", action="store_true", help="print the cells and exit")
@@ -203,18 +231,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan, run the cells that are not done, write the report; the exit status."""
-    from weirdnet.lab.recall.report import write_report
     from weirdnet.lab.sweep.engine import print_plan, run_cells
 
     out = output.out_dir(args.out)
     work = Path(args.work).expanduser() if args.work else output.bench_dir() / "runs"
-    store = CellStore(out / "recall", work / "recall")
+    folder = "recall" if args.recipe == "weirdnet" else "recall-zoology"
+    store = CellStore(out / folder, work / folder)
     try:
-        if args.seeds < 1 or args.steps < 1:
-            raise ValueError("--seeds and --steps must be >= 1")
-        mechanisms = _names(args.mechanisms) if args.mechanisms else causal_mechanisms()
-        cells = plan(_names(args.diagnostics), args.lengths, args.widths, mechanisms,
-                     args.seeds, args.steps, args.lrs)
+        cells, report = _plan(args, store)
         configs = {cell.key: cell.config_dict(store.work_dir) for cell in cells}
     except (ValueError, KeyError) as error:
         print(f"weirdnet bench recall: {error}", file=sys.stderr)
@@ -226,12 +250,39 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         folders = [store.results_dir] + ([] if args.report_only else [store.work_dir])
         with output.writing(folders, "weirdnet bench recall") as session:
             states = {cell.key: store.state(cell, configs[cell.key]) for cell in cells}
-            return run_cells("recall", cells, configs, states, store, session,
-                             ["weirdnet", *argv], args.report_only,
-                             lambda: write_report(store, stored_cells(store, cells),
-                                                  not args.no_plot), args.jobs)
+            return run_cells(folder, cells, configs, states, store, session,
+                             ["weirdnet", *argv], args.report_only, report, args.jobs)
     except output.BenchError as error:
         return output.fail(error)
+
+
+def _plan(args: argparse.Namespace, store: CellStore):
+    """(the cells of the command's recipe, the function that writes its report)."""
+    from weirdnet.lab.recall import zoology
+    from weirdnet.lab.recall.report import write_report
+
+    if args.seeds < 1 or args.steps < 1:
+        raise ValueError("--seeds and --steps must be >= 1")
+    if args.recipe == "weirdnet":
+        mechanisms = _names(args.mechanisms) if args.mechanisms else causal_mechanisms()
+        cells = plan(_names(args.diagnostics), args.lengths or LENGTHS, args.widths or WIDTHS,
+                     mechanisms, args.seeds, args.steps, args.lrs or (DEFAULT_LR,))
+        return cells, lambda: write_report(store, stored_cells(store, cells),
+                                           not args.no_plot)
+    from weirdnet.lab.recall.zoology_report import write_zoology_report
+
+    if _names(args.diagnostics) not in (["mqar"], list(DIAGNOSTICS)):
+        raise ValueError("--recipe zoology runs MQAR only (Zoology's Figure 2)")
+    names = _names(args.mechanisms) if args.mechanisms else \
+        list(dict.fromkeys([*causal_mechanisms(), zoology.REFERENCE]))
+    variants = [get_variant(name) for name in names]
+    for variant in variants:
+        if variant.bidirectional_only:
+            raise ValueError(f"{variant.label} has no causal form; MQAR needs one")
+    cells = zoology.plan(args.lengths or list(zoology.PAIRS), args.widths or zoology.WIDTHS,
+                         variants, args.short_convs, args.lrs or zoology.LRS, args.seeds,
+                         args.epochs, args.train_sequences, args.vocab_size)
+    return cells, lambda: write_zoology_report(store, cells, not args.no_plot)
 
 
 __all__ = ["causal_mechanisms", "DEFAULT_LR", "DIAGNOSTICS", "RecallCell",

@@ -1,0 +1,131 @@
+"""The report of ``weirdnet bench recall --recipe zoology`` (``recall-zoology.md``), from
+the stored records alone: per sequence length, a table of test accuracy by width (the
+learning rate with the best validation accuracy), the sanity gate of each column, the
+wall time per cell, and every deviation from Zoology's recipe."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from weirdnet.lab.opbench.report import markdown_table
+from weirdnet.lab.recall import zoology
+from weirdnet.lab.recall.report import chosen
+from weirdnet.lab.sweep import writing
+from weirdnet.lab.sweep.store import CellStore
+from weirdnet.lab.variants import VARIANTS
+
+
+def _model(cell) -> tuple[str, int]:
+    return cell.variant.name, cell.short_conv
+
+
+def _groups(cells: Sequence) -> dict[tuple, list]:
+    """Cells grouped by (length, width, variant, short_conv) over rates and seeds."""
+    groups: dict[tuple, list] = {}
+    for cell in cells:
+        groups.setdefault((cell.length, cell.width, *_model(cell)), []).append(cell)
+    return groups
+
+
+def _test(records: list[dict[str, Any]]) -> float | None:
+    if not records:
+        return None
+    return statistics.mean(float(r["results"]["test"]["accuracy"]) for r in records)
+
+
+def gate(groups, done, length: int, width: int) -> tuple[bool, float | None]:
+    """(whether the column is ranked, the reference's test accuracy or None): ranked when
+    the Transformer++ without a convolution (or, if only that ran, with one) reaches
+    ``zoology.GATE`` at its best learning rate."""
+    best = None
+    for conv in (0, zoology.SHORT_CONV):
+        value = _test(chosen(groups.get((length, width, zoology.REFERENCE, conv), []),
+                             done)[0])
+        if value is not None:
+            best = value if best is None else max(best, value)
+    return best is not None and best >= zoology.GATE, best
+
+
+def _label(name: str, conv: int) -> str:
+    return VARIANTS[name].label + (f" + conv{conv}" if conv else "")
+
+
+def _wall(records) -> str:
+    walls = [r.get("wall_s") for r in records if r.get("wall_s")]
+    return f"{statistics.median(walls) / 60:.0f} min" if walls else "–"
+
+
+def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
+    groups = _groups(cells)
+    models = list(dict.fromkeys(_model(c) for c in cells))
+    out = ["# MQAR at Zoology's recipe (ours)", "",
+           "Test accuracy (%) over the 3,000 test sequences' queries at the learning rate "
+           "with the best validation accuracy (in brackets where several ran), and the "
+           "epochs trained (early stopping at 99%). `weirdnet bench recall --recipe "
+           "zoology`; the recipe: `weirdnet.lab.recall.zoology`.", "",
+           f"**Sanity gate.** A column is ranked only where the Transformer++ reaches "
+           f"{100 * zoology.GATE:.0f}% test accuracy; elsewhere the budget, not the "
+           "mechanisms, is what the column measures.", "",
+           "Deviations from Zoology's Figure 2 in this sweep:", "",
+           *(f"- {line}" for line in zoology.deviations(list(cells))), ""]
+    for record in list(done.values())[:1]:
+        machine = record.get("machine", {})
+        out += [f"- machine: {machine.get('cpu_model', '?')}; torch "
+                f"{machine.get('torch', '?')}; commit {str(record.get('commit'))[:10]}", ""]
+    for length in sorted({c.length for c in cells}):
+        widths = sorted({c.width for c in cells if c.length == length})
+        out += [f"## L = {length}, {zoology.pairs(length)} key-value pairs, batch "
+                f"{zoology.BATCH.get(length, 128)}", ""]
+        verdicts = []
+        for width in widths:
+            ranked, reference = gate(groups, done, length, width)
+            if reference is None:
+                verdicts.append(f"D = {width}: the Transformer++ has not run; nothing ranked")
+            elif ranked:
+                verdicts.append(f"D = {width}: ranked (the Transformer++ reaches "
+                                f"{100 * reference:.1f}%)")
+            else:
+                verdicts.append(f"D = {width}: budget too small: attention reaches "
+                                f"{100 * reference:.1f}%; nothing ranked")
+        out += [f"- {v}" for v in verdicts] + [""]
+        rows = []
+        for name, conv in models:
+            row = [_label(name, conv)]
+            for width in widths:
+                group = groups.get((length, width, name, conv), [])
+                records, rate, swept = chosen(group, done)
+                value = _test(records)
+                if value is None:
+                    row.append("–")
+                    continue
+                epochs = max(r.get("steps") or 0 for r in records) / \
+                    zoology.steps_per_epoch(length, group[0].train_sequences)
+                row.append(f"{100 * value:.1f}" + (f" (lr {rate:g})" if swept else "")
+                           + f", {epochs:.1f} ep, {_wall(records)}")
+            rows.append(row)
+        out += markdown_table(["Model", *(f"D = {w}" for w in widths)], rows) + [""]
+    total_s = sum(r.get("wall_s", 0.0) for r in done.values())
+    out += [f"{len(done)} of {len(cells)} cells done; their training wall time "
+            f"{total_s / 3600:.2f} h on this machine.", ""]
+    if done:
+        mean_s = total_s / len(done)
+        out += [f"At the mean of the finished cells ({mean_s / 60:.0f} min each) the "
+                f"remaining {len(cells) - len(done)} cells would take about "
+                f"{(len(cells) - len(done)) * mean_s / 3600:.0f} h here. Zoology's full "
+                "grid (4 widths x 4 rates x 3 lengths, 64 epochs each) is what a larger "
+                "machine adds beyond the deviations above.", ""]
+    if failed:
+        out += ["Failed cells (see their logs): " + ", ".join(failed), ""]
+    return "\n".join(out)
+
+
+def write_zoology_report(store: CellStore, cells: Sequence, plot: bool) -> Path:
+    """Write recall-zoology.md into the results folder; returns its path.  (No figure:
+    the tables carry every number.)"""
+    done = store.finished(cells)
+    failed = [c.key for c in cells if (store.read(c) or {}).get("status") == "failed"]
+    return writing.write_report(store.results_dir, "recall-zoology",
+                                markdown(cells, done, failed), None, "")
