@@ -739,7 +739,7 @@ def job_env(spec: dict) -> dict:
         from weirdnet.lab.harness.machine import cpu_model
 
         info["device_name"] = f"CPU: {cpu_model()}"
-    from weirdnet.lab.sweep.cell import git_commit
+    from weirdnet.lab.harness.machine import git_commit
 
     info.update(git_commit(Path(weirdnet.__file__).parent))
     return info

@@ -151,8 +151,17 @@ _MEMORY_NOTE = {
     True: "CUDA `max_memory_allocated` during the first training step."}
 
 
+def _memory_note(result) -> str:
+    if result["settings"].get("memory") == "rss":
+        return ("The peak RSS of the timed training step above the model, optimizer and "
+                "batch, with glibc's mmap threshold fixed at 1 MiB (freed large blocks go "
+                "back to the system): what the machine must hold, C workspaces included.")
+    return _MEMORY_NOTE[result["machine"]["device"] == "cuda"]
+
+
 def _rss_section(result) -> list[str]:
-    if not any(c.get("rss_mib") is not None for c in result["rows"]):
+    if not any(c.get("rss_mib") is not None for c in result["rows"]) \
+            or result["settings"].get("memory") == "rss":  # the table above is the RSS
         return []
     return [f"### Peak RSS relative to the {VARIANTS[reference(result)].label} (ours)", "",
             *_table(result, "rss_mib"), ""]
@@ -201,9 +210,11 @@ def markdown(result: dict[str, Any], plot: str) -> str:
     versions = f"; transformers {m['transformers']}" if m.get("transformers") else ""
     out = [f"# Training speed and memory vs the {ref} ({m['device']})", "",
            _setting(result),
-           f"- machine: {m['cpu_model']} ({m['usable_cores']} usable cores)"
+           f"- machine: {m['cpu_model']} ({m['usable_cores']} usable cores"
+           + (f", {m['memory_gib']:.1f} GiB" if m.get("memory_gib") else "") + ")"
            + (f", {m['gpu']}" if m.get("gpu") else "") + f"; torch {m['torch']}{versions}; "
-           f"weirdnet {m['weirdnet']}; {m['date']}",
+           f"weirdnet {m['weirdnet']}"
+           + (f" (commit {m['commit'][:10]})" if m.get("commit") else "") + f"; {m['date']}",
            f"- command: `{m['command']}`",
            "- softmax attention runs through `scaled_dot_product_attention` (a fused, "
            "memory-efficient kernel), not the materialised L x L attention of the papers' "
@@ -212,7 +223,7 @@ def markdown(result: dict[str, Any], plot: str) -> str:
            "(ours, higher is faster)", "", *_table(result, "steps_per_s"), "",
            *([_SLOW_NOTE, ""] if lm else []),
            f"## Peak memory of a training step relative to the {ref} (ours, lower is "
-           "smaller)", "", _MEMORY_NOTE[m["device"] == "cuda"], "",
+           "smaller)", "", _memory_note(result), "",
            *_table(result, "memory_mib"), "", *_rss_section(result),
            *(_long_sections(result) if _is_long(result) else []),
            f"![speed and memory]({plot})", "",

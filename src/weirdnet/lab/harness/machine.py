@@ -6,7 +6,10 @@ import datetime
 import os
 import platform
 import shlex
+import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -52,6 +55,29 @@ def _scan_backend(device: torch.device) -> str | None:
         return None
 
 
+def git_commit(where: Path) -> dict[str, Any]:
+    """The checkout's commit and whether it has uncommitted changes (None outside git)."""
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=where, capture_output=True, text=True,
+                                 timeout=20)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
+
+
+def memory_gib() -> float | None:
+    """The machine's physical memory in GiB (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def machine_info(device: torch.device, command: list[str], allocator: str) -> dict:
     """Machine, software and invocation facts, JSON-serialisable."""
     from weirdnet import __version__
@@ -70,6 +96,8 @@ def machine_info(device: torch.device, command: list[str], allocator: str) -> di
         "device": str(device),
         "scan_backend": _scan_backend(device),
         "allocator": allocator,
+        "memory_gib": memory_gib(),
+        **git_commit(Path(__file__).resolve().parent),
     }
     if "transformers" in sys.modules:  # a peer model ran: its library's version
         info["transformers"] = getattr(sys.modules["transformers"], "__version__", None)

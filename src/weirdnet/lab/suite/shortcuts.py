@@ -203,9 +203,8 @@ def compute_record(records: list[dict[str, Any]], task: str) -> dict[str, Any]:
     import torch
 
     from weirdnet.data.registry import get
-    from weirdnet.lab.harness.machine import machine_info
+    from weirdnet.lab.harness.machine import git_commit, machine_info
     from weirdnet.lab.suite.baselines import trivial_baseline
-    from weirdnet.lab.sweep.cell import git_commit
     from weirdnet.lab.sweep.store import config_hash
 
     started = time.perf_counter()

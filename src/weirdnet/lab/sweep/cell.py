@@ -26,27 +26,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from weirdnet.lab.harness.alloc import reuse_freed_memory
-
-
-def git_commit(where: Path) -> dict[str, Any]:
-    """The checkout's commit and whether it has uncommitted changes (None outside git)."""
-    def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(["git", *args], cwd=where, capture_output=True, text=True,
-                                 timeout=20)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
+from weirdnet.lab.harness.machine import git_commit
 
 
 def median_steps_per_s(log_file: Path, batch_size: int) -> float | None:
