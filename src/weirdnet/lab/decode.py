@@ -63,7 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: all usable cores)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    output.add_out_arguments(parser, "decode_<device>.md and .json", quick="--quick")
+    parser.add_argument("--name", default="decode",
+                        help="report files NAME_<device>.md and .json (default: %(default)s; "
+                             "the committed long-context run: decode-long)")
+    output.add_out_arguments(parser, "NAME_<device>.md and .json", quick="--quick")
     parser.add_argument("--quick", action="store_true",
                         help="seconds-long smoke run: contexts 256 512, 8 new tokens; "
                              "refuses a folder that holds a full run's report unless --force")
@@ -270,7 +273,8 @@ def _markdown(doc: dict) -> str:
     m, c = doc["machine"], doc["config"]
     baseline = c["models"][-1] if len(c["models"]) > 1 else None
     lines = [f"# Cached generation speed on {m['device']}", "",
-             f"- date: {m['date']}; command: `{m['command']}`",
+             f"- date: {m['date']}; command: `{m['command']}`"
+             + (f"; commit {m['commit'][:10]}" if m.get("commit") else ""),
              f"- machine: {m['cpu_model']}, {m['usable_cores']} usable cores; python "
              f"{m['python']}, torch {m['torch']}, {m['torch_threads']} torch threads",
              f"- batch {c['batch']}, float32, greedy; {c['new_tokens']} tokens decoded after "
@@ -315,7 +319,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
     def refuse() -> None:
         if args.quick:
-            output.refuse_quick_over_full(output.full_reports(out, "decode"), "--quick",
+            output.refuse_quick_over_full(output.full_reports(out, args.name), "--quick",
                                           args.force)
 
     try:
@@ -362,7 +366,7 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path,
     doc = _document(args, argv, models, contexts, new_tokens, device, allocator, rows)
     markdown = _markdown(doc)
     with output.write_whole():
-        paths = report.write_report(out, f"decode_{device.type}", doc, markdown)
+        paths = report.write_report(out, f"{args.name}_{device.type}", doc, markdown)
         session.kept = f"the report was written whole: {paths[0]} and {paths[1]}"
     print(markdown, end="", flush=True)
     output.print_written(paths)
