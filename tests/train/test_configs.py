@@ -43,7 +43,7 @@ NAMES = sorted([rel(p) for p in FILES]
 CPU = [n for n in NAMES if n.endswith("-cpu")]
 # Files that are neither a paper experiment nor have a CPU-sized overlay.
 STANDALONE = {"quickstart", "demo/seq2seq-reverse", "recall/mqar", "recall/selective-copy",
-              "recall/induction", "lm/long-context-cpu"}
+              "recall/induction", "lm/long-context"}
 # Configs that set model sizes inline instead of naming a preset: the demo of how (it says
 # so), and the three UEA configs the suite trains, whose records are keyed by their dicts
 # (test_suite_uea_sizes_equal_their_presets ties them to their presets).
