@@ -16,12 +16,16 @@ its checkpoints/step-* directories.  The dataset and options come from the run's
 train_config.json (override them with --set data.KEY=VALUE); a model saved with
 model.save() outside a run needs --set data.dataset=NAME.  Prints a table of the metrics
 (lm: loss, bpc, perplexity; classification/retrieval: loss, accuracy; seq2seq: loss,
-token_accuracy, exact_match) on each split.
+token_accuracy, exact_match) on each split.  --positions adds, for a language model,
+bits per byte by context length (the bytes before a target that the model sees: 0-128,
+128-1K, 1K-4K, ...), which shows whether it uses long context; a longer window than the
+run trained at (--set data.eval_options.seq_len=32768) measures length extrapolation.
 
 examples:
   weirdnet eval runs/quickstart
   weirdnet eval runs/quickstart/checkpoints/step-00000600 --split test
   weirdnet eval runs/listops --set data.root=/data/lra_release/listops-1000
+  weirdnet eval runs/long-context --positions --split test
 """
 
 
@@ -35,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=0,
                         help="evaluate only the first N items of each split (0 = all)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.add_argument("--positions", type=int, nargs="*", default=None, metavar="EDGE",
+                        help="language models: bits per byte by context length, in buckets "
+                             "with these edges (default: 0 128 1024 4096 16384 32768 65536)")
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -46,6 +53,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     from weirdnet.train.runlog import results_table
 
     print(results_table(summary))
+    if summary.get("positions"):
+        from weirdnet.train.positions import format_table
+
+        for split, rows in summary["positions"].items():
+            print(f"\nbits per byte by context length ({split}):\n{format_table(rows)}")
     return 0
 
 
@@ -55,6 +67,7 @@ def evaluate_target(args: argparse.Namespace) -> dict:
     from weirdnet.data.registry import get
     from weirdnet.train.config import TrainConfig, apply_overrides
     from weirdnet.train.distributed import Processes, resolve_device
+    from weirdnet.train.positions import BOUNDS, check_bounds, evaluate_positions
     from weirdnet.train.trained import load_trained
     from weirdnet.train.trainer import evaluate
 
@@ -67,17 +80,28 @@ def evaluate_target(args: argparse.Namespace) -> dict:
     config = TrainConfig.from_dict(overridden)
     data = config.data
     splits = args.split or [data.eval_split] + ([data.test_split] if data.test_split else [])
-    results = {}
+    bounds = None if args.positions is None else \
+        check_bounds(args.positions or BOUNDS)
+    results, positions = {}, {}
     for split in splits:
         options = {**data.options, **data.eval_options}
         dataset = get(data.dataset, split, root=data.root or None, **options)
         _check_fits(model, dataset.info, model_dir)
+        if bounds is not None and dataset.info.task != "lm":
+            raise ValueError(f"--positions measures language models; {data.dataset} has "
+                             f"task {dataset.info.task!r}")
         results[split] = evaluate(model, dataset, dataset.info, args.batch_size,
                                   Processes(device=device), args.limit,
                                   progress=f"eval {split}")
-    return {"model_dir": str(model_dir), "task": dataset.info.task, "dataset": data.dataset,
-            "best_step": _step_of(model_dir), "parameters": model.num_parameters(),
-            "results": results}
+        if bounds is not None:
+            positions[split] = evaluate_positions(model, dataset, args.batch_size, device,
+                                                  bounds, args.limit)
+    summary = {"model_dir": str(model_dir), "task": dataset.info.task,
+               "dataset": data.dataset, "best_step": _step_of(model_dir),
+               "parameters": model.num_parameters(), "results": results}
+    if positions:
+        summary["positions"] = positions
+    return summary
 
 
 def _step_of(model_dir: Path) -> str:

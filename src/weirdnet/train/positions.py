@@ -1,0 +1,113 @@
+"""Bits per byte by position: does a language model use long context?
+
+A target byte's *context* is the number of bytes before it that the model can see: its
+index in the evaluation window plus one, or, in a packed window (``doc_ids``), the bytes
+of its own document before it.  Averaging the loss over the targets whose context falls
+in each bucket (0–128, 128–1K, 1K–4K, 4K–16K, ... by default) shows whether a model keeps
+improving as it sees more: one that uses long context has lower bits per byte in the
+later buckets (Mamba and Hyena's long-context evaluations).  Evaluating at a longer window
+than the model trained at (``--set data.eval_options.seq_len=...``) measures length
+extrapolation in the same buckets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from weirdnet.models.lm import token_nll
+from weirdnet.ops.packing import positions_in_document
+
+from . import tasks
+
+BOUNDS = (0, 128, 1024, 4096, 16384, 32768, 65536)
+"""Bucket edges (context lengths); the last bucket is open above."""
+
+
+def check_bounds(bounds: Sequence[int]) -> tuple[int, ...]:
+    """Increasing non-negative edges starting at 0 (ValueError otherwise)."""
+    edges = tuple(int(b) for b in bounds)
+    if not edges or edges[0] != 0 or any(b >= c for b, c in zip(edges, edges[1:])):
+        raise ValueError(f"position buckets must start at 0 and increase, got {list(bounds)}")
+    return edges
+
+
+def target_context(batch: dict[str, Any]) -> torch.Tensor:
+    """(B, L) context length of every target of an LM batch (see the module docstring)."""
+    tokens = batch["tokens"]
+    doc_ids = batch.get("doc_ids")
+    if doc_ids is None:
+        return torch.arange(1, tokens.shape[1], device=tokens.device).expand(
+            tokens.shape[0], -1)
+    return positions_in_document(doc_ids)[:, 1:]
+
+
+@torch.no_grad()
+def position_sums(model, batch: dict[str, Any], bounds: Sequence[int]) -> dict[str, float]:
+    """Summed nats and counted targets per bucket of one LM batch: keys ``nll@<lo>`` and
+    ``targets@<lo>`` for each bucket's lower edge."""
+    out, targets, counted = tasks.get("lm").forward(model, batch, with_loss=False)
+    nll = token_nll(out.logits, targets)
+    counted = torch.ones_like(targets, dtype=torch.bool) if counted is None else counted
+    context = target_context(batch)
+    bucket = torch.bucketize(context.contiguous(), torch.tensor(bounds, device=context.device),
+                             right=True) - 1
+    sums = {}
+    for index, low in enumerate(bounds):
+        chosen = counted & (bucket == index)
+        sums[f"nll@{low}"] = float((nll * chosen).sum())
+        sums[f"targets@{low}"] = float(chosen.sum())
+    return sums
+
+
+def bucket_table(sums: dict[str, float], bounds: Sequence[int]) -> list[dict[str, Any]]:
+    """One row per bucket with targets: its edges, targets and bits per byte."""
+    rows = []
+    for index, low in enumerate(bounds):
+        count = sums.get(f"targets@{low}", 0.0)
+        if not count:
+            continue
+        high = bounds[index + 1] if index + 1 < len(bounds) else None
+        rows.append({"from": low, "to": high, "targets": int(count),
+                     "bpc": sums[f"nll@{low}"] / count / math.log(2)})
+    return rows
+
+
+def evaluate_positions(model, dataset, batch_size: int, device, bounds: Sequence[int] = BOUNDS,
+                       limit: int = 0) -> list[dict[str, Any]]:
+    """Bits per byte of ``model`` on ``dataset`` (an LM split) in each bucket of context
+    length; the first ``limit`` windows only (0 = all).  The model is in eval mode
+    meanwhile."""
+    from torch.utils.data import DataLoader
+
+    from weirdnet.data.collate import pad_collate
+
+    edges = check_bounds(bounds)
+    count = len(dataset) if not limit else min(limit, len(dataset))
+    items = torch.utils.data.Subset(dataset, range(count))
+    was_training = model.training
+    model.eval()
+    sums: dict[str, float] = {}
+    try:
+        for batch in DataLoader(items, batch_size=batch_size, collate_fn=pad_collate):
+            tasks.add_sums(sums, position_sums(model, tasks.to_device(batch, device), edges))
+    finally:
+        model.train(was_training)
+    return bucket_table(sums, edges)
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """A Markdown table of :func:`evaluate_positions`' rows."""
+    lines = ["| context | targets | bits per byte |", "|---|---|---|"]
+    for row in rows:
+        span = f"{_short(row['from'])}–{_short(row['to'])}" if row["to"] else \
+            f"{_short(row['from'])}+"
+        lines.append(f"| {span} | {row['targets']:,} | {row['bpc']:.4f} |")
+    return "\n".join(lines)
+
+
+def _short(n: int) -> str:
+    return f"{n // 1024}K" if n and n % 1024 == 0 else str(n)

@@ -1,0 +1,63 @@
+"""Bits per byte by context length (issue 31, item 3): the buckets, packed windows, and
+``weirdnet eval --positions``."""
+
+import math
+
+import pytest
+import torch
+
+from weirdnet.models import BackboneConfig, LMConfig, WeirdNetLM
+from weirdnet.models.lm import token_nll
+from weirdnet.train.positions import (
+    bucket_table,
+    check_bounds,
+    format_table,
+    position_sums,
+    target_context,
+)
+
+
+def _lm():
+    torch.manual_seed(0)
+    config = BackboneConfig(dim=16, depth=2, max_len=64, pattern="A", causal=True,
+                            positions="none")
+    return WeirdNetLM(LMConfig(config)).eval()
+
+
+def test_context_counts_the_bytes_a_target_sees():
+    tokens = torch.zeros(1, 6, dtype=torch.long)
+    assert target_context({"tokens": tokens}).tolist() == [[1, 2, 3, 4, 5]]
+    packed = {"tokens": tokens, "doc_ids": torch.tensor([[0, 0, 0, 1, 1, 1]])}
+    assert target_context(packed).tolist() == [[1, 2, 0, 1, 2]]  # a new document: 0
+
+
+def test_buckets_split_the_loss_exactly():
+    model = _lm()
+    tokens = torch.randint(0, 256, (2, 41), generator=torch.Generator().manual_seed(1))
+    bounds = check_bounds([0, 4, 16])
+    sums = position_sums(model, {"tokens": tokens}, bounds)
+    with torch.no_grad():
+        nll = token_nll(model(tokens[:, :-1]).logits, tokens[:, 1:])
+    assert sums["targets@0"] == 2 * 3 and sums["targets@4"] == 2 * 12
+    assert sums["targets@16"] == 2 * 25
+    assert math.isclose(sum(sums[f"nll@{b}"] for b in bounds), float(nll.sum()),
+                        rel_tol=1e-6)
+    assert math.isclose(sums["nll@0"], float(nll[:, :3].sum()), rel_tol=1e-6)
+    rows = bucket_table(sums, bounds)
+    assert [(r["from"], r["to"]) for r in rows] == [(0, 4), (4, 16), (16, None)]
+    assert "| 16+ | 50 |" in format_table(rows)
+    with pytest.raises(ValueError, match="start at 0 and increase"):
+        check_bounds([1, 4])
+
+
+def test_eval_reports_bits_per_byte_by_context(tmp_path, capsys):
+    from weirdnet.cli import main
+
+    model = _lm()
+    model.save(tmp_path / "model")
+    status = main(["eval", str(tmp_path / "model"), "--set", "data.dataset=python-stdlib",
+                   "--set", "data.options={seq_len = 48}", "--split", "val", "--limit", "3",
+                   "--positions", "0", "8", "32"])
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "bits per byte by context length (val)" in out and "| 8–32 |" in out
