@@ -48,6 +48,7 @@ COMMANDS: Commands = {
         "compile": "weirdnet.lab.compile",
         "lm": "weirdnet.lab.lm.command",
         "recall": "weirdnet.lab.recall.command",
+        "context": "weirdnet.lab.context.command",
         "suite": "weirdnet.lab.suite.command",
         "gpu": "weirdnet.lab.gpu",
     },

@@ -103,11 +103,14 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     """A Markdown table of :func:`evaluate_positions`' rows."""
     lines = ["| context | targets | bits per byte |", "|---|---|---|"]
     for row in rows:
-        span = f"{_short(row['from'])}–{_short(row['to'])}" if row["to"] else \
-            f"{_short(row['from'])}+"
-        lines.append(f"| {span} | {row['targets']:,} | {row['bpc']:.4f} |")
+        lines.append(f"| {span_label(row['from'], row['to'])} | {row['targets']:,} | "
+                     f"{row['bpc']:.4f} |")
     return "\n".join(lines)
 
 
-def _short(n: int) -> str:
-    return f"{n // 1024}K" if n and n % 1024 == 0 else str(n)
+def span_label(low: int, high: int | None) -> str:
+    """A bucket's name: "128–1K", or "16K+" for the open last one."""
+    def short(n: int) -> str:
+        return f"{n // 1024}K" if n and n % 1024 == 0 else str(n)
+
+    return f"{short(low)}–{short(high)}" if high else f"{short(low)}+"

@@ -83,7 +83,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     evaluated = summary.get("evaluated", {})
     baseline = trivial_baseline(trainer.splits["test"], trainer.info.task,
                                 evaluated.get("test")) if "test" in trainer.splits else None
-    return {
+    record = {
         **spec["cell"], "status": "done", "results": summary["results"],
         "evaluated": evaluated, "baseline": baseline,
         "steps": summary["steps"], "best_step": summary["best_step"],
@@ -97,6 +97,12 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "cells_at_once": spec.get("cells_at_once", 1),
         "config_hash": spec["config_hash"], "config": spec["config"],
     }
+    if spec["cell"].get("positions"):  # bits per byte by context length (bench context)
+        from weirdnet.lab.context.evaluate import position_curves
+
+        record["positions_bpc"] = position_curves(run_dir, config, spec["cell"]["positions"],
+                                                  trainer.processes.device)
+    return record
 
 
 def run_cell_and_record(spec: dict[str, Any]) -> dict[str, Any]:

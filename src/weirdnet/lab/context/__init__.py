@@ -1,0 +1,1 @@
+"""``weirdnet bench context``: does each model use long context (issue 31)."""

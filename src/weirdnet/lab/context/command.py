@@ -1,0 +1,170 @@
+"""``weirdnet bench context``: does each model use long context, and does it extrapolate?
+
+Every model trains on Shakespeare's 41 works (whole plays and poems, the longest offline
+documents, packed: nothing crosses a work) at a 16,384-byte context, then its test bits per
+byte are split by context length, the bytes of the same work a target sees (0–128,
+128–1K, 1K–4K, 4K–16K, and past 16K at longer windows; :mod:`weirdnet.train.positions`).
+A model that uses long context keeps improving in the later buckets.  The same test split
+is then read at 32K and 64K windows, longer than any the model trained at: length
+extrapolation, Weird-attention's relative weights against rotary positions.
+
+Models (bench lm's widths, D = 128, N = 4, each matched to the GPT-2-style Transformer's
+non-embedding parameters within 5%): Weird-Net A without a position embedding
+(``weird-a-long``), Weird-Net B with the Transformer++ options (``weird-b-pp``: rotary
+positions in its softmax layers), the Transformer++ and Mamba-2 (``transformers``).  Each
+is built with ``max_len`` = the longest evaluation window; Weird-attention's levels past
+the trained length keep their initial weights, which is what extrapolation means for it.
+Training: batch 1, AdamW at 2e-3 with a cosine schedule, block activation checkpointing
+(weirdnet's FFNs in checkpointed chunks), ``--steps`` steps (default 300: 4.9M bytes, about
+one epoch of the training split).
+
+Cells run in fresh processes and are stored as records through the sweep engine
+(``context/cells``); the report is ``context/context.md`` with ``context.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from weirdnet.lab.harness import output
+from weirdnet.lab.sweep.store import CellStore
+from weirdnet.lab.variants import Variant, get_variant
+
+CORPUS = "shakespeare"
+TRAIN_CONTEXT = 16384
+EVAL_CONTEXTS = (16384, 32768, 65536)
+BOUNDS = (0, 128, 1024, 4096, 16384, 32768)
+MECHANISMS = ("weird-a-long", "weird-b-pp", "transformerpp", "mamba2")
+STEPS = 300
+FFN_CHUNK = 8192
+
+HELP = "long-context use: test bits per byte by context length, and extrapolation"
+
+DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "`")
+EXAMPLES = """\
+examples:
+  weirdnet bench context --out benchmarks/results     # the committed results (hours on CPU)
+  weirdnet bench context --mechanisms weird-a-long,transformerpp --steps 100
+  weirdnet bench context --report-only                # rebuild the report from records
+"""
+
+
+@dataclass(frozen=True)
+class ContextCell:
+    """One model trained at ``train_context`` and read at ``eval_contexts``."""
+
+    variant: Variant
+    seed: int
+    steps: int
+    train_context: int = TRAIN_CONTEXT
+    eval_contexts: tuple[int, ...] = EVAL_CONTEXTS
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant.name}--L{self.train_context}--n{self.steps}--s{self.seed}"
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return {"variant": self.variant.name, "seed": self.seed,
+                "train_context": self.train_context,
+                "positions": {"contexts": list(self.eval_contexts), "bounds": list(BOUNDS)}}
+
+    def config_dict(self, work_dir: Path) -> dict[str, Any]:
+        """The cell's training config (a dict ``TrainConfig.from_dict`` takes)."""
+        from weirdnet.lab.lm.command import model_table
+
+        model = model_table(self.variant.name)[0]
+        model = {**model, "backbone": {**model["backbone"],
+                                       "max_len": max(self.eval_contexts)}}
+        return {
+            "data": {"dataset": CORPUS, "test_split": "test",
+                     "options": {"seq_len": self.train_context, "pack": True}},
+            "model": model,
+            "optim": {"lr": 2e-3},
+            "schedule": {"name": "cosine", "warmup_steps": min(100, self.steps // 10)},
+            "train": {"steps": self.steps, "batch_size": 1,
+                      "eval_every": max(1, self.steps // 4), "eval_batches": 4,
+                      "log_every": 10, "activation_checkpointing": "blocks",
+                      "ffn_chunk": 0 if self.variant.peer else FFN_CHUNK},
+            "run": {"name": self.key, "out_dir": str(work_dir), "seed": self.seed},
+        }
+
+
+def plan(mechanisms, seeds: int, steps: int, train_context: int = TRAIN_CONTEXT,
+         eval_contexts=EVAL_CONTEXTS) -> list[ContextCell]:
+    """Every cell; ValueError for an unknown name, a model without a causal form, or bad
+    counts."""
+    if seeds < 1 or steps < 1 or train_context < 2:
+        raise ValueError("--seeds and --steps must be >= 1, --train-context >= 2")
+    if not eval_contexts or min(eval_contexts) < 2:
+        raise ValueError("--eval-contexts must be >= 2")
+    variants = [get_variant(name) for name in mechanisms]
+    for variant in variants:
+        if variant.bidirectional_only:
+            raise ValueError(f"{variant.label} has no causal form: it cannot model language")
+    return [ContextCell(v, s, steps, train_context, tuple(sorted(set(eval_contexts))))
+            for v in variants for s in range(seeds)]
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from weirdnet.lab.sweep.engine import add_jobs_argument
+
+    parser.add_argument("--mechanisms", default=",".join(MECHANISMS),
+                        help="comma-separated (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=STEPS,
+                        help="training steps, batch 1 (default %(default)s)")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per model (default 1)")
+    parser.add_argument("--train-context", type=int, default=TRAIN_CONTEXT,
+                        help="training window in bytes (default %(default)s)")
+    parser.add_argument("--eval-contexts", type=int, nargs="+", default=list(EVAL_CONTEXTS),
+                        help="test windows in bytes (default: %(default)s)")
+    parser.add_argument("--work", default=None,
+                        help="run directories (default: $WEIRDNET_BENCH_DIR/runs)")
+    parser.add_argument("--list", action="store_true", help="print the cells and exit")
+    parser.add_argument("--report-only", action="store_true",
+                        help="rebuild the report from the stored records; train nothing")
+    parser.add_argument("--no-plot", action="store_true", help="skip context.png")
+    add_jobs_argument(parser)
+    output.add_out_arguments(parser, "context/context.{md,png} and context/cells/*.json")
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Plan, run the cells that are not done, write the report; the exit status."""
+    from weirdnet.data.registry import DataMissingError
+    from weirdnet.lab.context.report import write_report
+    from weirdnet.lab.sweep.engine import print_plan, run_cells
+
+    out = output.out_dir(args.out)
+    work = Path(args.work).expanduser() if args.work else output.bench_dir() / "runs"
+    store = CellStore(out / "context", work / "context")
+    try:
+        cells = plan(_names(args.mechanisms), args.seeds, args.steps, args.train_context,
+                     args.eval_contexts)
+        configs = {cell.key: cell.config_dict(store.work_dir) for cell in cells}
+        if not args.list and not args.report_only:
+            from weirdnet.data.text.corpora import corpus_bytes
+
+            corpus_bytes(CORPUS)  # a missing package: one line, before any cell starts
+    except (ValueError, KeyError, DataMissingError) as error:
+        print(f"weirdnet bench context: {error}", file=sys.stderr)
+        return 2
+    if args.list:
+        print_plan(cells, {c.key: store.state(c, configs[c.key]) for c in cells}, store)
+        return 0
+    try:
+        folders = [store.results_dir] + ([] if args.report_only else [store.work_dir])
+        with output.writing(folders, "weirdnet bench context") as session:
+            states = {cell.key: store.state(cell, configs[cell.key]) for cell in cells}
+            return run_cells("context", cells, configs, states, store, session,
+                             ["weirdnet", *argv], args.report_only,
+                             lambda: write_report(store, cells, not args.no_plot), args.jobs)
+    except output.BenchError as error:
+        return output.fail(error)

