@@ -30,8 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from weirdnet.lab.harness import output
-from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import Variant, get_variant
 
 CORPUS = "shakespeare"
@@ -115,7 +113,7 @@ def _names(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from weirdnet.lab.sweep.engine import add_jobs_argument
+    from weirdnet.lab.sweep.engine import add_sweep_arguments
 
     parser.add_argument("--mechanisms", default=",".join(MECHANISMS),
                         help="comma-separated (default: %(default)s)")
@@ -126,25 +124,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="training window in bytes (default %(default)s)")
     parser.add_argument("--eval-contexts", type=int, nargs="+", default=list(EVAL_CONTEXTS),
                         help="test windows in bytes (default: %(default)s)")
-    parser.add_argument("--work", default=None,
-                        help="run directories (default: $WEIRDNET_BENCH_DIR/runs)")
-    parser.add_argument("--list", action="store_true", help="print the cells and exit")
-    parser.add_argument("--report-only", action="store_true",
-                        help="rebuild the report from the stored records; train nothing")
-    parser.add_argument("--no-plot", action="store_true", help="skip context.png")
-    add_jobs_argument(parser)
-    output.add_out_arguments(parser, "context/context.{md,png} and context/cells/*.json")
+    add_sweep_arguments(parser, "context/context.{md,png} and context/cells/*.json",
+                        "context.png")
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan, run the cells that are not done, write the report; the exit status."""
     from weirdnet.data.registry import DataMissingError
     from weirdnet.lab.context.report import write_report
-    from weirdnet.lab.sweep.engine import print_plan, run_cells
+    from weirdnet.lab.sweep.engine import list_or_run, sweep_store
 
-    out = output.out_dir(args.out)
-    work = Path(args.work).expanduser() if args.work else output.bench_dir() / "runs"
-    store = CellStore(out / "context", work / "context")
+    store = sweep_store(args, "context")
     try:
         cells = plan(_names(args.mechanisms), args.seeds, args.steps, args.train_context,
                      args.eval_contexts)
@@ -156,15 +146,5 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     except (ValueError, KeyError, DataMissingError) as error:
         print(f"weirdnet bench context: {error}", file=sys.stderr)
         return 2
-    if args.list:
-        print_plan(cells, {c.key: store.state(c, configs[c.key]) for c in cells}, store)
-        return 0
-    try:
-        folders = [store.results_dir] + ([] if args.report_only else [store.work_dir])
-        with output.writing(folders, "weirdnet bench context") as session:
-            states = {cell.key: store.state(cell, configs[cell.key]) for cell in cells}
-            return run_cells("context", cells, configs, states, store, session,
-                             ["weirdnet", *argv], args.report_only,
-                             lambda: write_report(store, cells, not args.no_plot), args.jobs)
-    except output.BenchError as error:
-        return output.fail(error)
+    return list_or_run("context", cells, configs, store, args, argv,
+                       lambda: write_report(store, cells, not args.no_plot))

@@ -100,8 +100,5 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
 
 def write_report(store: CellStore, cells: Sequence, plot: bool) -> Path:
     """Write context.md (and context.png) into the results folder; returns context.md."""
-    done = store.finished(cells)
-    failed = [c.key for c in cells if (store.read(c) or {}).get("status") == "failed"]
-    figure = (lambda path: draw(cells, done, path)) if plot and done else None
-    return writing.write_report(store.results_dir, "context", markdown(cells, done, failed),
-                                figure, "test bits per byte by context length")
+    return writing.write_sweep_report(store, cells, "context", markdown, draw, plot,
+                                      "test bits per byte by context length")

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from weirdnet.lab.harness import output
 from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import MECHANISMS, Variant, get_variant
 
@@ -217,43 +216,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--short-convs", type=int, nargs="+", default=[0, zoology.SHORT_CONV],
                         help="zoology: short_conv widths each model runs with (default "
                              "%(default)s)")
-    parser.add_argument("--work", default=None,
-                        help="run directories (default: $WEIRDNET_BENCH_DIR/runs)")
-    parser.add_argument("--list", action="store_true", help="print the cells and exit")
-    parser.add_argument("--report-only", action="store_true",
-                        help="rebuild the report from the stored records; train nothing")
-    parser.add_argument("--no-plot", action="store_true", help="skip recall.png")
-    from weirdnet.lab.sweep.engine import add_jobs_argument
+    from weirdnet.lab.sweep.engine import add_sweep_arguments
 
-    add_jobs_argument(parser)
-    output.add_out_arguments(parser, "recall/recall.{md,png} and recall/cells/*.json")
+    add_sweep_arguments(parser, "recall/recall.{md,png} (recall-zoology/recall-zoology.md) "
+                        "and their cells/*.json", "recall.png")
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan, run the cells that are not done, write the report; the exit status."""
-    from weirdnet.lab.sweep.engine import print_plan, run_cells
+    from weirdnet.lab.sweep.engine import list_or_run, sweep_store
 
-    out = output.out_dir(args.out)
-    work = Path(args.work).expanduser() if args.work else output.bench_dir() / "runs"
     folder = "recall" if args.recipe == "weirdnet" else "recall-zoology"
-    store = CellStore(out / folder, work / folder)
+    store = sweep_store(args, folder)
     try:
         cells, report = _plan(args, store)
         configs = {cell.key: cell.config_dict(store.work_dir) for cell in cells}
     except (ValueError, KeyError) as error:
         print(f"weirdnet bench recall: {error}", file=sys.stderr)
         return 2
-    if args.list:
-        print_plan(cells, {c.key: store.state(c, configs[c.key]) for c in cells}, store)
-        return 0
-    try:
-        folders = [store.results_dir] + ([] if args.report_only else [store.work_dir])
-        with output.writing(folders, "weirdnet bench recall") as session:
-            states = {cell.key: store.state(cell, configs[cell.key]) for cell in cells}
-            return run_cells(folder, cells, configs, states, store, session,
-                             ["weirdnet", *argv], args.report_only, report, args.jobs)
-    except output.BenchError as error:
-        return output.fail(error)
+    return list_or_run("recall", cells, configs, store, args, argv, report)
 
 
 def _plan(args: argparse.Namespace, store: CellStore):

@@ -169,8 +169,5 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
 
 def write_report(store: CellStore, cells: Sequence, plot: bool) -> Path:
     """Write recall.md (and recall.png) into the results folder; returns recall.md."""
-    done = store.finished(cells)
-    failed = [c.key for c in cells if (store.read(c) or {}).get("status") == "failed"]
-    figure = (lambda path: draw(cells, done, path)) if plot and done else None
-    return writing.write_report(store.results_dir, "recall", markdown(cells, done, failed),
-                                figure, "accuracy against width")
+    return writing.write_sweep_report(store, cells, "recall", markdown, draw, plot,
+                                      "accuracy against width")

@@ -125,7 +125,4 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
 def write_zoology_report(store: CellStore, cells: Sequence, plot: bool) -> Path:
     """Write recall-zoology.md into the results folder; returns its path.  (No figure:
     the tables carry every number.)"""
-    done = store.finished(cells)
-    failed = [c.key for c in cells if (store.read(c) or {}).get("status") == "failed"]
-    return writing.write_report(store.results_dir, "recall-zoology",
-                                markdown(cells, done, failed), None, "")
+    return writing.write_sweep_report(store, cells, "recall-zoology", markdown, None, plot, "")

@@ -41,6 +41,57 @@ def add_jobs_argument(parser: argparse.ArgumentParser) -> None:
                              "shared machine (the report says so)")
 
 
+def add_sweep_arguments(parser: argparse.ArgumentParser, results: str,
+                        figure: str | None = None) -> None:
+    """The options every sweep command shares: ``--work``, ``--list``, ``--report-only``,
+    ``--no-plot`` (when its report has ``figure``), ``--jobs`` and ``--out`` (its
+    ``results`` named in the help)."""
+    from weirdnet.lab.harness import output
+
+    parser.add_argument("--work", default=None,
+                        help="run directories (default: $WEIRDNET_BENCH_DIR/runs)")
+    parser.add_argument("--list", action="store_true", help="print the cells and exit")
+    parser.add_argument("--report-only", action="store_true",
+                        help="rebuild the report from the stored records; train nothing")
+    if figure:
+        parser.add_argument("--no-plot", action="store_true", help=f"skip {figure}")
+    add_jobs_argument(parser)
+    output.add_out_arguments(parser, results)
+
+
+def sweep_store(args: argparse.Namespace, folder: str):
+    """The :class:`~.store.CellStore` of a sweep command: records in OUT/``folder``, run
+    directories in ``--work``/``folder``."""
+    from pathlib import Path
+
+    from weirdnet.lab.harness import output
+
+    from .store import CellStore
+
+    work = Path(args.work).expanduser() if args.work else output.bench_dir() / "runs"
+    return CellStore(output.out_dir(args.out) / folder, work / folder)
+
+
+def list_or_run(command: str, cells: list, configs: dict[str, dict], store, args,
+                argv: list[str], report) -> int:
+    """The end of a sweep command: ``--list`` prints the plan; otherwise the folders are
+    held for ``weirdnet bench <command>``, the cells not done run (``--jobs`` at once) and
+    ``report()`` writes the report.  Returns the exit status."""
+    from weirdnet.lab.harness import output
+
+    if args.list:
+        print_plan(cells, {c.key: store.state(c, configs[c.key]) for c in cells}, store)
+        return 0
+    try:
+        folders = [store.results_dir] + ([] if args.report_only else [store.work_dir])
+        with output.writing(folders, f"weirdnet bench {command}") as session:
+            states = {cell.key: store.state(cell, configs[cell.key]) for cell in cells}
+            return run_cells(store.results_dir.name, cells, configs, states, store, session,
+                             ["weirdnet", *argv], args.report_only, report, args.jobs)
+    except output.BenchError as error:
+        return output.fail(error)
+
+
 SIGNAL_EXITS = {-signal.SIGINT: signal.SIGINT, 128 + signal.SIGINT: signal.SIGINT,
                 -signal.SIGTERM: signal.SIGTERM, 128 + signal.SIGTERM: signal.SIGTERM}
 """A cell process's exit statuses that mean it was stopped by SIGINT/SIGTERM."""

@@ -18,6 +18,18 @@ def panels(rows: int, cols: int, width: float, height: float):
     return figure, figure.subplots(rows, cols, squeeze=False)
 
 
+def write_sweep_report(store, cells, stem: str, markdown, draw, plot: bool,
+                       caption: str) -> Path:
+    """A sweep's report from its records: ``markdown(cells, done, failed)`` as
+    ``stem.md`` and, with ``plot`` and a finished cell, ``draw(cells, done, path)`` as
+    ``stem.png`` (see :func:`write_report`)."""
+    done = store.finished(cells)
+    failed = [c.key for c in cells if (store.read(c) or {}).get("status") == "failed"]
+    figure = (lambda path: draw(cells, done, path)) if plot and done and draw else None
+    return write_report(store.results_dir, stem, markdown(cells, done, failed), figure,
+                        caption)
+
+
 def write_report(folder: Path, stem: str, text: str,
                  draw: Callable[[Path], None] | None, caption: str) -> Path:
     """Write ``folder/stem.md`` and, when ``draw`` is given, ``folder/stem.png``
