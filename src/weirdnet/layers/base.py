@@ -30,8 +30,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..ops.checks import check_float_tensor, check_mask
-from ..ops.packing import check_doc_ids, repack, unpack, unpack_layout
+from ..ops.checks import check_float_tensor, check_mask, check_rows
+from ..ops.packing import check_doc_ids, per_document
 from ..ops.softmax_attention import check_dropout, check_step_mask, merge_heads, split_heads
 
 
@@ -42,8 +42,10 @@ def select_rows(index: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tens
 
 
 def clear_rows(rows: torch.Tensor, *tensors: torch.Tensor, value=0) -> None:
-    """Set rows ``rows`` ((B,) bool) of each (B, ...) tensor to ``value``, in place: the
-    body of every cache's ``start_document`` (those rows forget their past)."""
+    """Set rows ``rows`` ((B,) bool, checked against the tensors' B) of each (B, ...)
+    tensor to ``value``, in place: the body of every cache's ``start_document`` (those
+    rows forget their past)."""
+    check_rows(rows, tensors[0].shape[0])
     for t in tensors:
         t[rows.to(t.device)] = value
 
@@ -145,9 +147,7 @@ class Mixer(nn.Module):
         """Packed documents, each mixed alone: the documents become the rows of a padded
         batch (N, longest, dim), go through :meth:`_mix_full` with padding masked, and
         come back to their places.  Mixers with a cheaper exact form override this."""
-        layout = unpack_layout(doc_ids)
-        docs_mask = layout.valid if mask is None else layout.valid & unpack(mask, layout)
-        return repack(self._mix_full(unpack(x, layout), docs_mask), layout)
+        return per_document(self._mix_full, x, mask, doc_ids)
 
     def _mix_cached(self, x: torch.Tensor, mask: torch.Tensor | None, cache) -> torch.Tensor:
         raise NotImplementedError

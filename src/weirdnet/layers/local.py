@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ops.checks import check_rows
 from ..ops.local_attention import check_window, local_attention, local_attention_decode
 from .base import MultiHeadMixer, clear_rows, select_rows
 from .registry import register
@@ -38,7 +37,6 @@ class LocalAttentionCache:
 
     def start_document(self, rows: torch.Tensor) -> None:
         """Rows ``rows`` (B,) bool forget their past: their window holds no key."""
-        check_rows(rows, self.batch_size)
         clear_rows(rows, self.mask, value=False)
 
     def push(self, k, v, mask) -> None:

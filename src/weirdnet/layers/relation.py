@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..ops.checks import check_rows
 from ..ops.relation import relation_mean, relation_mix, relation_mix_continue
 from .base import Mixer, clear_rows, select_rows
 from .registry import register
@@ -48,7 +47,6 @@ class RelationCache:
 
     def start_document(self, rows: torch.Tensor) -> None:
         """Rows ``rows`` (B,) bool forget their past: their sums and counts restart."""
-        check_rows(rows, self.batch_size)
         clear_rows(rows, self.total, self.count)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..ops.checks import check_mask, check_rows, on_host
+from ..ops.checks import check_mask, on_host
 from ..ops.packing import positions_in_document, segment_ids
 from ..ops.rotary import rotary, rotary_angles, token_positions
 from ..ops.softmax_attention import attention_mask, masked_sdpa, softmax_attention
@@ -51,7 +51,6 @@ class SoftmaxKVCache:
     def start_document(self, rows: torch.Tensor) -> None:
         """Rows ``rows`` (B,) bool forget their past: their cached keys count as padding,
         so rotary positions restart at 0 too (they count real tokens)."""
-        check_rows(rows, self.batch_size)
         clear_rows(rows, self.mask, value=False)
 
     def append(self, k, v, mask):

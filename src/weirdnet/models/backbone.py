@@ -27,7 +27,7 @@ from torch.utils.checkpoint import checkpoint
 
 from weirdnet.layers.base import clear_rows, select_rows
 from weirdnet.ops.checks import check_mask, check_rows, on_host
-from weirdnet.ops.packing import check_doc_ids, positions_in_document, repack, unpack, unpack_layout
+from weirdnet.ops.packing import check_doc_ids, per_document, positions_in_document
 from weirdnet.ops.rotary import token_positions
 
 from .blocks import Block, build_mixer, make_norm
@@ -254,7 +254,7 @@ class Backbone(nn.Module):
             raise ValueError("packed documents (doc_ids) take no cross-attended context: "
                              "one context belongs to one sequence")
         if doc_ids is not None and self.carries_z:
-            return run_unpacked(self, inputs, mask, doc_ids)
+            return per_document(self, inputs, mask, doc_ids)
         h, z = self.embed_inputs(inputs, mask, doc_ids=doc_ids), None
         contexts = _block_contexts(context, len(self.blocks))
         for index, (block, ctx) in enumerate(zip(self.blocks, contexts)):
@@ -358,16 +358,6 @@ class Backbone(nn.Module):
         layers = [block.init_cache(batch_size, max_len) for block in self.blocks]
         lengths = torch.zeros(batch_size, dtype=torch.long, device=self.embed.weight.device)
         return BackboneCache(layers, lengths, 0, max_len)
-
-
-def run_unpacked(model, inputs: torch.Tensor, mask, doc_ids) -> torch.Tensor:
-    """``model(inputs, mask)`` with each packed document run alone, as a row of a
-    right-padded batch (exact for a model whose real outputs padding never changes):
-    outputs (B, L, ...) in the packed layout.  The fallback of models that cannot gate
-    each layer (a carried DBA Z, ``transformers`` peers)."""
-    layout = unpack_layout(doc_ids)
-    docs_mask = layout.valid if mask is None else layout.valid & unpack(mask, layout)
-    return repack(model(unpack(inputs, layout), docs_mask), layout)
 
 
 def _link_z_carriers(blocks) -> bool:

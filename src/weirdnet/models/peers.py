@@ -32,10 +32,9 @@ from typing import Any
 
 import torch
 
-from weirdnet.ops.packing import check_doc_ids
+from weirdnet.ops.packing import check_doc_ids, per_document
 from weirdnet.typed_config import ConfigError
 
-from .backbone import run_unpacked
 from .base import WeirdNetModel, register_model
 from .config import BackboneConfig
 from .lm import LMOutput, lm_loss
@@ -185,7 +184,7 @@ class PeerLM(WeirdNetModel):
         if doc_ids is None:
             logits = self._logits(input_ids, mask)
         else:
-            logits = run_unpacked(self._logits, input_ids, mask, doc_ids)
+            logits = per_document(self._logits, input_ids, mask, doc_ids)
         loss = None if targets is None else lm_loss(logits, targets, mask)
         return LMOutput(logits, loss)
 

@@ -19,8 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from weirdnet.layers.base import clear_rows, select_rows
-from weirdnet.ops.checks import check_rows
-from weirdnet.ops.packing import segment_ids
+from weirdnet.ops.packing import same_document, segment_ids
 
 
 @dataclass
@@ -38,7 +37,6 @@ class ShortConvCache:
 
     def start_document(self, rows: torch.Tensor) -> None:
         """Rows ``rows`` (B,) bool forget their past, in the convolution and the mixer."""
-        check_rows(rows, self.state.shape[0])
         clear_rows(rows, self.state)
         self.mixer.start_document(rows)
 
@@ -81,7 +79,7 @@ class ShortConv(nn.Module):
         weight = self.conv.weight[:, 0]  # (D, k)
         y = x * weight[:, k - 1]
         for j in range(1, min(k, L)):
-            same = (segments[:, j:] == segments[:, :-j]).unsqueeze(-1)
+            same = same_document(segments, j).unsqueeze(-1)
             tap = (x[:, :-j] * weight[:, k - 1 - j]).masked_fill(~same, 0.0)
             y = y + F.pad(tap, (0, 0, j, 0))
         return y if self.conv.bias is None else y + self.conv.bias

@@ -81,8 +81,7 @@ def within_documents(targets: torch.Tensor, token_doc_ids: torch.Tensor,
     """Next-token targets (B, L) with ``ignore_index`` wherever the target is the first
     token of the next document: ``token_doc_ids`` (B, L + 1) are the ids of the tokens
     the inputs (``[:, :-1]``) and targets (``[:, 1:]``) were cut from."""
-    crossing = token_doc_ids[:, 1:] != token_doc_ids[:, :-1]
-    return targets.masked_fill(crossing, ignore_index)
+    return targets.masked_fill(document_starts(token_doc_ids)[:, 1:], ignore_index)
 
 
 def doc_ids_from_positions(position_ids: torch.Tensor) -> torch.Tensor:
@@ -157,3 +156,15 @@ def repack(y: torch.Tensor, layout: Unpacked) -> torch.Tensor:
     out = y.new_zeros(layout.batch * layout.length, *y.shape[2:])
     out = out.index_copy(0, layout.index[layout.valid], y[layout.valid])
     return out.reshape(layout.batch, layout.length, *y.shape[2:])
+
+
+def per_document(fn, x: torch.Tensor, mask: torch.Tensor | None,
+                 doc_ids: torch.Tensor) -> torch.Tensor:
+    """``fn(x, mask)`` with each packed document run alone: the documents of x (B, L, ...)
+    become the rows of a right-padded batch (N, Lmax, ...) with padding masked, go through
+    ``fn``, and come back to their places (B, L, ...).  Exact for any ``fn`` whose real
+    outputs padding never changes: the fallback of every mixer and model without a
+    native packed path."""
+    layout = unpack_layout(doc_ids)
+    docs_mask = layout.valid if mask is None else layout.valid & unpack(mask, layout)
+    return repack(fn(unpack(x, layout), docs_mask), layout)
