@@ -61,3 +61,21 @@ def test_eval_reports_bits_per_byte_by_context(tmp_path, capsys):
     assert status == 0
     out = capsys.readouterr().out
     assert "bits per byte by context length (val)" in out and "| 8–32 |" in out
+
+
+def test_one_pass_gives_the_split_metrics_and_the_buckets():
+    """evaluate_positions: the metrics evaluate() gives, from the same single pass."""
+    from weirdnet.data.registry import get
+    from weirdnet.train.distributed import Processes
+    from weirdnet.train.positions import evaluate_positions
+    from weirdnet.train.trainer import evaluate
+
+    model = _lm()
+    data = get("python-stdlib", "val", seq_len=48)
+    processes = Processes(device=torch.device("cpu"))
+    metrics, rows = evaluate_positions(model, data, 2, processes, (0, 8, 32), limit=5)
+    want = evaluate(model, data, data.info, 2, processes, 5)
+    assert metrics.keys() == want.keys()
+    for key, value in want.items():
+        assert math.isclose(metrics[key], value, rel_tol=1e-6), key
+    assert sum(r["targets"] for r in rows) == 5 * 48

@@ -90,12 +90,14 @@ def evaluate_target(args: argparse.Namespace) -> dict:
         if bounds is not None and dataset.info.task != "lm":
             raise ValueError(f"--positions measures language models; {data.dataset} has "
                              f"task {dataset.info.task!r}")
-        results[split] = evaluate(model, dataset, dataset.info, args.batch_size,
-                                  Processes(device=device), args.limit,
-                                  progress=f"eval {split}")
-        if bounds is not None:
-            positions[split] = evaluate_positions(model, dataset, args.batch_size, device,
-                                                  bounds, args.limit)
+        if bounds is None:
+            results[split] = evaluate(model, dataset, dataset.info, args.batch_size,
+                                      Processes(device=device), args.limit,
+                                      progress=f"eval {split}")
+        else:  # the same pass gives the split's metrics and the buckets
+            results[split], positions[split] = evaluate_positions(
+                model, dataset, args.batch_size, Processes(device=device), bounds, args.limit,
+                progress=f"eval {split}")
     summary = {"model_dir": str(model_dir), "task": dataset.info.task,
                "dataset": data.dataset, "best_step": _step_of(model_dir),
                "parameters": model.num_parameters(), "results": results}

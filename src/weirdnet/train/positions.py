@@ -76,27 +76,24 @@ def bucket_table(sums: dict[str, float], bounds: Sequence[int]) -> list[dict[str
     return rows
 
 
-def evaluate_positions(model, dataset, batch_size: int, device, bounds: Sequence[int] = BOUNDS,
-                       limit: int = 0) -> list[dict[str, Any]]:
-    """Bits per byte of ``model`` on ``dataset`` (an LM split) in each bucket of context
-    length; the first ``limit`` windows only (0 = all).  The model is in eval mode
-    meanwhile."""
-    from torch.utils.data import DataLoader
+def evaluate_positions(model, dataset, batch_size: int, processes,
+                       bounds: Sequence[int] = BOUNDS, limit: int = 0,
+                       progress: str | None = None
+                       ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """(the split's metrics, as :func:`~weirdnet.train.trainer.evaluate` gives them;
+    bits per byte in each bucket of context length) of ``model`` on ``dataset`` (an LM
+    split), in one pass of the trainer's evaluation (the first ``limit`` windows, 0 =
+    all; ``processes``: a :class:`~weirdnet.train.distributed.Processes`)."""
+    from functools import partial
 
-    from weirdnet.data.collate import pad_collate
+    from .trainer import evaluation_sums
 
     edges = check_bounds(bounds)
-    count = len(dataset) if not limit else min(limit, len(dataset))
-    items = torch.utils.data.Subset(dataset, range(count))
-    was_training = model.training
-    model.eval()
-    sums: dict[str, float] = {}
-    try:
-        for batch in DataLoader(items, batch_size=batch_size, collate_fn=pad_collate):
-            tasks.add_sums(sums, position_sums(model, tasks.to_device(batch, device), edges))
-    finally:
-        model.train(was_training)
-    return bucket_table(sums, edges)
+    sums = evaluation_sums(model, dataset, dataset.info, batch_size, processes, limit,
+                           progress=progress, batch_sums=partial(position_sums, bounds=edges))
+    totals = {"nll": sum(sums.get(f"nll@{low}", 0.0) for low in edges),  # buckets cover all
+              "targets": sum(sums.get(f"targets@{low}", 0.0) for low in edges)}
+    return tasks.get("lm").metrics(totals, dataset.info), bucket_table(sums, edges)
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

@@ -820,10 +820,22 @@ def evaluate(model: nn.Module, dataset, info, batch_size: int,
     A single process stops between batches when a stop signal has arrived
     (:data:`weirdnet._signals.STOP`).  The model is in eval mode meanwhile; its mode is
     restored afterwards."""
+    sums = evaluation_sums(model, dataset, info, batch_size, processes, limit, autocast,
+                           progress)
+    return tasks.get(info.task).metrics(sums, info)
+
+
+def evaluation_sums(model: nn.Module, dataset, info, batch_size: int,
+                    processes: dist_util.Processes, limit: int = 0, autocast=nullcontext,
+                    progress: str | None = None, batch_sums=None) -> tasks.Sums:
+    """The summed statistics behind :func:`evaluate` (same arguments), reduced over all
+    ranks; ``batch_sums(model, batch)`` replaces the task's own per-batch statistics
+    (e.g. :func:`weirdnet.train.positions.position_sums`)."""
     batches = EvalBatches(dataset, processes, batch_size, limit, info.pad_id)
     was_training = model.training
     model.eval()
     task, sums = tasks.get(info.task), {}
+    batch_sums = batch_sums or task.batch_sums
     bar = _eval_bar(progress, len(batches), processes)
     try:
         for batch, keep in batches:
@@ -831,7 +843,7 @@ def evaluate(model: nn.Module, dataset, info, batch_size: int,
             if not processes.distributed:
                 STOP.check()
             with autocast():
-                stats = task.batch_sums(model, tasks.to_device(batch, processes.device))
+                stats = batch_sums(model, tasks.to_device(batch, processes.device))
             if keep:
                 tasks.add_sums(sums, stats)
             if bar is not None:
@@ -840,7 +852,7 @@ def evaluate(model: nn.Module, dataset, info, batch_size: int,
         model.train(was_training)
         if bar is not None:
             bar.close()
-    return task.metrics(dist_util.all_reduce_sums(sums, processes), info)
+    return dist_util.all_reduce_sums(sums, processes)
 
 
 def _eval_bar(label: str | None, total: int, processes: dist_util.Processes):

@@ -14,6 +14,7 @@ def position_curves(run_dir: Path, config, request: dict[str, Any], device
     the buckets ``request["bounds"]`` (rows of :func:`weirdnet.train.positions.
     evaluate_positions`), keyed by the window as a string (JSON)."""
     from weirdnet.data.registry import get
+    from weirdnet.train.distributed import Processes
     from weirdnet.train.positions import evaluate_positions
     from weirdnet.train.trained import load_trained
 
@@ -24,6 +25,6 @@ def position_curves(run_dir: Path, config, request: dict[str, Any], device
         options = {**data.options, **data.eval_options, "seq_len": int(context),
                    "random_crops": False}
         dataset = get(data.dataset, data.test_split, root=data.root or None, **options)
-        curves[str(context)] = evaluate_positions(model, dataset, 1, device,
-                                                  request["bounds"])
+        curves[str(context)] = evaluate_positions(model, dataset, 1, Processes(device=device),
+                                                  request["bounds"])[1]
     return curves
