@@ -712,7 +712,6 @@ def job_env(spec: dict) -> dict:
 
     import torch
 
-    import weirdnet
     from weirdnet.lab.harness.machine import machine_info
 
     device = torch.device(spec["device"])
@@ -739,10 +738,7 @@ def job_env(spec: dict) -> dict:
         from weirdnet.lab.harness.machine import cpu_model
 
         info["device_name"] = f"CPU: {cpu_model()}"
-    from weirdnet.lab.harness.machine import git_commit
-
-    info.update(git_commit(Path(weirdnet.__file__).parent))
-    return info
+    return info  # machine_info holds the commit
 
 
 def job_selfcheck(spec: dict) -> dict:

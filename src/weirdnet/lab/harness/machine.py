@@ -70,6 +70,12 @@ def git_commit(where: Path) -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
 
 
+def code_version(info: dict) -> dict[str, Any]:
+    """The ``commit`` and ``dirty`` of a :func:`machine_info` record, for records that keep
+    them at their top level (one ``git`` call serves both)."""
+    return {"commit": info["commit"], "dirty": info["dirty"]}
+
+
 def memory_gib() -> float | None:
     """The machine's physical memory in GiB (None where the OS does not say)."""
     try:

@@ -198,12 +198,11 @@ def compute_record(records: list[dict[str, Any]], task: str) -> dict[str, Any]:
     """The shortcut record of ``task``: its baselines on the data and test items of its
     Transformer record, with what they were computed on, the commit and the machine."""
     import time
-    from pathlib import Path
 
     import torch
 
     from weirdnet.data.registry import get
-    from weirdnet.lab.harness.machine import git_commit, machine_info
+    from weirdnet.lab.harness.machine import code_version, machine_info
     from weirdnet.lab.suite.baselines import trivial_baseline
     from weirdnet.lab.sweep.store import config_hash
 
@@ -218,12 +217,12 @@ def compute_record(records: list[dict[str, Any]], task: str) -> dict[str, Any]:
     items = _evaluated_items(source, len(test))
     majority = trivial_baseline(test, "classification", items)  # on the same items
     baselines = [majority] + shortcut_baselines(data["dataset"], train, test, items)
+    machine = machine_info(torch.device("cpu"), ["weirdnet", "bench", "suite"], "default")
     return {"task": task, "dataset": data["dataset"], "items": items,
             "baselines": baselines, "data_hash": config_hash(_data_key(source)),
             "data": data, "from_record": f"{task}--softmax--s{source.get('seed', 0)}",
-            "wall_s": time.perf_counter() - started, **git_commit(Path(__file__).parent),
-            "machine": machine_info(torch.device("cpu"), ["weirdnet", "bench", "suite"],
-                                    "default")}
+            "wall_s": time.perf_counter() - started, **code_version(machine),
+            "machine": machine}
 
 
 def write_missing(store, records: list[dict[str, Any]], tasks) -> list[str]:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet.lab.harness.alloc import reuse_freed_memory
-from weirdnet.lab.harness.machine import git_commit
+from weirdnet.lab.harness.machine import code_version
 
 
 def median_steps_per_s(log_file: Path, batch_size: int) -> float | None:
@@ -83,6 +83,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     evaluated = summary.get("evaluated", {})
     baseline = trivial_baseline(trainer.splits["test"], trainer.info.task,
                                 evaluated.get("test")) if "test" in trainer.splits else None
+    machine = machine_info(trainer.processes.device, spec["command"], allocator)
     record = {
         **spec["cell"], "status": "done", "results": summary["results"],
         "evaluated": evaluated, "baseline": baseline,
@@ -91,8 +92,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "steps_per_s": median_steps_per_s(run_dir / "log.jsonl", config.train.batch_size),
         "evaluations": evaluations(run_dir / "log.jsonl"),
         "memory_mib": memory_mib, "memory_kind": memory_kind, "wall_s": wall_s,
-        "resumed": resume, **git_commit(Path(__file__).parent),
-        "machine": machine_info(trainer.processes.device, spec["command"], allocator),
+        "resumed": resume, **code_version(machine), "machine": machine,
         "torch_threads": torch.get_num_threads(),
         "cells_at_once": spec.get("cells_at_once", 1),
         "config_hash": spec["config_hash"], "config": spec["config"],
