@@ -42,6 +42,7 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,27 +66,9 @@ examples:
   weirdnet bench speed --task lm                         # LMs and the transformers peers
   weirdnet bench speed --task long                       # 4K to 1M bytes, checkpointed
 """
-LENGTHS = (256, 512, 1024, 2048, 3072, 4096, 8192, 16384)
-SIZES = {"cpu": {"dim": 64, "depth": 2, "d_ff": 128, "heads": 4, "batch": 4},
-         "cuda": {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "batch": 32}}
-"""Default model and batch per device: CPU-sized, and LRA Text's (Weird-Net Table II)."""
-LM_LENGTHS = (1024, 2048, 4096, 8192, 16384)
-LM_SIZES = {"cpu": {"dim": 128, "depth": 4, "d_ff": 512, "heads": 4, "batch": 1},
-            "cuda": {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "batch": 8}}
-"""``--task lm``: bench lm's model on CPU (one sequence per step), a wider one on CUDA."""
-LM_MECHANISMS = ("weird-a", "weird-b", "weird-a-pp", "weird-b-pp", "softmax", "llama",
-                 "mamba", "mamba2", "rwkv", "transformerpp")
-LONG_LENGTHS = (4096, 16384, 65536, 262144, 1048576)
-LONG_SIZES = {"cpu": {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "batch": 1},
-              "cuda": {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "batch": 1}}
-LONG_MECHANISMS = ("weird-a-long", "transformerpp", "mamba2")
-LONG_DEFAULTS = {"checkpointing": "blocks", "ffn_chunk": 16384, "memory": "rss",
-                 "memory_budget_gib": round(24e9 / 2**30, 2), "steps": 1, "warmup": 0,
-                 "max_step_seconds": 1800.0}
-"""``--task long``: what its options default to (issue 33's setting: a 24 GB laptop,
-24e9 bytes = 22.35 GiB)."""
 DEFAULTS = {"checkpointing": "none", "ffn_chunk": 0, "memory": "trace",
             "memory_budget_gib": None, "steps": 3, "warmup": 1, "max_step_seconds": 30.0}
+"""The run options' defaults (``--task long`` changes some: :data:`TASKS`)."""
 _RUN_OPTIONS = {
     "steps": (int, None, "timed steps"),
     "warmup": (int, None, "untimed steps"),
@@ -99,38 +82,80 @@ _RUN_OPTIONS = {
     "memory_budget_gib": (float, None, "skip the lengths predicted to need more GiB"),
 }
 """The options whose defaults depend on the task: (type, choices, help)."""
-REFERENCE = {"classify": "softmax", "lm": "transformerpp", "long": "transformerpp"}
-"""The model every ratio of a task is taken against."""
-STEMS = {"classify": "speed_", "lm": "speed_lm_", "long": "speed_long_"}
-"""Report file names: STEM + device type."""
+
+
+@dataclass(frozen=True)
+class TaskSetting:
+    """What ``--task`` sets.
+
+    lengths: the default sequence lengths; sizes: the model and batch per device type
+    ("cpu", "cuda"); mechanisms: the default models (None: the suite's mechanisms);
+    reference: the model every ratio is taken against; stem: the report files' name
+    before the device type; lm: its models are language models (else classifiers);
+    defaults: the run options' defaults (:data:`DEFAULTS`, some changed)."""
+
+    lengths: tuple[int, ...]
+    sizes: dict[str, dict[str, int]]
+    mechanisms: tuple[str, ...] | None
+    reference: str
+    stem: str
+    lm: bool
+    defaults: dict[str, Any] = field(default_factory=lambda: dict(DEFAULTS))
+
+
+TASKS = {
+    # CPU-sized, and LRA Text's (Weird-Net Table II) on CUDA
+    "classify": TaskSetting(
+        (256, 512, 1024, 2048, 3072, 4096, 8192, 16384),
+        {"cpu": {"dim": 64, "depth": 2, "d_ff": 128, "heads": 4, "batch": 4},
+         "cuda": {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "batch": 32}},
+        None, "softmax", "speed_", lm=False),
+    # bench lm's model on CPU (one sequence per step), a wider one on CUDA
+    "lm": TaskSetting(
+        (1024, 2048, 4096, 8192, 16384),
+        {"cpu": {"dim": 128, "depth": 4, "d_ff": 512, "heads": 4, "batch": 1},
+         "cuda": {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "batch": 8}},
+        ("weird-a", "weird-b", "weird-a-pp", "weird-b-pp", "softmax", "llama", "mamba",
+         "mamba2", "rwkv", "transformerpp"), "transformerpp", "speed_lm_", lm=True),
+    # issue 33's setting: a 24 GB laptop (24e9 bytes = 22.35 GiB)
+    "long": TaskSetting(
+        (4096, 16384, 65536, 262144, 1048576),
+        {device: {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "batch": 1}
+         for device in ("cpu", "cuda")},
+        ("weird-a-long", "transformerpp", "mamba2"), "transformerpp", "speed_long_",
+        lm=True, defaults={**DEFAULTS, "checkpointing": "blocks", "ffn_chunk": 16384,
+                           "memory": "rss", "memory_budget_gib": round(24e9 / 2**30, 2),
+                           "steps": 1, "warmup": 0, "max_step_seconds": 1800.0}),
+}
+"""Every ``--task``: what it measures by default."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from weirdnet.lab.variants import MECHANISMS
 
-    names = ",".join(m.name for m in MECHANISMS)
-    parser.add_argument("--task", choices=("classify", "lm", "long"), default="classify",
+    def each_task(value) -> str:
+        return "; ".join(f"{name}: {value(task)}" for name, task in TASKS.items())
+
+    suite = ",".join(m.name for m in MECHANISMS)
+    parser.add_argument("--task", choices=tuple(TASKS), default="classify",
                         help="classify: byte-level text classification (the papers' "
                              "tables; default); lm: byte-level language models with the "
                              "transformers peers; long: language models at 4K to 1M bytes "
                              "with activation checkpointing")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
     parser.add_argument("--lengths", type=int, nargs="+", default=None,
-                        help=f"default: {' '.join(map(str, LENGTHS))} (classify), "
-                             f"{' '.join(map(str, LM_LENGTHS))} (lm), "
-                             f"{' '.join(map(str, LONG_LENGTHS))} (long)")
-    parser.add_argument("--mechanisms", default=None, help=f"comma-separated (default: "
-                        f"{names}; lm: {','.join(LM_MECHANISMS)}; long: "
-                        f"{','.join(LONG_MECHANISMS)})")
+                        help="default: " + each_task(lambda t: " ".join(map(str, t.lengths))))
+    parser.add_argument("--mechanisms", default=None, help="comma-separated (default: "
+                        + each_task(lambda t: ",".join(t.mechanisms or [suite])) + ")")
     for key in ("dim", "depth", "d_ff", "heads", "batch"):
         parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=None,
-                            help=f"default: {SIZES['cpu'][key]} (CPU), "
-                                 f"{SIZES['cuda'][key]} (CUDA); lm: "
-                                 f"{LM_SIZES['cpu'][key]}, {LM_SIZES['cuda'][key]}")
+                            help="default: " + each_task(
+                                lambda t, key=key: f"{t.sizes['cpu'][key]} (CPU), "
+                                                   f"{t.sizes['cuda'][key]} (CUDA)"))
     for key, (kind, choices, what) in _RUN_OPTIONS.items():
         parser.add_argument(f"--{key.replace('_', '-')}", type=kind, choices=choices,
-                            default=None, help=f"{what} (default {DEFAULTS[key]}; long: "
-                                               f"{LONG_DEFAULTS[key]})")
+                            default=None, help=f"{what} (default: " + each_task(
+                                lambda t, key=key: t.defaults[key]) + ")")
     output.add_out_arguments(parser, "speed_<device>.{json,md,png}")
 
 
@@ -173,7 +198,7 @@ def _build(spec: dict[str, Any], device):
 
     from weirdnet.lab.variants import get_variant
 
-    if spec.get("task") in ("lm", "long"):
+    if TASKS[spec.get("task", "classify")].lm:
         return _build_lm(spec, device)
     from weirdnet.models.classifier import WeirdNetClassifier
 
@@ -262,17 +287,16 @@ def _resolve(args: argparse.Namespace) -> dict[str, Any]:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is available")
-    table = {"lm": LM_SIZES, "long": LONG_SIZES}.get(args.task, SIZES)
-    sizes = dict(table["cuda" if device.startswith("cuda") else "cpu"])
+    task = TASKS[args.task]
+    sizes = dict(task.sizes["cuda" if device.startswith("cuda") else "cpu"])
     for key in sizes:
         if getattr(args, key) is not None:
             sizes[key] = getattr(args, key)
-    defaults = LONG_DEFAULTS if args.task == "long" else DEFAULTS
-    chosen = {key: defaults[key] if getattr(args, key) is None else getattr(args, key)
-              for key in defaults}
+    chosen = {key: task.defaults[key] if getattr(args, key) is None else getattr(args, key)
+              for key in task.defaults}
     if chosen["steps"] < 1 or chosen["warmup"] < 0 or chosen["ffn_chunk"] < 0:
         raise ValueError("--steps must be >= 1, --warmup and --ffn-chunk >= 0")
-    return {"task": args.task, "reference": REFERENCE[args.task], "device": device,
+    return {"task": args.task, "reference": task.reference, "device": device,
             **sizes, **chosen}
 
 
@@ -344,16 +368,15 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     status."""
     from weirdnet.lab.variants import MECHANISMS, get_variant
 
-    lm = args.task in ("lm", "long")
+    task = TASKS[args.task]
     if args.lengths is None:
-        args.lengths = list({"lm": LM_LENGTHS, "long": LONG_LENGTHS}.get(args.task, LENGTHS))
+        args.lengths = list(task.lengths)
     if args.mechanisms is None:
-        args.mechanisms = ",".join({"lm": LM_MECHANISMS, "long": LONG_MECHANISMS}.get(
-            args.task, [m.name for m in MECHANISMS]))
+        args.mechanisms = ",".join(task.mechanisms or [m.name for m in MECHANISMS])
     try:
         mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
         for name in mechanisms:
-            why = get_variant(name).unsupported("lm" if lm else "lra")
+            why = get_variant(name).unsupported("lm" if task.lm else "lra")
             if why:
                 raise ValueError(f"{why} (--task {args.task})")
     except ValueError as error:
@@ -382,7 +405,7 @@ def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: 
         return 2
     if base["reference"] not in mechanisms:
         mechanisms.append(base["reference"])  # the reference of every ratio
-    if base["task"] in ("lm", "long"):
+    if TASKS[base["task"]].lm:
         try:  # every model matched before any is timed
             from weirdnet.lab import matching
 
@@ -394,10 +417,11 @@ def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: 
     rows = measure_all(base, mechanisms, args.lengths, base["max_step_seconds"])
     command = ["weirdnet", *argv]
     allocator = reuse_freed_memory() if base["memory"] == "trace" else \
-        "in each measuring process: " + return_freed_memory()
+        "in each measuring process: " + next(
+            (r["allocator"] for r in rows if r.get("allocator")), "none ran")
     info = machine_info(torch.device(base["device"]), command, allocator)
     result = {"settings": base, "machine": info, "rows": rows}
-    stem = STEMS[base["task"]] + torch.device(base["device"]).type
+    stem = TASKS[base["task"]].stem + torch.device(base["device"]).type
     text = markdown(result, f"{stem}.png")
     paths = [out / f"{stem}.json", out / f"{stem}.md"]
     with output.write_whole():
