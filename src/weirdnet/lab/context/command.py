@@ -140,9 +140,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                      args.eval_contexts)
         configs = {cell.key: cell.config_dict(store.work_dir) for cell in cells}
         if not args.list and not args.report_only:
-            from weirdnet.data.text.corpora import corpus_bytes
+            from weirdnet.lab.lm.command import require_corpus
 
-            corpus_bytes(CORPUS)  # a missing package: one line, before any cell starts
+            require_corpus(CORPUS)
     except (ValueError, KeyError, DataMissingError) as error:
         print(f"weirdnet bench context: {error}", file=sys.stderr)
         return 2

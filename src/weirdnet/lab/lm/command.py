@@ -279,13 +279,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     output.add_out_arguments(parser, "lm/lm.{md,png} and lm/cells/*.json")
 
 
-def require_corpus() -> None:
-    """DataMissingError (one line saying how to get it) unless the :data:`CORPUS` bytes
-    can be read: checked before any cell starts, so a missing package is not a failed
-    cell whose reason sits only in its record (the bytes are built and cached once)."""
+def require_corpus(name: str = CORPUS) -> None:
+    """DataMissingError (one line saying how to get it) unless the bytes of offline corpus
+    ``name`` (default :data:`CORPUS`) can be read: checked before any cell starts, so a
+    missing package is not a failed cell whose reason sits only in its record (the bytes
+    are built and cached once)."""
     from weirdnet.data.text.corpora import corpus_bytes
 
-    corpus_bytes(CORPUS)
+    corpus_bytes(name)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
