@@ -180,3 +180,15 @@ def test_activation_checkpointing_of_a_peer_gives_the_same_gradients(name):
     assert model.peer.is_activation_checkpointing
     for key, grad in grads().items():
         assert torch.allclose(grad, plain[key], rtol=1e-9, atol=1e-12), key
+
+
+def test_a_peer_selects_logits_and_loss_at_the_asked_positions():
+    model = _peer("llama").eval()
+    ids = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(2))
+    at = torch.zeros(2, 9, dtype=torch.bool)
+    at[0, 3], at[1, 5:7] = True, True
+    targets = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(3))
+    full = model(ids, targets.masked_fill(~at, -100))
+    part = model(ids, targets, logits_at=at)
+    assert part.logits.shape == (3, 40)
+    assert torch.allclose(part.logits, full.logits[at]) and torch.allclose(part.loss, full.loss)

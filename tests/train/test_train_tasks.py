@@ -74,3 +74,29 @@ def test_lm_loss_counts_only_real_targets():
     ignored = targets.masked_fill(~mask, -100)
     assert torch.allclose(lm_loss(logits, ignored), nll[mask].mean())
     assert lm_loss(logits, targets, torch.zeros_like(mask)) == 0  # nothing counted: 0, no NaN
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_the_head_at_selected_positions_is_the_full_heads_rows(tie):
+    """logits_at: the same logits, loss and gradients as the full head, in float64."""
+    torch.manual_seed(0)
+    model = WeirdNetLM({"backbone": {**SMALL, "pattern": "B", "causal": True},
+                        "tie_embeddings": tie}).double()
+    ids, mask = _padded()
+    targets = torch.full_like(ids, -100)
+    targets[:, -3:] = ids[:, :3]
+    at = (targets != -100) & mask
+    full = model(ids, targets.masked_fill(~at, -100), mask)
+    full_grads = torch.autograd.grad(full.loss, list(model.parameters()), allow_unused=True)
+    part = model(ids, targets, mask, logits_at=at)
+    part_grads = torch.autograd.grad(part.loss, list(model.parameters()), allow_unused=True)
+    assert part.logits.shape == (int(at.sum()), 30)
+    assert torch.allclose(part.logits, full.logits[at], rtol=1e-12, atol=0)
+    assert torch.allclose(part.loss, full.loss, rtol=1e-12)
+    for want, got in zip(full_grads, part_grads):
+        assert (want is None) == (got is None)
+        if want is not None:
+            assert torch.allclose(got, want, rtol=1e-10, atol=1e-14)
+    assert model(ids, logits_at=at).loss is None
+    with pytest.raises(ValueError, match="logits_at must be a bool tensor of shape"):
+        model(ids, logits_at=at.long())

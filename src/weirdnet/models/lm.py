@@ -44,7 +44,8 @@ class LMConfig:
 
 @dataclass
 class LMOutput:
-    """logits (B, L, V); loss: mean cross-entropy over counted targets, or None."""
+    """logits (B, L, V), or (N, V) at the N positions ``logits_at`` selects; loss: mean
+    cross-entropy over counted targets, or None."""
 
     logits: torch.Tensor
     loss: torch.Tensor | None = None
@@ -75,19 +76,23 @@ class WeirdNetLM(WeirdNetModel):
         return output_logits(hidden, self.backbone, self.head)
 
     def forward(self, input_ids: torch.Tensor, targets: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None, doc_ids: torch.Tensor | None = None
-                ) -> LMOutput:
+                mask: torch.Tensor | None = None, doc_ids: torch.Tensor | None = None, *,
+                logits_at: torch.Tensor | None = None) -> LMOutput:
         """input_ids (B, L); targets (B, L) next-token ids (-100 = not counted); mask
         (B, L) bool, True = real token (targets at padded positions are not counted);
         doc_ids (B, L) packed documents (:mod:`weirdnet.ops.packing`): each is modelled
         alone.  A target that is the first token of the next document should be -100
         (:func:`weirdnet.ops.packing.within_documents` does it; the LM task does).
-        Returns :class:`LMOutput`."""
-        logits = self.logits(self.backbone(input_ids, mask, doc_ids=doc_ids))
-        loss = None
-        if targets is not None:
-            loss = lm_loss(logits, targets, mask)
-        return LMOutput(logits, loss)
+        ``logits_at`` (B, L) bool computes the output head only where it is True:
+        logits (N, V) in row-major order and the loss over those positions' targets.
+        The recall tasks ask a few positions of each sequence, so over a large vocabulary
+        this skips most of the head's work.  Returns :class:`LMOutput`."""
+        hidden = self.backbone(input_ids, mask, doc_ids=doc_ids)
+        if logits_at is None:
+            logits = self.logits(hidden)
+            return LMOutput(logits, None if targets is None else lm_loss(logits, targets, mask))
+        hidden, targets, mask = positions_at(logits_at, hidden, targets, mask)
+        return selected_output(self.logits(hidden), targets, mask)
 
     def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, *,
@@ -129,6 +134,28 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     flat = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
                            targets.reshape(-1).long(), reduction="none", ignore_index=-100)
     return flat.view(targets.shape)
+
+
+def positions_at(at: torch.Tensor, hidden: torch.Tensor, targets: torch.Tensor | None,
+                 mask: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The positions where ``at`` (B, L) bool is True, in row-major order: hidden
+    (B, L, ...) -> (N, ...), targets and mask (B, L) -> (N,) (None stays None)."""
+    if at.dtype != torch.bool or at.shape != hidden.shape[:2]:
+        raise ValueError(f"logits_at must be a bool tensor of shape {tuple(hidden.shape[:2])},"
+                         f" got {at.dtype} {tuple(at.shape)}")
+    return (hidden[at], None if targets is None else targets[at],
+            None if mask is None else mask[at])
+
+
+def selected_output(logits: torch.Tensor, targets: torch.Tensor | None,
+                    mask: torch.Tensor | None) -> LMOutput:
+    """:class:`LMOutput` of logits (N, V) at selected positions, with the mean loss of
+    their targets (N,) (-100 and ``mask`` False not counted) when targets are given."""
+    if targets is None:
+        return LMOutput(logits)
+    loss = lm_loss(logits[None], targets[None], None if mask is None else mask[None])
+    return LMOutput(logits, loss)
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None

@@ -37,7 +37,7 @@ from weirdnet.typed_config import ConfigError
 
 from .base import WeirdNetModel, register_model
 from .config import BackboneConfig
-from .lm import LMOutput, lm_loss
+from .lm import LMOutput, lm_loss, positions_at, selected_output
 from .presets import swiglu_width
 
 _MAPPED = frozenset({"dim", "depth", "vocab_size", "max_len", "norm_eps", "causal"})
@@ -168,11 +168,14 @@ class PeerLM(WeirdNetModel):
         self.peer.tie_weights()
 
     def forward(self, input_ids: torch.Tensor, targets: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None, doc_ids: torch.Tensor | None = None
-                ) -> LMOutput:
+                mask: torch.Tensor | None = None, doc_ids: torch.Tensor | None = None, *,
+                logits_at: torch.Tensor | None = None) -> LMOutput:
         """input_ids (B, L); targets (B, L) (-100 = not counted); mask (B, L) bool, True =
         real token; doc_ids (B, L) packed documents, each run alone as a row of a
-        right-padded batch (the peers' CPU paths have no document boundaries).  Returns
+        right-padded batch (the peers' CPU paths have no document boundaries);
+        ``logits_at`` (B, L) bool: logits (N, V) and the loss only at those positions, as
+        :meth:`WeirdNetLM.forward <weirdnet.models.WeirdNetLM.forward>` (a peer computes
+        every position's logits and then selects).  Returns
         :class:`~weirdnet.models.lm.LMOutput`."""
         if input_ids.dim() != 2 or input_ids.is_floating_point():
             raise ValueError(f"input_ids must be integer ids (batch, length), got "
@@ -185,6 +188,8 @@ class PeerLM(WeirdNetModel):
             logits = self._logits(input_ids, mask)
         else:
             logits = per_document(self._logits, input_ids, mask, doc_ids)
+        if logits_at is not None:
+            return selected_output(*positions_at(logits_at, logits, targets, mask))
         loss = None if targets is None else lm_loss(logits, targets, mask)
         return LMOutput(logits, loss)
 

@@ -162,26 +162,27 @@ class Seq2SeqTask(Task):
 
 class RecallTask(Task):
     """A causal model predicts ``targets[t]`` at position ``t`` of ``tokens`` where a
-    target is asked (not -100): the recall diagnostics (:mod:`weirdnet.data.recall`)."""
+    target is asked (not -100): the recall diagnostics (:mod:`weirdnet.data.recall`).
+    The output head runs only at the asked positions (``logits_at``): the loss and the
+    metrics are those of the full head, without its cost at the positions not asked."""
 
     name, model_class, best = "recall", "WeirdNetLM", "accuracy"
     default_model = {"backbone": {"pattern": "B", "causal": True}}
 
     def forward(self, model, batch, with_loss):
-        tokens, targets = batch["tokens"], batch["targets"]
+        tokens, targets, mask = batch["tokens"], batch["targets"], batch.get("tokens_mask")
         asked = targets != IGNORE_TARGET
-        if batch.get("tokens_mask") is not None:
-            asked = asked & batch["tokens_mask"]
-        return (model(tokens, targets.masked_fill(~asked, IGNORE_TARGET) if with_loss
-                      else None, batch.get("tokens_mask")), targets, asked)
+        if mask is not None:
+            asked = asked & mask
+        out = model(tokens, targets if with_loss else None, mask, logits_at=asked)
+        return out, targets[asked], None
 
     @torch.no_grad()
     def batch_sums(self, model, batch):
-        out, targets, asked = self.forward(model, batch, with_loss=False)
-        safe = targets.masked_fill(~asked, 0)
-        nll = token_nll(out.logits, safe)
-        correct = (out.logits.argmax(-1) == safe) & asked
-        return {"nll": float((nll * asked).sum()), "targets": float(asked.sum()),
+        out, targets, _ = self.forward(model, batch, with_loss=False)
+        nll = token_nll(out.logits, targets)
+        correct = out.logits.argmax(-1) == targets
+        return {"nll": float(nll.sum()), "targets": float(targets.numel()),
                 "correct": float(correct.sum())}
 
     def metric_names(self, info):
