@@ -123,6 +123,9 @@ def test_the_zoology_recipe_is_zoologys(tmp_path):
             assert backbone["positions"] == "none"
     with pytest.raises(ValueError, match="cannot hold"):
         zoology.plan([3], [64], variants, [0], [1e-3], 1, 1)
+    short = zoology.plan([64], [64], variants[:1], [0], [1e-2], 1, 16)[0]
+    assert short.key == "zoology--mqar--L64--d64--transformerpp--lr0.01--e16--s0"
+    assert short.key.replace("--e16", "") == cells[3].key  # a budget apart: its own record
 
 
 def test_zoology_smoke_sweep_gates_its_columns(tmp_path):

@@ -81,8 +81,9 @@ class ZoologyCell:
         conv = f"--conv{self.short_conv}" if self.short_conv else ""
         smaller = "" if (self.train_sequences, self.vocab_size) == (TRAIN_SEQUENCES, VOCAB) \
             else f"--n{self.train_sequences}--v{self.vocab_size}"
+        shorter = "" if self.epochs == EPOCHS else f"--e{self.epochs}"
         return (f"zoology--mqar--L{self.length}--d{self.width}--{self.variant.name}{conv}"
-                f"--lr{self.lr:g}{smaller}--s{self.seed}")
+                f"--lr{self.lr:g}{smaller}{shorter}--s{self.seed}")
 
     @property
     def model_label(self) -> str:
