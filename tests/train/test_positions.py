@@ -38,14 +38,17 @@ def test_buckets_split_the_loss_exactly():
     sums = position_sums(model, {"tokens": tokens}, bounds)
     with torch.no_grad():
         nll = token_nll(model(tokens[:, :-1]).logits, tokens[:, 1:])
-    assert sums["targets@0"] == 2 * 3 and sums["targets@4"] == 2 * 12
-    assert sums["targets@16"] == 2 * 25
+    # contexts 1..40: (0, 4] (4, 16] (16, ...), upper edges included
+    assert sums["targets@0"] == 2 * 4 and sums["targets@4"] == 2 * 12
+    assert sums["targets@16"] == 2 * 24
     assert math.isclose(sum(sums[f"nll@{b}"] for b in bounds), float(nll.sum()),
                         rel_tol=1e-6)
-    assert math.isclose(sums["nll@0"], float(nll[:, :3].sum()), rel_tol=1e-6)
+    assert math.isclose(sums["nll@0"], float(nll[:, :4].sum()), rel_tol=1e-6)
     rows = bucket_table(sums, bounds)
     assert [(r["from"], r["to"]) for r in rows] == [(0, 4), (4, 16), (16, None)]
-    assert "| 16+ | 50 |" in format_table(rows)
+    assert "| 16+ | 48 |" in format_table(rows)
+    whole = position_sums(model, {"tokens": tokens[:, :17]}, bounds)  # a window of 16
+    assert whole["targets@16"] == 0 and whole["targets@4"] == 2 * 12
     with pytest.raises(ValueError, match="start at 0 and increase"):
         check_bounds([1, 4])
 

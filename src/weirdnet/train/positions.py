@@ -3,7 +3,9 @@
 A target byte's *context* is the number of bytes before it that the model can see: its
 index in the evaluation window plus one, or, in a packed window (``doc_ids``), the bytes
 of its own document before it.  Averaging the loss over the targets whose context falls
-in each bucket (0–128, 128–1K, 1K–4K, 4K–16K, ... by default) shows whether a model keeps
+in each bucket (0–128, 128–1K, 1K–4K, 4K–16K, ... by default; a bucket holds the contexts
+above its lower edge up to and including its upper one, so the last target of a 16K window
+is in 4K–16K) shows whether a model keeps
 improving as it sees more: one that uses long context has lower bits per byte in the
 later buckets (Mamba and Hyena's long-context evaluations).  Evaluating at a longer window
 than the model trained at (``--set data.eval_options.seq_len=...``) measures length
@@ -53,8 +55,8 @@ def position_sums(model, batch: dict[str, Any], bounds: Sequence[int]) -> dict[s
     nll = token_nll(out.logits, targets)
     counted = torch.ones_like(targets, dtype=torch.bool) if counted is None else counted
     context = target_context(batch)
-    bucket = torch.bucketize(context.contiguous(), torch.tensor(bounds, device=context.device),
-                             right=True) - 1
+    edges = torch.tensor(bounds, device=context.device)
+    bucket = (torch.bucketize(context.contiguous(), edges) - 1).clamp(min=0)  # (lo, hi]
     sums = {}
     for index, low in enumerate(bounds):
         chosen = counted & (bucket == index)

@@ -21,9 +21,25 @@ def curves(records: list[dict[str, Any]], context: int) -> dict[int, float]:
     """Bucket lower edge -> bits per byte at window ``context``, the mean over records."""
     by_edge: dict[int, list[float]] = {}
     for record in records:
-        for row in record.get("positions_bpc", {}).get(str(context), []):
+        for row in _rows(record, context):
             by_edge.setdefault(row["from"], []).append(row["bpc"])
     return {edge: statistics.mean(values) for edge, values in sorted(by_edge.items())}
+
+
+def _rows(record: dict[str, Any], context: int) -> list[dict[str, Any]]:
+    return record.get("positions_bpc", {}).get(str(context), [])
+
+
+def window_bpc(records: list[dict[str, Any]], context: int) -> float | None:
+    """Test bits per byte of the whole split read at window ``context`` (every bucket's
+    targets together), the mean over records; None if none was read there."""
+    values = []
+    for record in records:
+        rows = _rows(record, context)
+        if rows:
+            targets = sum(r["targets"] for r in rows)
+            values.append(sum(r["bpc"] * r["targets"] for r in rows) / targets)
+    return statistics.mean(values) if values else None
 
 
 def _by_model(cells: Sequence, done: dict[str, dict]) -> dict[str, list[dict[str, Any]]]:
@@ -43,7 +59,12 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
            f"{', '.join(f'{n:,}' for n in train)}-byte context; test bits per byte by "
            "context length, the bytes of the same work a target sees. A model that uses "
            "long context keeps improving in the later buckets; windows longer than the "
-           "training context measure length extrapolation. `weirdnet bench context`.", ""]
+           "training context measure length extrapolation. `weirdnet bench context`.", "",
+           "A bucket holds the contexts above its lower edge up to its upper one. The first "
+           "buckets hold every window's start and every work's opening bytes (titles, lists "
+           "of characters, which are harder to predict); a longer window has fewer window "
+           "starts, so its first buckets hold more openings. Compare a bucket across models "
+           "at one window; the last row gives each bucket's size.", ""]
     for record in list(done.values())[:1]:
         machine = record.get("machine", {})
         out += [f"- machine: {machine.get('cpu_model', '?')}; torch "
@@ -51,22 +72,23 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
     edges = list(BOUNDS)
     for context in contexts:
         shown = [e for e in edges if e < context]
-        spans = [span_label(e, edges[i + 1] if i + 1 < len(edges) and edges[i + 1] < context
-                       else None) for i, e in enumerate(shown)]
-        rows = []
+        spans = [span_label(e, edges[i + 1] if i + 1 < len(shown) else context)
+                 for i, e in enumerate(shown)]
+        rows, counts = [], None
         for name, records in models.items():
-            values = curves(records, context)
-            test = statistics.mean(r["results"]["test"]["bpc"] for r in records
-                                   if "bpc" in r["results"].get("test", {})) \
-                if any("bpc" in r["results"].get("test", {}) for r in records) else None
+            values, whole = curves(records, context), window_bpc(records, context)
             rows.append([VARIANTS[name].label, str(len(records)),
-                         "–" if test is None else f"{test:.3f}",
+                         "–" if whole is None else f"{whole:.3f}",
                          *(f"{values[e]:.3f}" if e in values else "–" for e in shown)])
+            counts = counts or {r["from"]: r["targets"] for r in _rows(records[0], context)}
+        if counts:
+            rows.append(["*targets per bucket*", "", f"*{sum(counts.values()):,}*",
+                         *(f"*{counts.get(e, 0):,}*" for e in shown)])
         extrapolated = " (longer than training: extrapolation)" \
             if context > max(train) else ""
         out += [f"## Window {context:,} bytes{extrapolated}", "",
-                *markdown_table(["Model", "seeds", f"test bpc ({max(train):,} window)",
-                                 *spans], rows), ""]
+                *markdown_table(["Model", "seeds", "test bpc, whole window", *spans], rows),
+                ""]
     total_s = sum(r.get("wall_s", 0.0) for r in done.values())
     out += [f"{len(done)} of {len(cells)} cells done; training wall time {total_s / 3600:.2f} "
             "h.", ""]
