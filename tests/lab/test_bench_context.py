@@ -23,6 +23,8 @@ def test_plan_and_configs(tmp_path):
         assert config.train.activation_checkpointing == "blocks"
         assert config.train.ffn_chunk == (0 if cell.variant.peer else 8192)
         assert cell.info["positions"]["contexts"] == [16384, 32768, 65536]
+        assert cell.info["positions"]["truncation"] == {
+            "contexts": [128, 1024, 4096, 12288, 15360], "span": 1024}
     with pytest.raises(ValueError, match="no causal form"):
         plan(["dba"], 1, 10)
 
@@ -45,6 +47,25 @@ def test_smoke_sweep_records_positions_and_reports(tmp_path):
     assert record["status"] == "done" and set(record["positions_bpc"]) == {"256", "512"}
     rows = record["positions_bpc"]["512"]
     assert [r["from"] for r in rows] == [0, 128] and all(r["bpc"] > 0 for r in rows)
+    truncation = record["truncation_bpc"]  # span 256 / 4; 128 and the whole window fit
+    assert (truncation["contexts"], truncation["span"]) == ([128, 192], 64)
+    assert truncation["windows"] > 0
+    assert all(len(v) == truncation["windows"] for v in truncation["bpc"].values())
     report = (folder / "context.md").read_text()
     assert "## Window 512 bytes (longer than training: extrapolation)" in report
     assert "| Weird-Net A, no positions | 1 |" in report
+    assert "## The same bytes with less context (truncation)" in report
+    assert (folder / "context.png").stat().st_size > 0
+
+
+def test_truncation_pairs_each_window_with_itself():
+    from weirdnet.lab.context.report import truncation
+
+    records = [{"truncation_bpc": {"contexts": [128, 1024], "span": 64, "windows": 3,
+                                   "bpc": {"128": [3.0, 2.5, 2.0], "1024": [2.9, 2.4, 1.9]}}}]
+    contexts, rows = truncation(records)
+    assert contexts == [128, 1024]
+    bpc, diff, low, high = rows[128]
+    assert bpc == pytest.approx(2.5) and diff == pytest.approx(0.1)
+    assert low == pytest.approx(0.1) and high == pytest.approx(0.1)  # identical gaps
+    assert rows[1024][1:] == (0.0, 0.0, 0.0)

@@ -9,7 +9,7 @@ import pytest
 
 from helpers.train import run_cli
 from weirdnet.lab.recall.command import causal_mechanisms, plan
-from weirdnet.lab.sweep.intervals import mean_interval, wilson
+from weirdnet.lab.sweep.intervals import mean_interval, t95, wilson
 from weirdnet.train.config import TrainConfig
 
 
@@ -70,6 +70,10 @@ def test_intervals():
     mean, low, high = mean_interval([0.5, 0.6, 0.7])
     assert mean == pytest.approx(0.6) and high - mean == pytest.approx(4.303 * 0.1 / 3 ** 0.5)
     assert mean_interval([0.4]) == (0.4, 0.4, 0.4)
+    assert t95(17) == pytest.approx(2.110) and t95(30) == pytest.approx(2.042)
+    assert t95(60) == pytest.approx(2.000, abs=2e-3)
+    assert t95(10 ** 6) == pytest.approx(1.95996, abs=1e-4)
+    assert t95(31) < t95(30)  # the expansion continues the table
 
 
 @pytest.mark.slow

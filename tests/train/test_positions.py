@@ -11,9 +11,11 @@ from weirdnet.models.lm import token_nll
 from weirdnet.train.positions import (
     bucket_table,
     check_bounds,
+    evaluate_truncation,
     format_table,
     position_sums,
     target_context,
+    truncated_nll,
 )
 
 
@@ -82,3 +84,34 @@ def test_one_pass_gives_the_split_metrics_and_the_buckets():
     for key, value in want.items():
         assert math.isclose(metrics[key], value, rel_tol=1e-6), key
     assert sum(r["targets"] for r in rows) == 5 * 48
+
+
+def test_truncation_scores_the_same_bytes_with_less_context():
+    model = _lm()
+    tokens = torch.randint(0, 256, (41,), generator=torch.Generator().manual_seed(4))
+    means = truncated_nll(model, tokens, (4, 16), 8)
+    for context in (4, 16):
+        piece = tokens[40 - 8 - context:]
+        with torch.no_grad():
+            logits = model(piece[None, :-1]).logits[0, -8:]
+        want = float(token_nll(logits, piece[-8:]).mean())
+        assert math.isclose(means[context], want, rel_tol=1e-5)
+    assert means[4] != means[16]  # the same 8 bytes, seen with 4 or 16 before them
+    with pytest.raises(ValueError, match="cannot hold 32 bytes of context and 16"):
+        truncated_nll(model, tokens, (32,), 16)
+
+
+def test_truncation_skips_windows_that_cross_a_document():
+    model = _lm()
+    g = torch.Generator().manual_seed(5)
+    inside = {"tokens": torch.randint(0, 256, (25,), generator=g),
+              "doc_ids": torch.zeros(25, dtype=torch.long)}
+    across = {"tokens": torch.randint(0, 256, (25,), generator=g),
+              "doc_ids": (torch.arange(25) >= 10).long()}
+    short = {"tokens": inside["tokens"][:20], "doc_ids": inside["doc_ids"][:20]}
+    result = evaluate_truncation(model, [inside, across, inside, short],
+                                 torch.device("cpu"), (4, 16), 8)
+    assert (result["contexts"], result["span"], result["windows"]) == ([4, 16], 8, 2)
+    assert result["bpc"]["4"][0] == result["bpc"]["4"][1] > 0  # the same window twice
+    with pytest.raises(ValueError, match="no window of the split lies inside one document"):
+        evaluate_truncation(model, [across], torch.device("cpu"), (4, 16), 8)

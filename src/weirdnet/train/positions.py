@@ -10,6 +10,13 @@ improving as it sees more: one that uses long context has lower bits per byte in
 later buckets (Mamba and Hyena's long-context evaluations).  Evaluating at a longer window
 than the model trained at (``--set data.eval_options.seq_len=...``) measures length
 extrapolation in the same buckets.
+
+The buckets hold different bytes (a work's opening lines sit in the first one), so they
+compare models with each other, not a model's buckets with each other.  The truncation
+test (:func:`evaluate_truncation`, Khandelwal et al. 2018's design) holds the bytes fixed:
+the same last ``span`` bytes of each window are scored with only the ``c`` bytes before
+them visible, for several ``c``.  If their loss still falls from ``c`` = 4K to 12K, the
+model uses context beyond 4K.
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ from . import tasks
 
 BOUNDS = (0, 128, 1024, 4096, 16384, 32768, 65536)
 """Bucket edges (context lengths); the last bucket is open above."""
+TRUNCATIONS = (128, 1024, 4096, 12288)
+"""Contexts of the truncation test: bytes visible before the first scored byte."""
+SPAN = 1024
+"""Bytes scored per window in the truncation test."""
 
 
 def check_bounds(bounds: Sequence[int]) -> tuple[int, ...]:
@@ -107,9 +118,63 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def short_bytes(n: int) -> str:
+    """A byte count as the tables write it: "128", "1K", "16K"."""
+    return f"{n // 1024}K" if n and n % 1024 == 0 else str(n)
+
+
 def span_label(low: int, high: int | None) -> str:
     """A bucket's name: "128–1K", or "16K+" for the open last one."""
-    def short(n: int) -> str:
-        return f"{n // 1024}K" if n and n % 1024 == 0 else str(n)
+    return f"{short_bytes(low)}–{short_bytes(high)}" if high else f"{short_bytes(low)}+"
 
-    return f"{short(low)}–{short(high)}" if high else f"{short(low)}+"
+
+@torch.no_grad()
+def truncated_nll(model, tokens: torch.Tensor, contexts: Sequence[int], span: int
+                  ) -> dict[int, float]:
+    """Mean nats of the last ``span`` targets of ``tokens`` (W + 1,), one document, when
+    the model reads only the ``c`` bytes before the first of them (and those between), for
+    each ``c`` of ``contexts`` (W >= max(contexts) + span).  The output head runs at the
+    scored positions only."""
+    width = tokens.numel() - 1
+    if width < max(contexts) + span:
+        raise ValueError(f"a window of {width} bytes cannot hold {max(contexts)} bytes of "
+                         f"context and {span} scored ones")
+    means = {}
+    for context in contexts:
+        piece = tokens[width - span - context:].unsqueeze(0)  # (1, c + span + 1)
+        scored = torch.zeros(1, context + span, dtype=torch.bool, device=tokens.device)
+        scored[:, -span:] = True
+        logits = model(piece[:, :-1], logits_at=scored).logits  # (span, V)
+        means[context] = float(token_nll(logits, piece[0, -span:]).mean())
+    return means
+
+
+def evaluate_truncation(model, dataset, device: torch.device,
+                        contexts: Sequence[int] = TRUNCATIONS, span: int = SPAN,
+                        progress: str | None = None) -> dict[str, Any]:
+    """The truncation test on an LM split read at windows of max(contexts) + span bytes:
+    for every whole window that lies inside one document, the bits per byte of its last
+    ``span`` bytes at each context.  Returns {"contexts", "span", "windows", "bpc": {c:
+    [bits per byte of each window]}} (per window, so a report can pair contexts)."""
+    from tqdm.auto import tqdm
+
+    contexts = sorted({int(c) for c in contexts})
+    if not contexts or contexts[0] < 1 or span < 1:
+        raise ValueError("truncation contexts and span must be >= 1")
+    per_context: dict[int, list[float]] = {c: [] for c in contexts}
+    model.eval()
+    for index in tqdm(range(len(dataset)), desc=progress, disable=progress is None):
+        item = dataset[index]
+        doc_ids = item.get("doc_ids")
+        if item["tokens"].numel() < contexts[-1] + span + 1:
+            continue  # the split's short last window
+        if doc_ids is not None and bool((doc_ids != doc_ids[0]).any()):
+            continue  # a document starts inside: its bytes would not see every context
+        means = truncated_nll(model, item["tokens"].to(device), contexts, span)
+        for context, nats in means.items():
+            per_context[context].append(nats / math.log(2))
+    windows = len(per_context[contexts[0]])
+    if not windows:
+        raise ValueError("no window of the split lies inside one document")
+    return {"contexts": contexts, "span": span, "windows": windows,
+            "bpc": {str(c): values for c, values in per_context.items()}}

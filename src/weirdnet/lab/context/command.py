@@ -6,7 +6,11 @@ byte are split by context length, the bytes of the same work a target sees (0–
 128–1K, 1K–4K, 4K–16K, and past 16K at longer windows; :mod:`weirdnet.train.positions`).
 A model that uses long context keeps improving in the later buckets.  The same test split
 is then read at 32K and 64K windows, longer than any the model trained at: length
-extrapolation, Weird-attention's relative weights against rotary positions.
+extrapolation, Weird-attention's relative weights against rotary positions.  The buckets
+hold different bytes, so a second test holds the bytes fixed: the last 1K bytes of each
+16K test window inside one work are scored with 128, 1K, 4K, 12K and 15K bytes before
+them visible (truncation; the report pairs each context with the longest, window by
+window).
 
 Models (bench lm's widths, D = 128, N = 4, each matched to the GPT-2-style Transformer's
 non-embedding parameters within 5%): Weird-Net A without a position embedding
@@ -36,6 +40,8 @@ CORPUS = "shakespeare"
 TRAIN_CONTEXT = 16384
 EVAL_CONTEXTS = (16384, 32768, 65536)
 BOUNDS = (0, 128, 1024, 4096, 16384, 32768)
+TRUNCATIONS = (128, 1024, 4096, 12288)
+SPAN = 1024
 MECHANISMS = ("weird-a-long", "weird-b-pp", "transformerpp", "mamba2")
 STEPS = 300
 FFN_CHUNK = 8192
@@ -69,7 +75,22 @@ class ContextCell:
     def info(self) -> dict[str, Any]:
         return {"variant": self.variant.name, "seed": self.seed,
                 "train_context": self.train_context,
-                "positions": {"contexts": list(self.eval_contexts), "bounds": list(BOUNDS)}}
+                "positions": {"contexts": list(self.eval_contexts), "bounds": list(BOUNDS),
+                              "truncation": {"contexts": list(self.truncations),
+                                             "span": self.span}}}
+
+    @property
+    def span(self) -> int:
+        """Bytes the truncation test scores per window: 1K, or a quarter of a short
+        training window."""
+        return min(SPAN, max(1, self.train_context // 4))
+
+    @property
+    def truncations(self) -> tuple[int, ...]:
+        """The truncation test's contexts: those of ``TRUNCATIONS`` that fit, and the
+        whole training window before the scored bytes."""
+        whole = self.train_context - self.span
+        return (*(c for c in TRUNCATIONS if c < whole), whole)
 
     def config_dict(self, work_dir: Path) -> dict[str, Any]:
         """The cell's training config (a dict ``TrainConfig.from_dict`` takes)."""

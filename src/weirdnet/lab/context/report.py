@@ -12,9 +12,10 @@ from typing import Any
 from weirdnet.lab.context.command import BOUNDS, CORPUS
 from weirdnet.lab.opbench.report import markdown_table
 from weirdnet.lab.sweep import writing
+from weirdnet.lab.sweep.intervals import mean_interval
 from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import VARIANTS
-from weirdnet.train.positions import span_label
+from weirdnet.train.positions import short_bytes, span_label
 
 
 def curves(records: list[dict[str, Any]], context: int) -> dict[int, float]:
@@ -40,6 +41,57 @@ def window_bpc(records: list[dict[str, Any]], context: int) -> float | None:
             targets = sum(r["targets"] for r in rows)
             values.append(sum(r["bpc"] * r["targets"] for r in rows) / targets)
     return statistics.mean(values) if values else None
+
+
+def truncation(records: list[dict[str, Any]]
+               ) -> tuple[list[int], dict[int, tuple[float, float, float, float]]]:
+    """(contexts, context -> (bits per byte, its difference from the longest context, the
+    difference's 95% interval)) of the truncation test: per window, the mean over
+    records (seeds); the interval is Student's t over windows, each window paired with
+    itself at the longest context."""
+    tests = [r["truncation_bpc"] for r in records if r.get("truncation_bpc")]
+    if not tests:
+        return [], {}
+    contexts = [int(c) for c in tests[0]["contexts"]]
+    windows = {c: [statistics.fmean(values) for values in zip(*(t["bpc"][str(c)]
+                                                                 for t in tests))]
+               for c in contexts}
+    longest = windows[contexts[-1]]
+    rows = {}
+    for context in contexts:
+        diffs = [a - b for a, b in zip(windows[context], longest)]
+        diff, low, high = mean_interval(diffs)
+        rows[context] = (statistics.fmean(windows[context]), diff, low, high)
+    return contexts, rows
+
+
+def _truncation_section(models: dict[str, list[dict[str, Any]]]) -> list[str]:
+    tables = {name: truncation(records) for name, records in models.items()}
+    tables = {name: table for name, table in tables.items() if table[0]}
+    if not tables:
+        return []
+    first = next(iter(models.values()))[0]["truncation_bpc"]
+    contexts = max((table[0] for table in tables.values()), key=len)
+    rows = []
+    for name, (shown, values) in tables.items():
+        cells = []
+        for context in contexts:
+            if context not in values:
+                cells.append("–")
+                continue
+            bpc, diff, low, high = values[context]
+            cells.append(f"{bpc:.3f}" if context == shown[-1] else
+                         f"{bpc:.3f} ({diff:+.3f} [{low:+.3f}, {high:+.3f}])")
+        rows.append([VARIANTS[name].label, *cells])
+    return ["## The same bytes with less context (truncation)", "",
+            f"The last {first['span']:,} bytes of each test window that lies inside one work "
+            f"({first['windows']} windows) are scored with only the bytes before them up to "
+            "the context named visible. In brackets: the difference from the longest "
+            "context and its 95% interval over windows, each window paired with itself. A "
+            "model uses the context between two columns when its bits per byte fall from "
+            "one to the next by more than the interval.", "",
+            *markdown_table(["Model", *(f"{short_bytes(c)} bytes" for c in contexts)],
+                            rows), ""]
 
 
 def _by_model(cells: Sequence, done: dict[str, dict]) -> dict[str, list[dict[str, Any]]]:
@@ -89,6 +141,7 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
         out += [f"## Window {context:,} bytes{extrapolated}", "",
                 *markdown_table(["Model", "seeds", "test bpc, whole window", *spans], rows),
                 ""]
+    out += _truncation_section(models)
     total_s = sum(r.get("wall_s", 0.0) for r in done.values())
     out += [f"{len(done)} of {len(cells)} cells done; training wall time {total_s / 3600:.2f} "
             "h.", ""]
@@ -102,9 +155,23 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
     from weirdnet._atomic import write_png
 
     contexts = sorted({c for cell in cells for c in cell.eval_contexts})
-    fig, axes = writing.panels(1, len(contexts), 4.2 * len(contexts), 3.6)
+    models = _by_model(cells, done)
+    tests = {name: truncation(records) for name, records in models.items()}
+    tests = {name: test for name, test in tests.items() if test[0]}
+    count = len(contexts) + bool(tests)
+    fig, axes = writing.panels(1, count, 4.2 * count, 3.6)
+    if tests:
+        ax = axes[0][-1]
+        for name, (shown, values) in tests.items():
+            ax.plot(shown, [values[c][0] for c in shown], marker="o",
+                    color=f"C{list(models).index(name) % 10}", label=VARIANTS[name].label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("bytes visible before the scored bytes")
+        ax.set_ylabel("test bits per byte (the same bytes)")
+        ax.set_title("truncation", fontsize=10)
+        ax.grid(alpha=0.3)
     for ax, context in zip(axes[0], contexts):
-        for index, (name, records) in enumerate(_by_model(cells, done).items()):
+        for index, (name, records) in enumerate(models.items()):
             values = curves(records, context)
             if values:
                 xs = [max(edge, 1) for edge in values]

@@ -98,10 +98,10 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "config_hash": spec["config_hash"], "config": spec["config"],
     }
     if spec["cell"].get("positions"):  # bits per byte by context length (bench context)
-        from weirdnet.lab.context.evaluate import position_curves
+        from weirdnet.lab.context.evaluate import context_measurements
 
-        record["positions_bpc"] = position_curves(run_dir, config, spec["cell"]["positions"],
-                                                  trainer.processes.device)
+        record.update(context_measurements(run_dir, config, spec["cell"]["positions"],
+                                           trainer.processes.device))
     return record
 
 

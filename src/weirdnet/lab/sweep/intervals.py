@@ -8,8 +8,20 @@ import statistics
 from collections.abc import Sequence
 
 Z95 = 1.959963984540054
-# Two-sided 95% quantiles of Student's t with 1 .. 10 degrees of freedom.
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+# Two-sided 95% quantiles of Student's t with 1 .. 30 degrees of freedom.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+        2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+        2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t95(dof: int) -> float:
+    """The two-sided 95% quantile of Student's t with ``dof`` degrees of freedom (the
+    table to 30, then the first terms of its expansion around the normal quantile)."""
+    if dof < 1:
+        raise ValueError(f"t95 needs dof >= 1, got {dof}")
+    if dof <= len(_T95):
+        return _T95[dof - 1]
+    return Z95 + (Z95 ** 3 + Z95) / (4 * dof)
 
 
 def wilson(accuracy: float, trials: int) -> tuple[float, float]:
@@ -34,9 +46,7 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, mean, mean
-    dof = len(values) - 1
-    t = _T95[dof - 1] if dof <= len(_T95) else Z95
-    half = t * statistics.stdev(values) / math.sqrt(len(values))
+    half = t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     return mean, mean - half, mean + half
 
 
