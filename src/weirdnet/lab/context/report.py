@@ -142,11 +142,7 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
                 *markdown_table(["Model", "seeds", "test bpc, whole window", *spans], rows),
                 ""]
     out += _truncation_section(models)
-    total_s = sum(r.get("wall_s", 0.0) for r in done.values())
-    out += [f"{len(done)} of {len(cells)} cells done; training wall time {total_s / 3600:.2f} "
-            "h.", ""]
-    if failed:
-        out += ["Failed cells (see their logs): " + ", ".join(failed), ""]
+    out += writing.progress_lines(cells, done, failed)
     return "\n".join(out)
 
 

@@ -118,11 +118,7 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
                 row.append(_entry(records, asked) + (f" (lr {rate:g})" if swept else ""))
             rows.append(row)
         out += markdown_table(header, rows) + [""]
-    total_s = sum(r.get("wall_s", 0.0) for r in done.values())
-    out += [f"{len(done)} of {len(cells)} cells done; training wall time of those "
-            f"{total_s / 3600:.2f} h.", ""]
-    if failed:
-        out += ["Failed cells (see their logs): " + ", ".join(failed), ""]
+    out += writing.progress_lines(cells, done, failed)
     return "\n".join(out)
 
 

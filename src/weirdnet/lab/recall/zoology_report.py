@@ -107,9 +107,8 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
                            + f", {epochs:.1f} ep, {_wall(records)}")
             rows.append(row)
         out += markdown_table(["Model", *(f"D = {w}" for w in widths)], rows) + [""]
+    out += writing.progress_lines(cells, done, [])
     total_s = sum(r.get("wall_s", 0.0) for r in done.values())
-    out += [f"{len(done)} of {len(cells)} cells done; their training wall time "
-            f"{total_s / 3600:.2f} h on this machine.", ""]
     if done:
         mean_s = total_s / len(done)
         out += [f"At the mean of the finished cells ({mean_s / 60:.0f} min each) the "
