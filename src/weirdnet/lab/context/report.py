@@ -161,6 +161,9 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
         for name, (shown, values) in tests.items():
             ax.plot(shown, [values[c][0] for c in shown], marker="o",
                     color=f"C{list(models).index(name) % 10}", label=VARIANTS[name].label)
+        low, high = ax.get_ylim()
+        middle = (low + high) / 2  # at least 0.1 bits tall: noise must not look like a trend
+        ax.set_ylim(min(low, middle - 0.05), max(high, middle + 0.05))
         ax.set_xscale("log", base=2)
         ax.set_xlabel("bytes visible before the scored bytes")
         ax.set_ylabel("test bits per byte (the same bytes)")
@@ -174,7 +177,7 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
                 ax.plot(xs, list(values.values()), marker="o", color=f"C{index % 10}",
                         label=VARIANTS[name].label)
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("context: bytes of the same work before the target (bucket start)")
+        ax.set_xlabel("bucket start: bytes of the work before the target")
         ax.set_ylabel("test bits per byte")
         ax.set_title(f"window {context:,}", fontsize=10)
         ax.grid(alpha=0.3)
