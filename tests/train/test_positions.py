@@ -68,6 +68,21 @@ def test_eval_reports_bits_per_byte_by_context(tmp_path, capsys):
     assert "bits per byte by context length (val)" in out and "| 8–32 |" in out
 
 
+def test_eval_reports_the_truncation_test(tmp_path, capsys):
+    from weirdnet.cli import main
+
+    model = _lm()
+    model.save(tmp_path / "model")
+    common = ["eval", str(tmp_path / "model"), "--set", "data.dataset=python-stdlib",
+              "--set", "data.options={seq_len = 48}", "--split", "val", "--limit", "5"]
+    assert main([*common, "--truncation", "4", "16", "--span", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "the last 8 bytes of each window with less context visible (val)" in out
+    assert "| 4 | 5 |" in out and "| 16 | 5 | " in out
+    assert main([*common, "--truncation", "60", "--span", "8"]) == 2
+    assert "--truncation needs windows of 68 bytes" in capsys.readouterr().err
+
+
 def test_one_pass_gives_the_split_metrics_and_the_buckets():
     """evaluate_positions: the metrics evaluate() gives, from the same single pass."""
     from weirdnet.data.registry import get

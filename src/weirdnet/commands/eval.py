@@ -20,12 +20,18 @@ token_accuracy, exact_match) on each split.  --positions adds, for a language mo
 bits per byte by context length (the bytes before a target that the model sees: 0-128,
 128-1K, 1K-4K, ...), which shows whether it uses long context; a longer window than the
 run trained at (--set data.eval_options.seq_len=32768) measures length extrapolation.
+The buckets hold different bytes (a document's opening lines sit in the first ones);
+--truncation holds them fixed: the last --span bytes of each window that lies inside one
+document are scored with only C bytes before them visible, for each C, with the
+difference from the longest C and its 95% interval over windows.  If the bits per byte
+still fall from 4K to 12K, the model uses context beyond 4K.
 
 examples:
   weirdnet eval runs/quickstart
   weirdnet eval runs/quickstart/checkpoints/step-00000600 --split test
   weirdnet eval runs/listops --set data.root=/data/lra_release/listops-1000
   weirdnet eval runs/long-context --positions --split test
+  weirdnet eval runs/long-context --truncation 128 1024 4096 16384 --split test
 """
 
 
@@ -42,6 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--positions", type=int, nargs="*", default=None, metavar="EDGE",
                         help="language models: bits per byte by context length, in buckets "
                              "with these edges (default: 0 128 1024 4096 16384 32768 65536)")
+    parser.add_argument("--truncation", type=int, nargs="*", default=None, metavar="C",
+                        help="language models: the same bytes scored with C bytes of context "
+                             "visible, for each C (default: 128 1024 4096 12288); the split "
+                             "is read in windows of max(C) + --span bytes")
+    parser.add_argument("--span", type=int, default=None,
+                        help="--truncation: bytes scored per window (default 1024)")
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -58,6 +70,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
         for split, rows in summary["positions"].items():
             print(f"\nbits per byte by context length ({split}):\n{format_table(rows)}")
+    if summary.get("truncation"):
+        from weirdnet.train.positions import format_truncation, truncation_rows
+
+        for split, test in summary["truncation"].items():
+            rows = truncation_rows(test["bpc"], test["contexts"])
+            print(f"\nthe last {test['span']} bytes of each window with less context "
+                  f"visible ({split}):\n{format_truncation(rows)}")
     return 0
 
 
@@ -103,7 +122,37 @@ def evaluate_target(args: argparse.Namespace) -> dict:
                "parameters": model.num_parameters(), "results": results}
     if positions:
         summary["positions"] = positions
+    if args.truncation is not None:
+        summary["truncation"] = _truncation(args, model, data, splits, device)
     return summary
+
+
+def _truncation(args: argparse.Namespace, model, data, splits: list[str], device) -> dict:
+    """The truncation test of every split (:func:`weirdnet.train.positions.
+    evaluate_truncation`), its windows as long as the largest context plus the span."""
+    from weirdnet.data.registry import get
+    from weirdnet.train.positions import SPAN, TRUNCATIONS, evaluate_truncation
+
+    contexts = sorted(set(args.truncation or TRUNCATIONS))
+    span = SPAN if args.span is None else args.span
+    if contexts[0] < 1 or span < 1:
+        raise ValueError("--truncation contexts and --span must be >= 1")
+    window = contexts[-1] + span
+    if window > model.max_len:
+        raise ValueError(f"--truncation needs windows of {window} bytes (the largest "
+                         f"context {contexts[-1]} + --span {span}); the model holds "
+                         f"max_len={model.max_len}")
+    tests = {}
+    for split in splits:
+        options = {**data.options, **data.eval_options, "seq_len": window,
+                   "random_crops": False}
+        dataset = get(data.dataset, split, root=data.root or None, **options)
+        if dataset.info.task != "lm":
+            raise ValueError(f"--truncation measures language models; {data.dataset} has "
+                             f"task {dataset.info.task!r}")
+        tests[split] = evaluate_truncation(model, dataset, device, contexts, span,
+                                           progress=f"truncation {split}", limit=args.limit)
+    return tests
 
 
 def _step_of(model_dir: Path) -> str:

@@ -151,11 +151,12 @@ def truncated_nll(model, tokens: torch.Tensor, contexts: Sequence[int], span: in
 
 def evaluate_truncation(model, dataset, device: torch.device,
                         contexts: Sequence[int] = TRUNCATIONS, span: int = SPAN,
-                        progress: str | None = None) -> dict[str, Any]:
+                        progress: str | None = None, limit: int = 0) -> dict[str, Any]:
     """The truncation test on an LM split read at windows of max(contexts) + span bytes:
     for every whole window that lies inside one document, the bits per byte of its last
     ``span`` bytes at each context.  Returns {"contexts", "span", "windows", "bpc": {c:
-    [bits per byte of each window]}} (per window, so a report can pair contexts)."""
+    [bits per byte of each window]}} (per window, so a report can pair contexts).  Only
+    the first ``limit`` windows are read (0 = all)."""
     from tqdm.auto import tqdm
 
     contexts = sorted({int(c) for c in contexts})
@@ -163,7 +164,8 @@ def evaluate_truncation(model, dataset, device: torch.device,
         raise ValueError("truncation contexts and span must be >= 1")
     per_context: dict[int, list[float]] = {c: [] for c in contexts}
     model.eval()
-    for index in tqdm(range(len(dataset)), desc=progress, disable=progress is None):
+    count = len(dataset) if limit <= 0 else min(limit, len(dataset))
+    for index in tqdm(range(count), desc=progress, disable=progress is None):
         item = dataset[index]
         doc_ids = item.get("doc_ids")
         if item["tokens"].numel() < contexts[-1] + span + 1:
@@ -178,3 +180,36 @@ def evaluate_truncation(model, dataset, device: torch.device,
         raise ValueError("no window of the split lies inside one document")
     return {"contexts": contexts, "span": span, "windows": windows,
             "bpc": {str(c): values for c, values in per_context.items()}}
+
+
+def truncation_rows(bpc: dict[str, list[float]], contexts: Sequence[int]
+                    ) -> list[dict[str, Any]]:
+    """Rows of a truncation test from its bits per byte per window (``bpc[str(c)]``, the
+    windows in the same order at every context): each context's mean, its difference from
+    the longest context and that difference's 95% t interval over windows (each window
+    paired with itself)."""
+    from weirdnet._intervals import mean_interval
+
+    contexts = sorted(int(c) for c in contexts)
+    longest = bpc[str(contexts[-1])]
+    rows = []
+    for context in contexts:
+        values = bpc[str(context)]
+        diff, low, high = mean_interval([a - b for a, b in zip(values, longest)])
+        rows.append({"context": context, "windows": len(values),
+                     "bpc": sum(values) / len(values), "minus_longest": diff,
+                     "low": low, "high": high})
+    return rows
+
+
+def format_truncation(rows: list[dict[str, Any]]) -> str:
+    """A Markdown table of :func:`truncation_rows`."""
+    lines = ["| bytes visible | windows | bits per byte | minus the longest [95%] |",
+             "|---|---|---|---|"]
+    for row in rows:
+        gap = "–" if row is rows[-1] else \
+            f"{row['minus_longest']:+.4f} [{row['low']:+.4f}, {row['high']:+.4f}]"
+        lines.append(f"| {short_bytes(row['context'])} | {row['windows']} | "
+                     f"{row['bpc']:.4f} | {gap} |")
+    return "\n".join(lines)
+

@@ -12,10 +12,9 @@ from typing import Any
 from weirdnet.lab.context.command import BOUNDS, CORPUS
 from weirdnet.lab.opbench.report import markdown_table
 from weirdnet.lab.sweep import writing
-from weirdnet.lab.sweep.intervals import mean_interval
 from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import VARIANTS
-from weirdnet.train.positions import short_bytes, span_label
+from weirdnet.train.positions import short_bytes, span_label, truncation_rows
 
 
 def curves(records: list[dict[str, Any]], context: int) -> dict[int, float]:
@@ -47,22 +46,17 @@ def truncation(records: list[dict[str, Any]]
                ) -> tuple[list[int], dict[int, tuple[float, float, float, float]]]:
     """(contexts, context -> (bits per byte, its difference from the longest context, the
     difference's 95% interval)) of the truncation test: per window, the mean over
-    records (seeds); the interval is Student's t over windows, each window paired with
-    itself at the longest context."""
+    records (seeds), then :func:`weirdnet.train.positions.truncation_rows`."""
     tests = [r["truncation_bpc"] for r in records if r.get("truncation_bpc")]
     if not tests:
         return [], {}
     contexts = [int(c) for c in tests[0]["contexts"]]
-    windows = {c: [statistics.fmean(values) for values in zip(*(t["bpc"][str(c)]
-                                                                 for t in tests))]
+    windows = {str(c): [statistics.fmean(values) for values in zip(*(t["bpc"][str(c)]
+                                                                      for t in tests))]
                for c in contexts}
-    longest = windows[contexts[-1]]
-    rows = {}
-    for context in contexts:
-        diffs = [a - b for a, b in zip(windows[context], longest)]
-        diff, low, high = mean_interval(diffs)
-        rows[context] = (statistics.fmean(windows[context]), diff, low, high)
-    return contexts, rows
+    rows = truncation_rows(windows, contexts)
+    return contexts, {r["context"]: (r["bpc"], r["minus_longest"], r["low"], r["high"])
+                      for r in rows}
 
 
 def _truncation_section(models: dict[str, list[dict[str, Any]]]) -> list[str]:
