@@ -20,11 +20,15 @@ def test_plan_and_configs(tmp_path):
         config = TrainConfig.from_dict(cell.config_dict(tmp_path))
         assert config.data.options == {"seq_len": 16384, "pack": True}
         assert config.model["backbone"]["max_len"] == 65536  # the longest test window
-        assert config.train.activation_checkpointing == "blocks"
-        assert config.train.ffn_chunk == (0 if cell.variant.peer else 8192)
+        assert config.train.activation_checkpointing == "none"  # 16K fits without
+        assert config.train.ffn_chunk == 0
         assert cell.info["positions"]["contexts"] == [16384, 32768, 65536]
         assert cell.info["positions"]["truncation"] == {
             "contexts": [128, 1024, 4096, 12288, 15360], "span": 1024}
+    longer = plan(["weird-a-long", "mamba2"], 1, 300, train_context=65536)
+    configs = [TrainConfig.from_dict(c.config_dict(tmp_path)).train for c in longer]
+    assert [(t.activation_checkpointing, t.ffn_chunk) for t in configs] == [
+        ("blocks", 8192), ("blocks", 0)]
     with pytest.raises(ValueError, match="no causal form"):
         plan(["dba"], 1, 10)
 

@@ -18,9 +18,12 @@ non-embedding parameters within 5%): Weird-Net A without a position embedding
 positions in its softmax layers), the Transformer++ and Mamba-2 (``transformers``).  Each
 is built with ``max_len`` = the longest evaluation window; Weird-attention's levels past
 the trained length keep their initial weights, which is what extrapolation means for it.
-Training: batch 1, AdamW at 2e-3 with a cosine schedule, block activation checkpointing
-(weirdnet's FFNs in checkpointed chunks), ``--steps`` steps (default 300: 4.9M bytes, about
-one epoch of the training split).
+Training: batch 1, AdamW at 2e-3 with a cosine schedule, ``--steps`` steps (default 300:
+4.9M bytes, about one epoch of the training split).  At D = 128 every model holds a 16K
+window's activations in memory (one step's peak RSS, one thread: the Transformer++
+5.6 GiB, Mamba-2 4.5, Weird-Net B++ 3.5, Weird-Net A 1.0), and checkpointing's
+recomputation would cost a third more time (a Transformer++ step: 64 s against 48), so it
+is used only past 16K (blocks, with weirdnet's FFNs in checkpointed chunks).
 
 Cells run in fresh processes and are stored as records through the sweep engine
 (``context/cells``); the report is ``context/context.md`` with ``context.png``.
@@ -45,6 +48,8 @@ SPAN = 1024
 MECHANISMS = ("weird-a-long", "weird-b-pp", "transformerpp", "mamba2")
 STEPS = 300
 FFN_CHUNK = 8192
+CHECKPOINT_ABOVE = 16384
+"""Training windows up to this many bytes fit in memory without activation checkpointing."""
 
 HELP = "long-context use: test bits per byte by context length, and extrapolation"
 
@@ -80,6 +85,11 @@ class ContextCell:
                                              "span": self.span}}}
 
     @property
+    def checkpointed(self) -> bool:
+        """Whether training checkpoints activations: only past ``CHECKPOINT_ABOVE``."""
+        return self.train_context > CHECKPOINT_ABOVE
+
+    @property
     def span(self) -> int:
         """Bytes the truncation test scores per window: 1K, or a quarter of a short
         training window."""
@@ -107,8 +117,10 @@ class ContextCell:
             "schedule": {"name": "cosine", "warmup_steps": min(100, self.steps // 10)},
             "train": {"steps": self.steps, "batch_size": 1,
                       "eval_every": max(1, self.steps // 4), "eval_batches": 4,
-                      "log_every": 10, "activation_checkpointing": "blocks",
-                      "ffn_chunk": 0 if self.variant.peer else FFN_CHUNK},
+                      "log_every": 10,
+                      "activation_checkpointing": "blocks" if self.checkpointed else "none",
+                      "ffn_chunk": FFN_CHUNK if self.checkpointed and not self.variant.peer
+                      else 0},
             "run": {"name": self.key, "out_dir": str(work_dir), "seed": self.seed},
         }
 
