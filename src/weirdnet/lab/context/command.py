@@ -40,6 +40,8 @@ from typing import Any
 from weirdnet.lab.variants import Variant, get_variant
 
 CORPUS = "shakespeare"
+CORPORA = ("shakespeare", "python-docs")
+"""The offline corpora of long documents (``--corpus``): whole works, whole doc pages."""
 TRAIN_CONTEXT = 16384
 EVAL_CONTEXTS = (16384, 32768, 65536)
 BOUNDS = (0, 128, 1024, 4096, 16384, 32768)
@@ -71,14 +73,17 @@ class ContextCell:
     steps: int
     train_context: int = TRAIN_CONTEXT
     eval_contexts: tuple[int, ...] = EVAL_CONTEXTS
+    corpus: str = CORPUS
 
     @property
     def key(self) -> str:
-        return f"{self.variant.name}--L{self.train_context}--n{self.steps}--s{self.seed}"
+        corpus = "" if self.corpus == CORPUS else f"--{self.corpus}"
+        return (f"{self.variant.name}{corpus}--L{self.train_context}--n{self.steps}"
+                f"--s{self.seed}")
 
     @property
     def info(self) -> dict[str, Any]:
-        return {"variant": self.variant.name, "seed": self.seed,
+        return {"variant": self.variant.name, "seed": self.seed, "corpus": self.corpus,
                 "train_context": self.train_context,
                 "positions": {"contexts": list(self.eval_contexts), "bounds": list(BOUNDS),
                               "truncation": {"contexts": list(self.truncations),
@@ -110,7 +115,7 @@ class ContextCell:
         model = {**model, "backbone": {**model["backbone"],
                                        "max_len": max(self.eval_contexts)}}
         return {
-            "data": {"dataset": CORPUS, "test_split": "test",
+            "data": {"dataset": self.corpus, "test_split": "test",
                      "options": {"seq_len": self.train_context, "pack": True}},
             "model": model,
             "optim": {"lr": 2e-3},
@@ -126,9 +131,11 @@ class ContextCell:
 
 
 def plan(mechanisms, seeds: int, steps: int, train_context: int = TRAIN_CONTEXT,
-         eval_contexts=EVAL_CONTEXTS) -> list[ContextCell]:
-    """Every cell; ValueError for an unknown name, a model without a causal form, or bad
-    counts."""
+         eval_contexts=EVAL_CONTEXTS, corpus: str = CORPUS) -> list[ContextCell]:
+    """Every cell; ValueError for an unknown name or corpus, a model without a causal
+    form, or bad counts."""
+    if corpus not in CORPORA:
+        raise ValueError(f"--corpus must be one of {', '.join(CORPORA)}, got {corpus!r}")
     if seeds < 1 or steps < 1 or train_context < 2:
         raise ValueError("--seeds and --steps must be >= 1, --train-context >= 2")
     if not eval_contexts or min(eval_contexts) < 2:
@@ -137,7 +144,7 @@ def plan(mechanisms, seeds: int, steps: int, train_context: int = TRAIN_CONTEXT,
     for variant in variants:
         if variant.bidirectional_only:
             raise ValueError(f"{variant.label} has no causal form: it cannot model language")
-    return [ContextCell(v, s, steps, train_context, tuple(sorted(set(eval_contexts))))
+    return [ContextCell(v, s, steps, train_context, tuple(sorted(set(eval_contexts))), corpus)
             for v in variants for s in range(seeds)]
 
 
@@ -157,6 +164,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="training window in bytes (default %(default)s)")
     parser.add_argument("--eval-contexts", type=int, nargs="+", default=list(EVAL_CONTEXTS),
                         help="test windows in bytes (default: %(default)s)")
+    parser.add_argument("--corpus", default=CORPUS,
+                        help=f"long documents to train and test on: {', '.join(CORPORA)} "
+                             "(default %(default)s; another corpus has its own folder, "
+                             "context-NAME)")
     add_sweep_arguments(parser, "context/context.{md,png} and context/cells/*.json",
                         "context.png")
 
@@ -167,15 +178,15 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     from weirdnet.lab.context.report import write_report
     from weirdnet.lab.sweep.engine import list_or_run, sweep_store
 
-    store = sweep_store(args, "context")
+    store = sweep_store(args, "context" if args.corpus == CORPUS else f"context-{args.corpus}")
     try:
         cells = plan(_names(args.mechanisms), args.seeds, args.steps, args.train_context,
-                     args.eval_contexts)
+                     args.eval_contexts, args.corpus)
         configs = {cell.key: cell.config_dict(store.work_dir) for cell in cells}
         if not args.list and not args.report_only:
             from weirdnet.lab.lm.command import require_corpus
 
-            require_corpus(CORPUS)
+            require_corpus(args.corpus)
     except (ValueError, KeyError, DataMissingError) as error:
         print(f"weirdnet bench context: {error}", file=sys.stderr)
         return 2

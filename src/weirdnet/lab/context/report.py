@@ -78,7 +78,7 @@ def _truncation_section(models: dict[str, list[dict[str, Any]]]) -> list[str]:
                          f"{bpc:.3f} ({diff:+.3f} [{low:+.3f}, {high:+.3f}])")
         rows.append([VARIANTS[name].label, *cells])
     return ["## The same bytes with less context (truncation)", "",
-            f"The last {first['span']:,} bytes of each test window that lies inside one work "
+            f"The last {first['span']:,} bytes of each test window that lies inside one document "
             f"({first['windows']} windows) are scored with only the bytes before them up to "
             "the context named visible. In brackets: the difference from the longest "
             "context and its 95% interval over windows, each window paired with itself. A "
@@ -100,15 +100,17 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
     models = _by_model(cells, done)
     contexts = sorted({c for cell in cells for c in cell.eval_contexts})
     train = sorted({cell.train_context for cell in cells})
+    corpus = cells[0].corpus if cells else CORPUS
+    documents = "whole works" if corpus == CORPUS else "whole documents"
     out = ["# Does each model use long context? (ours)", "",
-           f"Byte-level language models trained on `{CORPUS}` (whole works, packed) at a "
+           f"Byte-level language models trained on `{corpus}` ({documents}, packed) at a "
            f"{', '.join(f'{n:,}' for n in train)}-byte context; test bits per byte by "
-           "context length, the bytes of the same work a target sees. A model that uses "
+           "context length, the bytes of the same document a target sees. A model that uses "
            "long context keeps improving in the later buckets; windows longer than the "
            "training context measure length extrapolation. `weirdnet bench context`.", "",
            "A bucket holds the contexts above its lower edge up to its upper one. The first "
-           "buckets hold every window's start and every work's opening bytes (titles, lists "
-           "of characters, which are harder to predict); a longer window has fewer window "
+           "buckets hold every window's start and every document's opening bytes (titles, "
+           "casts, headings, which are harder to predict); a longer window has fewer window "
            "starts, so its first buckets hold more openings. Compare a bucket across models "
            "at one window; the last row gives each bucket's size.", ""]
     for record in list(done.values())[:1]:
@@ -171,7 +173,7 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
                 ax.plot(xs, list(values.values()), marker="o", color=f"C{index % 10}",
                         label=VARIANTS[name].label)
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("bucket start: bytes of the work before the target")
+        ax.set_xlabel("bucket start: bytes of the document before the target")
         ax.set_ylabel("test bits per byte")
         ax.set_title(f"window {context:,}", fontsize=10)
         ax.grid(alpha=0.3)

@@ -280,13 +280,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def require_corpus(name: str = CORPUS) -> None:
-    """DataMissingError (one line saying how to get it) unless the bytes of offline corpus
-    ``name`` (default :data:`CORPUS`) can be read: checked before any cell starts, so a
-    missing package is not a failed cell whose reason sits only in its record (the bytes
-    are built and cached once)."""
-    from weirdnet.data.text.corpora import corpus_bytes
+    """DataMissingError (one line saying how to get it) unless the LM dataset ``name``
+    (default :data:`CORPUS`) can be read: checked before any cell starts, so a missing
+    package is not a failed cell whose reason sits only in its record (an offline
+    corpus's bytes are built and cached once)."""
+    from weirdnet.data.registry import get
 
-    corpus_bytes(name)
+    get(name, "test")
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
