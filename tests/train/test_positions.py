@@ -124,8 +124,10 @@ def test_truncation_skips_windows_that_cross_a_document():
     across = {"tokens": torch.randint(0, 256, (25,), generator=g),
               "doc_ids": (torch.arange(25) >= 10).long()}
     short = {"tokens": inside["tokens"][:20], "doc_ids": inside["doc_ids"][:20]}
+    model.train()
     result = evaluate_truncation(model, [inside, across, inside, short],
                                  torch.device("cpu"), (4, 16), 8)
+    assert model.training  # its mode is restored
     assert (result["contexts"], result["span"], result["windows"]) == ([4, 16], 8, 2)
     assert result["bpc"]["4"][0] == result["bpc"]["4"][1] > 0  # the same window twice
     with pytest.raises(ValueError, match="no window of the split lies inside one document"):

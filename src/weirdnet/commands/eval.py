@@ -83,12 +83,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 def evaluate_target(args: argparse.Namespace) -> dict:
     """Evaluate ``args.target`` on its splits; the summary for :func:`results_table`."""
 
-    from weirdnet.data.registry import get
     from weirdnet.train.config import TrainConfig, apply_overrides
     from weirdnet.train.distributed import Processes, resolve_device
     from weirdnet.train.positions import BOUNDS, check_bounds, evaluate_positions
     from weirdnet.train.trained import load_trained
-    from weirdnet.train.trainer import evaluate
+    from weirdnet.train.trainer import eval_dataset, evaluate
 
     if args.batch_size < 1 or args.limit < 0:
         raise ValueError("--batch-size must be >= 1 and --limit >= 0")
@@ -103,8 +102,7 @@ def evaluate_target(args: argparse.Namespace) -> dict:
         check_bounds(args.positions or BOUNDS)
     results, positions = {}, {}
     for split in splits:
-        options = {**data.options, **data.eval_options}
-        dataset = get(data.dataset, split, root=data.root or None, **options)
+        dataset = eval_dataset(data, split)
         _check_fits(model, dataset.info, model_dir)
         if bounds is not None and dataset.info.task != "lm":
             raise ValueError(f"--positions measures language models; {data.dataset} has "
@@ -130,8 +128,8 @@ def evaluate_target(args: argparse.Namespace) -> dict:
 def _truncation(args: argparse.Namespace, model, data, splits: list[str], device) -> dict:
     """The truncation test of every split (:func:`weirdnet.train.positions.
     evaluate_truncation`), its windows as long as the largest context plus the span."""
-    from weirdnet.data.registry import get
     from weirdnet.train.positions import SPAN, TRUNCATIONS, evaluate_truncation
+    from weirdnet.train.trainer import eval_dataset
 
     contexts = sorted(set(args.truncation or TRUNCATIONS))
     span = SPAN if args.span is None else args.span
@@ -144,9 +142,7 @@ def _truncation(args: argparse.Namespace, model, data, splits: list[str], device
                          f"max_len={model.max_len}")
     tests = {}
     for split in splits:
-        options = {**data.options, **data.eval_options, "seq_len": window,
-                   "random_crops": False}
-        dataset = get(data.dataset, split, root=data.root or None, **options)
+        dataset = eval_dataset(data, split, seq_len=window, random_crops=False)
         if dataset.info.task != "lm":
             raise ValueError(f"--truncation measures language models; {data.dataset} has "
                              f"task {dataset.info.task!r}")

@@ -156,25 +156,30 @@ def evaluate_truncation(model, dataset, device: torch.device,
     for every whole window that lies inside one document, the bits per byte of its last
     ``span`` bytes at each context.  Returns {"contexts", "span", "windows", "bpc": {c:
     [bits per byte of each window]}} (per window, so a report can pair contexts).  Only
-    the first ``limit`` windows are read (0 = all)."""
+    the first ``limit`` windows are read (0 = all).  The model is in eval mode meanwhile;
+    its mode is restored afterwards."""
     from tqdm.auto import tqdm
 
     contexts = sorted({int(c) for c in contexts})
     if not contexts or contexts[0] < 1 or span < 1:
         raise ValueError("truncation contexts and span must be >= 1")
     per_context: dict[int, list[float]] = {c: [] for c in contexts}
-    model.eval()
     count = len(dataset) if limit <= 0 else min(limit, len(dataset))
-    for index in tqdm(range(count), desc=progress, disable=progress is None):
-        item = dataset[index]
-        doc_ids = item.get("doc_ids")
-        if item["tokens"].numel() < contexts[-1] + span + 1:
-            continue  # the split's short last window
-        if doc_ids is not None and bool((doc_ids != doc_ids[0]).any()):
-            continue  # a document starts inside: its bytes would not see every context
-        means = truncated_nll(model, item["tokens"].to(device), contexts, span)
-        for context, nats in means.items():
-            per_context[context].append(nats / math.log(2))
+    was_training = model.training
+    model.eval()
+    try:
+        for index in tqdm(range(count), desc=progress, disable=progress is None):
+            item = dataset[index]
+            doc_ids = item.get("doc_ids")
+            if item["tokens"].numel() < contexts[-1] + span + 1:
+                continue  # the split's short last window
+            if doc_ids is not None and bool((doc_ids != doc_ids[0]).any()):
+                continue  # a document starts inside: its bytes would not see every context
+            means = truncated_nll(model, item["tokens"].to(device), contexts, span)
+            for context, nats in means.items():
+                per_context[context].append(nats / math.log(2))
+    finally:
+        model.train(was_training)
     windows = len(per_context[contexts[0]])
     if not windows:
         raise ValueError("no window of the split lies inside one document")

@@ -87,15 +87,22 @@ def make_deterministic() -> None:
     torch.backends.cudnn.benchmark = False
 
 
+def eval_dataset(data, split: str, **overrides):
+    """Split ``split`` of a config's data (``config.data``) as evaluation reads it: its
+    ``options``, then its ``eval_options``, then ``overrides`` (e.g. another
+    ``seq_len``)."""
+    return get(data.dataset, split, root=data.root or None,
+               **{**data.options, **data.eval_options, **overrides})
+
+
 def load_datasets(config: TrainConfig) -> dict[str, Any]:
     """The train, eval and (if named) test splits."""
     data = config.data
-    root = data.root or None
-    splits = {"train": get(data.dataset, data.train_split, root=root, **data.options)}
-    eval_options = {**data.options, **data.eval_options}
-    splits["eval"] = get(data.dataset, data.eval_split, root=root, **eval_options)
+    splits = {"train": get(data.dataset, data.train_split, root=data.root or None,
+                           **data.options)}
+    splits["eval"] = eval_dataset(data, data.eval_split)
     if data.test_split:
-        splits["test"] = get(data.dataset, data.test_split, root=root, **eval_options)
+        splits["test"] = eval_dataset(data, data.test_split)
     for name, dataset in splits.items():
         if len(dataset) == 0:
             split = {"train": data.train_split, "eval": data.eval_split,

@@ -37,8 +37,7 @@ def context_measurements(run_dir: Path, config, request: dict[str, Any], device
 
 def _test_split(config, window: int):
     """The cell's test split read in windows of ``window`` bytes, in order."""
-    from weirdnet.data.registry import get
+    from weirdnet.train.trainer import eval_dataset
 
-    data = config.data
-    options = {**data.options, **data.eval_options, "seq_len": window, "random_crops": False}
-    return get(data.dataset, data.test_split, root=data.root or None, **options)
+    return eval_dataset(config.data, config.data.test_split, seq_len=window,
+                        random_crops=False)

@@ -64,7 +64,8 @@ def _truncation_section(models: dict[str, list[dict[str, Any]]]) -> list[str]:
     tables = {name: table for name, table in tables.items() if table[0]}
     if not tables:
         return []
-    first = next(iter(models.values()))[0]["truncation_bpc"]
+    first = next(r["truncation_bpc"] for records in models.values() for r in records
+                 if r.get("truncation_bpc"))
     contexts = max((table[0] for table in tables.values()), key=len)
     rows = []
     for name, (shown, values) in tables.items():

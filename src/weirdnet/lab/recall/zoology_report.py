@@ -107,20 +107,19 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
                            + f", {epochs:.1f} ep, {_wall(records)}")
             rows.append(row)
         out += markdown_table(["Model", *(f"D = {w}" for w in widths)], rows) + [""]
-    out += writing.progress_lines(cells, done, [])
+    out += writing.progress_lines(cells, done, failed)
     out += _remaining(cells, done)
-    if failed:
-        out += ["Failed cells (see their logs): " + ", ".join(failed), ""]
     return "\n".join(out)
 
 
 def _remaining(cells: Sequence, done: dict[str, dict]) -> list[str]:
-    """What the unfinished cells would cost here, from the finished cells' wall times: as
-    quick as those, or never stopping early at their seconds per step."""
+    """What the unfinished cells would cost here at the finished cells' seconds per
+    token: stopping where those stopped, or never stopping early."""
     rest = [c for c in cells if c.key not in done]
     timed = [r for r in done.values() if r.get("wall_s") and r.get("steps")]
     if not rest or not timed:
         return []
+
     def tokens(length: int, steps: int) -> int:
         return steps * zoology.BATCH.get(length, 128) * length
 
