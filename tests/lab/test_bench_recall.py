@@ -144,7 +144,19 @@ def test_zoology_smoke_sweep_gates_its_columns(tmp_path):
     folder = tmp_path / "results" / "recall-zoology"
     cells = sorted((folder / "cells").glob("*.json"))
     assert len(cells) == 2
+    record = json.loads(cells[0].read_text())
+    assert 0 < record["cpu_s"] and 0 < record["wall_s"]  # CPU time beside wall time
     report = (folder / "recall-zoology.md").read_text()
     assert "budget too small: attention reaches" in report
     assert "1,024 training sequences instead of 100,000" in report
     assert "vocabulary 64 instead of 8,192" in report
+
+
+def test_a_cells_running_time_leaves_out_pauses():
+    """busy_seconds: the smaller of wall and CPU time; wall time for older records."""
+    from weirdnet.lab.sweep.cell import busy_seconds
+
+    assert busy_seconds({"wall_s": 3960.0, "cpu_s": 2220.0}) == 2220.0  # paused 29 min
+    assert busy_seconds({"wall_s": 100.0, "cpu_s": 190.0}) == 100.0  # two threads
+    assert busy_seconds({"wall_s": 100.0}) == 100.0
+    assert busy_seconds({}) is None

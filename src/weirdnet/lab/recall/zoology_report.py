@@ -14,6 +14,7 @@ from weirdnet.lab.opbench.report import markdown_table
 from weirdnet.lab.recall import zoology
 from weirdnet.lab.recall.report import chosen
 from weirdnet.lab.sweep import writing
+from weirdnet.lab.sweep.cell import busy_seconds
 from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import VARIANTS
 
@@ -54,8 +55,9 @@ def _label(name: str, conv: int) -> str:
 
 
 def _wall(records) -> str:
-    walls = [r.get("wall_s") for r in records if r.get("wall_s")]
-    return f"{statistics.median(walls) / 60:.0f} min" if walls else "–"
+    """The cells' median running time (pauses left out where the record can tell)."""
+    busy = [busy_seconds(r) for r in records if busy_seconds(r)]
+    return f"{statistics.median(busy) / 60:.0f} min" if busy else "–"
 
 
 def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
@@ -64,7 +66,10 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
     out = ["# MQAR at Zoology's recipe (ours)", "",
            "Test accuracy (%) over the 3,000 test sequences' queries at the learning rate "
            "with the best validation accuracy (in brackets where several ran), and the "
-           "epochs trained (early stopping at 99%). `weirdnet bench recall --recipe "
+           "epochs trained (early stopping at 99%), and the minutes a cell trained (the "
+           "smaller of its wall and CPU time, so that a pause or a wait for a core does "
+           "not count; records older than the CPU time give wall time). "
+           "`weirdnet bench recall --recipe "
            "zoology`; the recipe: `weirdnet.lab.recall.zoology`.", "",
            f"**Sanity gate.** A column is ranked only where the Transformer++ reaches "
            f"{100 * zoology.GATE:.0f}% test accuracy; elsewhere the budget, not the "
@@ -116,14 +121,14 @@ def _remaining(cells: Sequence, done: dict[str, dict]) -> list[str]:
     """What the unfinished cells would cost here at the finished cells' seconds per
     token: stopping where those stopped, or never stopping early."""
     rest = [c for c in cells if c.key not in done]
-    timed = [r for r in done.values() if r.get("wall_s") and r.get("steps")]
+    timed = [r for r in done.values() if busy_seconds(r) and r.get("steps")]
     if not rest or not timed:
         return []
 
     def tokens(length: int, steps: int) -> int:
         return steps * zoology.BATCH.get(length, 128) * length
 
-    per_token = statistics.fmean(r["wall_s"] / tokens(r["length"], r["steps"])
+    per_token = statistics.fmean(busy_seconds(r) / tokens(r["length"], r["steps"])
                                  for r in timed)
     early = statistics.fmean(r["steps"] for r in timed)  # where the finished ones stopped
     quick_s = per_token * sum(tokens(c.length, min(c.steps, round(early))) for c in rest)

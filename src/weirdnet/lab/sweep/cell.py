@@ -13,6 +13,10 @@ Measured here, beside the trainer's metrics:
   model are built (glibc told to keep freed memory, so the peak is a true high-water mark:
   :mod:`weirdnet.lab.harness.alloc`); on CUDA ``max_memory_allocated`` above the allocation
   at that point.  Both cover the training steps and the evaluations of the run;
+- **time**: ``wall_s``, the wall time of the training and its evaluations, and
+  ``cpu_s``, the CPU time this process spent in it (every thread).  A one-thread cell's
+  ``cpu_s`` leaves out the time it was paused or waited for a core, so it is the robust
+  figure for a cell's cost on a shared machine (:func:`busy_seconds`);
 - **baseline**: what ignoring the input scores on the items the test evaluation read (the
   majority class, or an LM's unigram entropy: :mod:`.baselines`).
 
@@ -25,6 +29,7 @@ cell, is overwritten).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -32,6 +37,23 @@ from typing import Any
 
 from weirdnet.lab.harness.alloc import reuse_freed_memory
 from weirdnet.lab.harness.machine import code_version
+
+
+def _process_cpu_s() -> float:
+    """CPU seconds (user + system, every thread) this process has used."""
+    times = os.times()
+    return times.user + times.system
+
+
+def busy_seconds(record: dict[str, Any]) -> float | None:
+    """A cell's running time with pauses left out: the smaller of its wall time and its
+    CPU time (a one-thread cell's CPU time excludes the time it was stopped or waited for
+    a core; a multi-thread cell's exceeds its wall time).  Records made before ``cpu_s``
+    existed give their wall time; None without either."""
+    wall, cpu = record.get("wall_s"), record.get("cpu_s")
+    if wall and cpu:
+        return min(wall, cpu)
+    return wall or None
 
 
 def median_steps_per_s(log_file: Path, batch_size: int) -> float | None:
@@ -73,12 +95,13 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(config.run.out_dir) / config.run.name
     # an older config's run starts afresh; so does one the command asked to redo
     resume = not spec.get("fresh") and run_matches(run_dir, spec["config"])
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), _process_cpu_s()
     trainer = Trainer(config, resume=resume, overwrite=not resume, progress_bar=False)
     meter = PeakMemory(trainer.processes.device, since="data + model")
     meter.start()
     summary = trainer.fit()
     wall_s = time.perf_counter() - started
+    cpu_s = _process_cpu_s() - cpu_started
     memory_mib, memory_kind = meter.peak_mib()
     evaluated = summary.get("evaluated", {})
     baseline = trivial_baseline(trainer.splits["test"], trainer.info.task,
@@ -92,7 +115,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "steps_per_s": median_steps_per_s(run_dir / "log.jsonl", config.train.batch_size),
         "evaluations": evaluations(run_dir / "log.jsonl"),
         "memory_mib": memory_mib, "memory_kind": memory_kind, "wall_s": wall_s,
-        "resumed": resume, **code_version(machine), "machine": machine,
+        "cpu_s": round(cpu_s, 1), "resumed": resume, **code_version(machine), "machine": machine,
         "torch_threads": torch.get_num_threads(),
         "cells_at_once": spec.get("cells_at_once", 1),
         "config_hash": spec["config_hash"], "config": spec["config"],

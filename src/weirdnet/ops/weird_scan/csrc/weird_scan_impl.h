@@ -151,11 +151,19 @@ int WN_NAME(scan_fwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
 
 /* Rows [0, nl) of L values, ld apart: rows[l * ld + p] = x[b, i(p), d0 + l]; i(p)
  * reverses for rev.  ld = row_stride(L) keeps the rows off the same cache sets. */
+#define WN_AHEAD 8
 static void WN_NAME(gather_rows)(const WN_T *x, i64 xsb, i64 xsl, i64 L, i64 ld, i64 b,
                                  i64 d0, i64 nl, int rev, WN_T *restrict rows) {
     for (i64 p = 0; p < L; p++) {
         const WN_T *xp = x + b * xsb + (rev ? L - 1 - p : p) * xsl + d0;
-        for (i64 l = 0; l < nl; l++) rows[l * ld + p] = xp[l];
+        if (p + WN_AHEAD < L) { /* the row WN_AHEAD positions on: a strided walk */
+            i64 ahead = rev ? L - 1 - p - WN_AHEAD : p + WN_AHEAD;
+            __builtin_prefetch(x + b * xsb + ahead * xsl + d0);
+        }
+        if (nl == LANES) /* a constant trip count: the loads vectorise */
+            for (int l = 0; l < LANES; l++) rows[l * ld + p] = xp[l];
+        else
+            for (i64 l = 0; l < nl; l++) rows[l * ld + p] = xp[l];
     }
 }
 
@@ -164,7 +172,10 @@ static void WN_NAME(scatter_rows)(const WN_T *restrict rows, WN_T *out, i64 L, i
                                   i64 b, i64 d0, i64 nl, int rev) {
     for (i64 p = 0; p < L; p++) {
         WN_T *op = out + (b * L + (rev ? L - 1 - p : p)) * D + d0;
-        for (i64 l = 0; l < nl; l++) op[l] = rows[l * ld + p];
+        if (nl == LANES)
+            for (int l = 0; l < LANES; l++) op[l] = rows[l * ld + p];
+        else
+            for (i64 l = 0; l < nl; l++) op[l] = rows[l * ld + p];
     }
 }
 
@@ -317,25 +328,58 @@ static inline int WN_NAME(weighted)(const uint8_t *valid, const WN_T *a, i64 p) 
 }
 
 /* (max A, min A) over weighted positions, max |V| and max |G|; returns 0 unless all are
- * finite and some position is weighted.  *zeros: whether a real position has A = -inf. */
+ * finite and some position is weighted.  *zeros: whether a real position has A = -inf.
+ * Each reduction keeps LANES partial results (position p in part p mod LANES): without a
+ * mask, whole blocks of LANES positions are branch-free with a constant trip count, so
+ * they vectorise.  Max and min do not depend on the order, and the finiteness sum is 0
+ * or NaN in any order. */
 static int WN_NAME(row_ranges)(const WN_T *restrict a, const WN_T *restrict v,
                                const WN_T *restrict g, const uint8_t *valid, i64 L,
                                WN_T *amax, WN_T *amin, WN_T *vmax, WN_T *gmax, int *zeros) {
-    WN_T hi = -(WN_T)INFINITY, lo = (WN_T)INFINITY, vm = 0, gm = 0, seen = 0;
-    int nz = 0;
-    for (i64 p = 0; p < L; p++) {
-        int real = valid ? valid[p] != 0 : 1;
+    const WN_T inf = (WN_T)INFINITY;
+    WN_T hi[LANES], lo[LANES], vm[LANES], gm[LANES], seen[LANES];
+    int nz[LANES];
+    for (int l = 0; l < LANES; l++) {
+        hi[l] = -inf; lo[l] = inf; vm[l] = gm[l] = seen[l] = (WN_T)0; nz[l] = 0;
+    }
+    i64 p0 = 0;
+    for (; !valid && p0 + LANES <= L; p0 += LANES) {
+        const WN_T *restrict ab = a + p0, *restrict vb = v + p0, *restrict gb = g + p0;
+        for (int l = 0; l < LANES; l++) {
+            WN_T ar = ab[l], vp = WN_ABS(vb[l]), gp = WN_ABS(gb[l]);
+            int live = ar != -inf;
+            WN_T ah = live ? ar : -inf, al = live ? ar : inf, a0 = live ? ar : (WN_T)0;
+            hi[l] = ah > hi[l] ? ah : hi[l];
+            lo[l] = al < lo[l] ? al : lo[l];
+            vm[l] = vp > vm[l] ? vp : vm[l];
+            gm[l] = gp > gm[l] ? gp : gm[l];
+            nz[l] |= !live;
+            seen[l] += ((a0 - a0) + (vp - vp)) + (gp - gp);
+        }
+    }
+    for (i64 p = p0; p < L; p++) { /* the tail, and every position of a masked row */
+        int l = (int)(p % LANES), real = valid ? valid[p] != 0 : 1;
         int live = WN_NAME(weighted)(valid, a, p);
         WN_T ap = live ? a[p] : (WN_T)0, vp = WN_ABS(v[p]), gp = WN_ABS(g[p]);
-        hi = live && ap > hi ? ap : hi;
-        lo = live && ap < lo ? ap : lo;
-        vm = real && vp > vm ? vp : vm;
-        gm = gp > gm ? gp : gm;
-        nz |= real && !live;
-        seen += (real ? (ap - ap) + (vp - vp) : (WN_T)0) + (gp - gp);
+        hi[l] = live && ap > hi[l] ? ap : hi[l];
+        lo[l] = live && ap < lo[l] ? ap : lo[l];
+        vm[l] = real && vp > vm[l] ? vp : vm[l];
+        gm[l] = gp > gm[l] ? gp : gm[l];
+        nz[l] |= real && !live;
+        seen[l] += (real ? (ap - ap) + (vp - vp) : (WN_T)0) + (gp - gp);
     }
-    *amax = hi; *amin = lo; *vmax = vm; *gmax = gm; *zeros = nz;
-    return seen == seen && hi >= lo;
+    WN_T h = hi[0], o = lo[0], vmx = vm[0], gmx = gm[0], sn = seen[0];
+    int z = nz[0];
+    for (int l = 1; l < LANES; l++) {
+        h = hi[l] > h ? hi[l] : h;
+        o = lo[l] < o ? lo[l] : o;
+        vmx = vm[l] > vmx ? vm[l] : vmx;
+        gmx = gm[l] > gmx ? gm[l] : gmx;
+        sn += seen[l];
+        z |= nz[l];
+    }
+    *amax = h; *amin = o; *vmax = vmx; *gmax = gmx; *zeros = z;
+    return sn == sn && h >= o;
 }
 
 /* The forward states before every level in the linear domain, (H, U) of level k at
@@ -388,7 +432,8 @@ static int WN_NAME(lin_adjoint_init)(const WN_T *restrict h, const WN_T *restric
 
 /* One adjoint level, out of place: dst[p] = src[p] + W src[p + s]; returns
  * sum_p (F_h[p] S_1[p + s] - F_u[p] S_2[p + s]) in float64 (ACC partial sums in a fixed
- * order, as level_bwd_row's). */
+ * order, as level_bwd_row's: part[j] takes the positions p = j mod ACC, in order).
+ * Without documents the loop is branch-free, so it vectorises. */
 #define WN_ACC 16
 static double WN_NAME(lin_level_bwd)(const WN_T *restrict fh, const WN_T *restrict fu,
                                      const WN_T *restrict s1, const WN_T *restrict s2,
@@ -397,7 +442,21 @@ static double WN_NAME(lin_level_bwd)(const WN_T *restrict fh, const WN_T *restri
     double part[WN_ACC];
     for (int j = 0; j < WN_ACC; j++) part[j] = 0.0;
     i64 body = L > s ? L - s : 0;
-    for (i64 p0 = 0; p0 < body; p0 += WN_ACC) {
+    if (!seg) {
+        for (i64 p0 = 0; p0 < body; p0 += WN_ACC) {
+            int width = body - p0 < WN_ACC ? (int)(body - p0) : WN_ACC;
+            const WN_T *restrict h = fh + p0, *restrict u = fu + p0;
+            const WN_T *restrict a1 = s1 + p0, *restrict a2 = s2 + p0;
+            const WN_T *restrict b1 = s1 + p0 + s, *restrict b2 = s2 + p0 + s;
+            WN_T *restrict o1 = d1 + p0, *restrict o2 = d2 + p0;
+            for (int j = 0; j < width; j++) {
+                part[j] += (double)(h[j] * b1[j] - u[j] * b2[j]);
+                o1[j] = a1[j] + wk * b1[j];
+                o2[j] = a2[j] + wk * b2[j];
+            }
+        }
+    }
+    for (i64 p0 = 0; seg && p0 < body; p0 += WN_ACC) {
         int width = body - p0 < WN_ACC ? (int)(body - p0) : WN_ACC;
         for (int j = 0; j < width; j++) {
             const i64 x = p0 + j, y = x + s;
