@@ -135,10 +135,10 @@ def _remaining(cells: Sequence, done: dict[str, dict]) -> list[str]:
     full_s = per_token * sum(tokens(c.length, c.steps) for c in rest)
     return [f"The remaining {len(rest)} cells would take about {quick_s / 3600:.0f} h here if "
             f"each stopped as early as the finished ones, and {full_s / 3600:.0f} h if none "
-            "stopped early (at the finished cells' seconds per token; a 4-layer model is "
-            "slower than the 2-layer attention). Zoology's full grid (4 widths x 4 rates x "
-            "3 lengths, 64 epochs each) is what a larger machine adds beyond the deviations "
-            "above.", ""]
+            "stopped early (at the mean seconds per token of the finished cells, whichever "
+            "models those are; the models' speeds differ). Zoology's full grid (4 widths "
+            "x 4 rates x 3 lengths, 64 epochs each) is what a larger machine adds beyond the "
+            "deviations above.", ""]
 
 
 def write_zoology_report(store: CellStore, cells: Sequence, plot: bool) -> Path:

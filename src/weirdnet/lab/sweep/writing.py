@@ -56,8 +56,8 @@ def progress_lines(cells, done: dict[str, dict], failed: list[str]) -> list[str]
     (a resumed cell's record counts only its last process), and the failed cells."""
     total_s = sum(r.get("wall_s", 0.0) for r in done.values())
     resumed = sum(1 for r in done.values() if r.get("resumed"))
-    note = (f" ({resumed} resumed cell{'s' if resumed > 1 else ''} count only the time "
-            "after resuming)") if resumed else ""
+    note = (f" ({resumed} resumed cell{'s count' if resumed > 1 else ' counts'} only the "
+            "time after resuming)") if resumed else ""
     out = [f"{len(done)} of {len(cells)} cells done; their training wall time "
            f"{total_s / 3600:.2f} h on this machine{note}.", ""]
     if failed:
