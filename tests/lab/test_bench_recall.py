@@ -160,3 +160,12 @@ def test_a_cells_running_time_leaves_out_pauses():
     assert busy_seconds({"wall_s": 100.0, "cpu_s": 190.0}) == 100.0  # two threads
     assert busy_seconds({"wall_s": 100.0}) == 100.0
     assert busy_seconds({}) is None
+
+
+def test_a_cells_training_time_survives_pauses_and_resumes():
+    """training_seconds: steps at the median steps/s; busy_seconds without them."""
+    from weirdnet.lab.sweep.cell import training_seconds
+
+    record = {"steps": 1568, "steps_per_s": 1.09, "wall_s": 822.0, "resumed": True}
+    assert training_seconds(record) == 1568 / 1.09
+    assert training_seconds({"wall_s": 100.0, "cpu_s": 90.0}) == 90.0

@@ -14,7 +14,7 @@ from weirdnet.lab.opbench.report import markdown_table
 from weirdnet.lab.recall import zoology
 from weirdnet.lab.recall.report import chosen
 from weirdnet.lab.sweep import writing
-from weirdnet.lab.sweep.cell import busy_seconds
+from weirdnet.lab.sweep.cell import training_seconds
 from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import VARIANTS
 
@@ -54,10 +54,10 @@ def _label(name: str, conv: int) -> str:
     return VARIANTS[name].label + (f" + conv{conv}" if conv else "")
 
 
-def _wall(records) -> str:
-    """The cells' median running time (pauses left out where the record can tell)."""
-    busy = [busy_seconds(r) for r in records if busy_seconds(r)]
-    return f"{statistics.median(busy) / 60:.0f} min" if busy else "–"
+def _minutes(records) -> str:
+    """The cells' median training time (:func:`training_seconds`)."""
+    times = [training_seconds(r) for r in records if training_seconds(r)]
+    return f"{statistics.median(times) / 60:.0f} min" if times else "–"
 
 
 def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
@@ -66,9 +66,9 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
     out = ["# MQAR at Zoology's recipe (ours)", "",
            "Test accuracy (%) over the 3,000 test sequences' queries at the learning rate "
            "with the best validation accuracy (in brackets where several ran), and the "
-           "epochs trained (early stopping at 99%), and the minutes a cell trained (the "
-           "smaller of its wall and CPU time, so that a pause or a wait for a core does "
-           "not count; records older than the CPU time give wall time). "
+           "epochs trained (early stopping at 99%), and the minutes a cell trained (its "
+           "steps at its median steps per second, so that neither a pause nor a resume "
+           "changes it; evaluations not counted). "
            "`weirdnet bench recall --recipe "
            "zoology`; the recipe: `weirdnet.lab.recall.zoology`.", "",
            f"**Sanity gate.** A column is ranked only where the Transformer++ reaches "
@@ -109,7 +109,7 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
                 epochs = max(r.get("steps") or 0 for r in records) / \
                     zoology.steps_per_epoch(length, group[0].train_sequences)
                 row.append(f"{100 * value:.1f}" + (f" (lr {rate:g})" if swept else "")
-                           + f", {epochs:.1f} ep, {_wall(records)}")
+                           + f", {epochs:.1f} ep, {_minutes(records)}")
             rows.append(row)
         out += markdown_table(["Model", *(f"D = {w}" for w in widths)], rows) + [""]
     out += writing.progress_lines(cells, done, failed)
@@ -121,14 +121,14 @@ def _remaining(cells: Sequence, done: dict[str, dict]) -> list[str]:
     """What the unfinished cells would cost here at the finished cells' seconds per
     token: stopping where those stopped, or never stopping early."""
     rest = [c for c in cells if c.key not in done]
-    timed = [r for r in done.values() if busy_seconds(r) and r.get("steps")]
+    timed = [r for r in done.values() if training_seconds(r) and r.get("steps")]
     if not rest or not timed:
         return []
 
     def tokens(length: int, steps: int) -> int:
         return steps * zoology.BATCH.get(length, 128) * length
 
-    per_token = statistics.fmean(busy_seconds(r) / tokens(r["length"], r["steps"])
+    per_token = statistics.fmean(training_seconds(r) / tokens(r["length"], r["steps"])
                                  for r in timed)
     early = statistics.fmean(r["steps"] for r in timed)  # where the finished ones stopped
     quick_s = per_token * sum(tokens(c.length, min(c.steps, round(early))) for c in rest)

@@ -49,11 +49,22 @@ def busy_seconds(record: dict[str, Any]) -> float | None:
     """A cell's running time with pauses left out: the smaller of its wall time and its
     CPU time (a one-thread cell's CPU time excludes the time it was stopped or waited for
     a core; a multi-thread cell's exceeds its wall time).  Records made before ``cpu_s``
-    existed give their wall time; None without either."""
+    existed give their wall time; None without either.  A resumed cell's record counts
+    only its last process (see :func:`training_seconds`)."""
     wall, cpu = record.get("wall_s"), record.get("cpu_s")
     if wall and cpu:
         return min(wall, cpu)
     return wall or None
+
+
+def training_seconds(record: dict[str, Any]) -> float | None:
+    """The training time of a cell's whole run: its steps at its median steps/s (the
+    trainer's log windows), so neither a pause nor a resume changes it; evaluations are
+    not counted.  Falls back to :func:`busy_seconds` without both figures."""
+    steps, rate = record.get("steps"), record.get("steps_per_s")
+    if steps and rate:
+        return steps / rate
+    return busy_seconds(record)
 
 
 def median_steps_per_s(log_file: Path, batch_size: int) -> float | None:
