@@ -642,3 +642,4 @@ int WN_NAME(scan_extend)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb
 }
 
 #undef WN_ZW
+#undef WN_AHEAD
