@@ -146,6 +146,8 @@ def test_zoology_smoke_sweep_gates_its_columns(tmp_path):
     assert len(cells) == 2
     record = json.loads(cells[0].read_text())
     assert 0 < record["cpu_s"] and 0 < record["wall_s"]  # CPU time beside wall time
+    assert len(record["commits"]) == 1 and record["commits"][0].startswith(
+        str(record["commit"]))
     report = (folder / "recall-zoology.md").read_text()
     assert "budget too small: attention reaches" in report
     assert "1,024 training sequences instead of 100,000" in report
@@ -169,3 +171,17 @@ def test_a_cells_training_time_survives_pauses_and_resumes():
     record = {"steps": 1568, "steps_per_s": 1.09, "wall_s": 822.0, "resumed": True}
     assert training_seconds(record) == 1568 / 1.09
     assert training_seconds({"wall_s": 100.0, "cpu_s": 90.0}) == 90.0
+
+
+def test_a_resumed_cell_lists_every_commit_it_trained_with(tmp_path):
+    """note_code_version: a fresh run starts the log, a resume appends to it; the
+    distinct commits come back in order, a dirty checkout marked."""
+    from weirdnet.lab.sweep.cell import note_code_version
+
+    log = str(tmp_path / "cell.code.jsonl")
+    assert note_code_version(log, {"commit": "aaa", "dirty": False}, resume=False) == ["aaa"]
+    assert note_code_version(log, {"commit": "aaa", "dirty": False}, resume=True) == ["aaa"]
+    assert note_code_version(log, {"commit": "bbb", "dirty": True}, resume=True) == \
+        ["aaa", "bbb+dirty"]
+    assert note_code_version(log, {"commit": "ccc", "dirty": False}, resume=False) == ["ccc"]
+    assert note_code_version(None, {"commit": "ddd", "dirty": False}, resume=True) == ["ddd"]

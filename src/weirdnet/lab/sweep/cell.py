@@ -17,6 +17,11 @@ Measured here, beside the trainer's metrics:
   ``cpu_s``, the CPU time this process spent in it (every thread).  A one-thread cell's
   ``cpu_s`` leaves out the time it was paused or waited for a core, so it is the robust
   figure for a cell's cost on a shared machine (:func:`busy_seconds`);
+- **code**: ``commit`` and ``dirty`` of the checkout when the record is written, and
+  ``commits``, every commit the run trained with, in order: each process that trains the
+  cell (the first, and each resume) appends its checkout's version to the spec's
+  ``code_log`` (:func:`note_code_version`), so a run resumed after the checkout moved
+  says so;
 - **baseline**: what ignoring the input scores on the items the test evaluation read (the
   majority class, or an LM's unigram entropy: :mod:`.baselines`).
 
@@ -67,6 +72,30 @@ def training_seconds(record: dict[str, Any]) -> float | None:
     return busy_seconds(record)
 
 
+def note_code_version(code_log: str | None, version: dict[str, Any], resume: bool
+                      ) -> list[str]:
+    """Append this process's ``version`` (``commit``, ``dirty``) to the cell's code log
+    (started afresh unless ``resume``) and return the distinct commits in it, in order
+    (a dirty checkout's commit marked ``+dirty``).  Without a code log (a spec written
+    before it existed): just this process's commit."""
+    def label(entry: dict[str, Any]) -> str:
+        return f"{entry.get('commit')}{'+dirty' if entry.get('dirty') else ''}"
+
+    if code_log is None:
+        return [label(version)]
+    path = Path(code_log)
+    entries = []
+    if resume and path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                continue
+    entries.append(version)
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    return list(dict.fromkeys(label(e) for e in entries))
+
+
 def median_steps_per_s(log_file: Path, batch_size: int) -> float | None:
     """Median training steps/s over the ``train`` events of a run log."""
     rates = []
@@ -106,6 +135,10 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(config.run.out_dir) / config.run.name
     # an older config's run starts afresh; so does one the command asked to redo
     resume = not spec.get("fresh") and run_matches(run_dir, spec["config"])
+    from weirdnet.lab.harness.machine import git_commit
+
+    commits = note_code_version(spec.get("code_log"), git_commit(Path(__file__).resolve().parent),
+                                resume)
     started, cpu_started = time.perf_counter(), _process_cpu_s()
     trainer = Trainer(config, resume=resume, overwrite=not resume, progress_bar=False)
     meter = PeakMemory(trainer.processes.device, since="data + model")
@@ -126,7 +159,8 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "steps_per_s": median_steps_per_s(run_dir / "log.jsonl", config.train.batch_size),
         "evaluations": evaluations(run_dir / "log.jsonl"),
         "memory_mib": memory_mib, "memory_kind": memory_kind, "wall_s": wall_s,
-        "cpu_s": round(cpu_s, 1), "resumed": resume, **code_version(machine), "machine": machine,
+        "cpu_s": round(cpu_s, 1), "resumed": resume, **code_version(machine),
+        "commits": commits, "machine": machine,
         "torch_threads": torch.get_num_threads(),
         "cells_at_once": spec.get("cells_at_once", 1),
         "config_hash": spec["config_hash"], "config": spec["config"],

@@ -112,7 +112,7 @@ def cell_spec(cell, config: dict, store: CellStore, command: list[str],
     logs.mkdir(parents=True, exist_ok=True)
     spec = {"config": config, "config_hash": config_hash(config), "cell": cell.info,
             "record": str(store.record_path(cell)), "command": command, "fresh": fresh,
-            "cells_at_once": jobs}
+            "cells_at_once": jobs, "code_log": str(logs / f"{cell.key}.code.jsonl")}
     spec_path = logs / f"{cell.key}.spec.json"
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
     return spec, spec_path, logs / f"{cell.key}.log"
