@@ -177,3 +177,31 @@ def test_the_stop_line_starts_a_line_of_its_own_after_an_open_progress_bar(monke
     assert cli.main(["export-hf", "a", "b"]) == 130
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert lines[-1] == "weirdnet export-hf: interrupted by SIGINT"
+
+
+def test_the_stop_line_starts_a_line_of_its_own_after_a_bar_that_cannot_close(monkeypatch,
+                                                                               capsys):
+    """A bar the signal caught half built cannot be closed: its line is ended, so the one
+    line still starts a line of its own (bench scan's bar, stopped 0.3 s in)."""
+    from tqdm import tqdm
+
+    from weirdnet import cli
+    from weirdnet._signals import Interrupted
+
+    bars = []
+
+    def stopped(argv, where):
+        where[0] = "weirdnet bench"
+        bar = tqdm(total=42, unit="meas", leave=False)
+        bars.append(bar)
+        monkeypatch.setattr(bar, "close", lambda: 1 / 0)  # half built: close() raises
+        raise Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(cli, "_run", stopped)
+    try:
+        assert cli.main(["bench", "scan"]) == 130
+    finally:
+        for bar in bars:
+            type(bar).close(bar)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[-1] == "weirdnet bench: interrupted by SIGINT"

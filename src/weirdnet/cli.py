@@ -157,13 +157,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def _close_progress_bars() -> None:
     """Close the tqdm bars a stopped command left open (ours or a library's, such as
-    ``transformers``' "Writing model shards"), so the last line starts a line of its own."""
+    ``transformers``' "Writing model shards"), so the last line starts a line of its own.
+    A bar the signal caught half built (or half torn down) cannot be closed: its line is
+    ended with a newline instead."""
     tqdm = sys.modules.get("tqdm")
+    stuck = False
     for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
         try:
             bar.close()
-        except Exception:  # a bar half torn down by the signal: its line stays as it is
-            pass
+        except Exception:
+            stuck = True
+    if stuck:
+        print(file=sys.stderr, flush=True)
 
 
 def _run(argv: list[str], where: list[str]) -> int:
