@@ -76,11 +76,10 @@ def call(lib, kind: str, a, v, logw, g, K):
 
 def same_results(old, new, a, v, logw, g, K) -> bool:
     """Whether both libraries give bitwise the same O, dA, dV and d log_w."""
-    pairs = [(call(old, kind, a, v, logw, g, K), call(new, kind, a, v, logw, g, K))
-             for kind in ("fwd", "bwd")]
-    flat = [(x, y) for o, n in pairs for x, y in
-            (zip(o, n) if isinstance(o, tuple) else [(o, n)])]
-    return all(torch.equal(x, y) for x, y in flat)
+    def outputs(lib):
+        return (call(lib, "fwd", a, v, logw, g, K), *call(lib, "bwd", a, v, logw, g, K))
+
+    return all(torch.equal(x, y) for x, y in zip(outputs(old), outputs(new), strict=True))
 
 
 def measure(old, new, B: int, L: int, D: int, rounds: int, clock=time.perf_counter) -> dict:

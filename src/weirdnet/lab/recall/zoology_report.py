@@ -56,7 +56,7 @@ def _label(name: str, conv: int) -> str:
 
 def _minutes(records) -> str:
     """The cells' median training time (:func:`training_seconds`)."""
-    times = [training_seconds(r) for r in records if training_seconds(r)]
+    times = [t for r in records if (t := training_seconds(r))]
     return f"{statistics.median(times) / 60:.0f} min" if times else "–"
 
 
@@ -121,16 +121,15 @@ def _remaining(cells: Sequence, done: dict[str, dict]) -> list[str]:
     """What the unfinished cells would cost here at the finished cells' seconds per
     token: stopping where those stopped, or never stopping early."""
     rest = [c for c in cells if c.key not in done]
-    timed = [r for r in done.values() if training_seconds(r) and r.get("steps")]
+    timed = [(r, t) for r in done.values() if r.get("steps") and (t := training_seconds(r))]
     if not rest or not timed:
         return []
 
     def tokens(length: int, steps: int) -> int:
         return steps * zoology.BATCH.get(length, 128) * length
 
-    per_token = statistics.fmean(training_seconds(r) / tokens(r["length"], r["steps"])
-                                 for r in timed)
-    early = statistics.fmean(r["steps"] for r in timed)  # where the finished ones stopped
+    per_token = statistics.fmean(t / tokens(r["length"], r["steps"]) for r, t in timed)
+    early = statistics.fmean(r["steps"] for r, _ in timed)  # where the finished ones stopped
     quick_s = per_token * sum(tokens(c.length, min(c.steps, round(early))) for c in rest)
     full_s = per_token * sum(tokens(c.length, c.steps) for c in rest)
     return [f"The remaining {len(rest)} cells would take about {quick_s / 3600:.0f} h here if "

@@ -14,9 +14,10 @@ Measured here, beside the trainer's metrics:
   :mod:`weirdnet.lab.harness.alloc`); on CUDA ``max_memory_allocated`` above the allocation
   at that point.  Both cover the training steps and the evaluations of the run;
 - **time**: ``wall_s``, the wall time of the training and its evaluations, and
-  ``cpu_s``, the CPU time this process spent in it (every thread).  A one-thread cell's
-  ``cpu_s`` leaves out the time it was paused or waited for a core, so it is the robust
-  figure for a cell's cost on a shared machine (:func:`busy_seconds`);
+  ``cpu_s``, the CPU time this process spent in it (every thread).  Reports take a
+  cell's training time from its steps and median steps/s (:func:`training_seconds`),
+  which neither a pause nor a resume changes, and fall back on the smaller of wall and
+  CPU time (:func:`busy_seconds`);
 - **code**: ``commit`` and ``dirty`` of the checkout when the record is written, and
   ``commits``, every commit the run trained with, in order: each process that trains the
   cell (the first, and each resume) appends its checkout's version to the spec's
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet.lab.harness.alloc import reuse_freed_memory
-from weirdnet.lab.harness.machine import code_version
+from weirdnet.lab.harness.machine import code_version, git_commit
 
 
 def _process_cpu_s() -> float:
@@ -135,10 +136,8 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(config.run.out_dir) / config.run.name
     # an older config's run starts afresh; so does one the command asked to redo
     resume = not spec.get("fresh") and run_matches(run_dir, spec["config"])
-    from weirdnet.lab.harness.machine import git_commit
-
-    commits = note_code_version(spec.get("code_log"), git_commit(Path(__file__).resolve().parent),
-                                resume)
+    commits = note_code_version(spec.get("code_log"),
+                                git_commit(Path(__file__).resolve().parent), resume)
     started, cpu_started = time.perf_counter(), _process_cpu_s()
     trainer = Trainer(config, resume=resume, overwrite=not resume, progress_bar=False)
     meter = PeakMemory(trainer.processes.device, since="data + model")

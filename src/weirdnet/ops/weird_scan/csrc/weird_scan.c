@@ -107,9 +107,8 @@ static inline i64 n_blocks_of(i64 split, i64 D) {
     return (split + LANES - 1) / LANES + (D - split + LANES - 1) / LANES;
 }
 
-static inline void unit_geometry(i64 unit, i64 B, i64 D, i64 split, i64 *b, i64 *d0, i64 *nl,
+static inline void unit_geometry(i64 unit, i64 D, i64 split, i64 *b, i64 *d0, i64 *nl,
                                  int *rev) {
-    (void)B;
     i64 nf = (split + LANES - 1) / LANES;
     i64 nblk = n_blocks_of(split, D);
     i64 blk = unit % nblk;

@@ -118,7 +118,7 @@ int WN_NAME(scan_fwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
     for (i64 unit = u0; unit < u1; unit++) {
         i64 b, d0, nl;
         int rev;
-        unit_geometry(unit, B, D, split, &b, &d0, &nl, &rev);
+        unit_geometry(unit, D, split, &b, &d0, &nl, &rev);
         const i64 *seg = scan_order_doc(doc, L, b, rev, sbuf);
         WN_T *cur = buf, *nxt = buf + 3 * n;
         WN_NAME(load_unit)(a, v, asb, asl, vsb, vsl, mask, L, b, d0, nl, rev, cur, cur + n,
@@ -544,7 +544,7 @@ int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
     for (i64 unit = u0; unit < u1; unit++) {
         i64 b, d0, nl;
         int rev;
-        unit_geometry(unit, B, D, split, &b, &d0, &nl, &rev);
+        unit_geometry(unit, D, split, &b, &d0, &nl, &rev);
         WN_NAME(gather_rows)(a, asb, asl, L, n, b, d0, nl, rev, arows);
         WN_NAME(gather_rows)(v, vsb, vsl, L, n, b, d0, nl, rev, vrows);
         WN_NAME(gather_rows)(g, gsb, gsl, L, n, b, d0, nl, rev, grows);
