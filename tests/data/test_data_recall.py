@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from helpers.train import write_config
 from weirdnet import data
@@ -141,6 +142,26 @@ def test_items_are_seeded_and_the_splits_differ(name):
     assert len(data.get(name, "val")) == 500
     with pytest.raises(IndexError):
         a[5]
+
+
+@pytest.mark.parametrize("name, options", [("mqar", {"vocab_size": 8192}),
+                                           ("mqar", {"vocab_size": 70_000}),
+                                           ("selective-copy", {}), ("induction", {})])
+def test_kept_items_read_back_as_drawn(name, options, monkeypatch):
+    from weirdnet.data.recall import dataset as recall_dataset
+
+    kept = data.get(name, "train", num_samples=6, seed=1, **options)
+    assert kept._kept is not None
+    monkeypatch.setattr(recall_dataset, "KEEP_BYTES", 0)
+    drawn = data.get(name, "train", num_samples=6, seed=1, **options)
+    assert drawn._kept is None  # too large to keep: every read draws again
+    for i in [3, 0, 3, 5, 0]:  # first reads and second reads
+        for key in ("tokens", "targets"):
+            assert kept[i][key].dtype == drawn[i][key].dtype == torch.int64
+            assert torch.equal(kept[i][key], drawn[i][key])
+    item = kept[3]
+    item["tokens"][0] = -7  # a caller's change does not reach the kept item
+    assert torch.equal(kept[3]["tokens"], drawn[3]["tokens"])
 
 
 def test_bad_options_get_clear_errors():
