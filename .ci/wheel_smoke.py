@@ -2,7 +2,8 @@
 repository by `.ci/run` and tests/test_wheel.py:
 
 1. weirdnet is imported from the environment it was installed into, not the repository;
-2. both C kernels build and load (the scan and the fused decode step);
+2. every C kernel builds and loads (the scan, the fused decode step, the short
+   convolution);
 3. a language model's decoding step runs through the fused C block step;
 4. a packaged config is reached by name;
 5. the main job (`weirdnet train quickstart`) trains a few steps and evaluates.
@@ -21,6 +22,7 @@ import torch
 import weirdnet
 from weirdnet.models import BackboneConfig, LMConfig, WeirdNetLM
 from weirdnet.ops.block_step import cpu as block_step
+from weirdnet.ops.short_conv import cpu as short_conv
 from weirdnet.ops.weird_scan import cpu as weird_scan
 from weirdnet.train.named_configs import resolve
 
@@ -28,7 +30,8 @@ where = os.path.realpath(weirdnet.__file__)
 assert where.startswith(os.path.realpath(sys.prefix)), f"weirdnet imported from {where}"
 assert weird_scan.load() is not None, "the weird_scan C kernel did not build"
 assert block_step.load() is not None, block_step.unavailable_reason()
-print("wheel smoke: both C kernels build and load from", os.path.dirname(where))
+assert short_conv.load() is not None, "the short_conv C kernel did not build"
+print("wheel smoke: the three C kernels build and load from", os.path.dirname(where))
 
 backbone = BackboneConfig(vocab_size=16, dim=16, depth=2, d_ff=32, pattern="A", max_len=32,
                           causal=True)

@@ -3,7 +3,8 @@
 
 On x (B, L, D): ``y_t = b + Σ_{j<k} w_j ⊙ x_{t-j}`` per channel, with x_{t-j} = 0 before
 the sequence and at padded positions (so a left-padded sequence gives what it gives
-alone).  Causal in both backbone forms.  Decoding keeps the last k − 1 inputs
+alone).  Causal in both backbone forms.  It runs :func:`weirdnet.ops.short_conv.short_conv`
+(fused C kernels on CPU, ``conv1d`` elsewhere).  Decoding keeps the last k − 1 inputs
 (:class:`ShortConvCache`), beside the mixer's own cache.  With packed documents
 (``doc_ids``) a tap that would reach into the previous document reads 0, as before the
 sequence.
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 
 from weirdnet.layers.base import clear_rows, select_rows
 from weirdnet.ops.packing import same_document, segment_ids
+from weirdnet.ops.short_conv import short_conv
 
 
 @dataclass
@@ -65,12 +67,17 @@ class ShortConv(nn.Module):
             x = x.masked_fill(~mask[..., None], 0.0)
         if doc_ids is not None:
             return self._packed(x, segment_ids(doc_ids)), None
+        y = short_conv(x, self.conv.weight[:, 0], self.conv.bias, state)
+        return y, self._next_state(x, state)
+
+    def _next_state(self, x: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
+        """The last k − 1 inputs, reaching into ``state`` (None: zeros) when L < k − 1."""
+        keep = self.width - 1
+        if x.shape[1] >= keep:
+            return x[:, x.shape[1] - keep:]
         if state is None:
             state = self.init_state(x.shape[0]).to(x.dtype)
-        full = torch.cat((state, x), dim=1)  # (B, k - 1 + L, D)
-        y = F.conv1d(full.transpose(1, 2), self.conv.weight, self.conv.bias,
-                     groups=self.conv.groups).transpose(1, 2)
-        return y, full[:, full.shape[1] - (self.width - 1):]
+        return torch.cat((state, x), dim=1)[:, -keep:]
 
     def _packed(self, x: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
         """The convolution with each tap x_{t-j} kept only inside t's document: a sum of

@@ -19,6 +19,7 @@ from .linear_attention import (
 from .linformer import linformer_attention, linformer_reference
 from .local_attention import local_attention, local_attention_reference
 from .relation import relation_mix, relation_mix_continue, relation_reference
+from .short_conv import short_conv, short_conv_reference
 from .softmax_attention import softmax_attention, softmax_attention_reference
 from .weird_scan import (
     WeirdScanCache,
@@ -38,6 +39,8 @@ __all__ = [
     "relation_mix",
     "relation_mix_continue",
     "relation_reference",
+    "short_conv",
+    "short_conv_reference",
     "LinearAttentionState",
     "causal_linear_attention",
     "linear_attention",

@@ -92,7 +92,8 @@ class _ItemStore:
     def for_split(cls, num_samples: int, seq_len: int, vocab_size: int) -> _ItemStore | None:
         """A store for the split, or None when it would exceed :data:`KEEP_BYTES`."""
         dtype = np.dtype(np.int16 if vocab_size <= np.iinfo(np.int16).max else np.int32)
-        if vocab_size > np.iinfo(np.int32).max or 2 * num_samples * seq_len * dtype.itemsize > KEEP_BYTES:
+        too_large = 2 * num_samples * seq_len * dtype.itemsize > KEEP_BYTES
+        if too_large or vocab_size > np.iinfo(np.int32).max:
             return None
         return cls(num_samples, seq_len, dtype)
 

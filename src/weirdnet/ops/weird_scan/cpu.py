@@ -1,8 +1,8 @@
 """Build, cache and call the fused C kernels of ``csrc/weird_scan.c``.
 
 The C file is compiled once per machine by :mod:`weirdnet.ops.cbuild` and loaded with
-:mod:`ctypes`.  ctypes releases the GIL during a call, so a pool of Python threads runs
-disjoint work units in parallel.
+:mod:`ctypes`.  Work units run in parallel on
+:mod:`weirdnet.ops.cpool`'s threads.
 
 If no compiler is found, the build fails or the C file is missing, :func:`load` returns
 ``None`` (with one warning line) and the pure-PyTorch implementation is used instead.
@@ -11,24 +11,15 @@ If no compiler is found, the build fails or the C file is missing, :func:`load` 
 from __future__ import annotations
 
 import ctypes
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 
 from .. import cbuild
+from ..cpool import run_units
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCE = CSRC / "weird_scan.c"
-# Work below this many elements runs on the calling thread (pool overhead dominates).
-_PARALLEL_MIN_ELEMENTS = 1 << 16
-
-_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_pool_size = 0
-
 _i64 = ctypes.c_int64
 _ptr = ctypes.c_void_p
 
@@ -83,43 +74,6 @@ def _addr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
-def _run_units(fn, args_before_range: tuple, n_units: int, n_elements: int) -> None:
-    """Call ``fn(*args, u0, u1)`` over [0, n_units), split across torch's thread count."""
-    threads = max(1, min(torch.get_num_threads(), n_units))
-    if threads == 1 or n_elements < _PARALLEL_MIN_ELEMENTS:
-        if fn(*args_before_range, 0, n_units) != 0:
-            raise MemoryError("weird_scan C kernel: out of memory for its workspace")
-        return
-    bounds = [n_units * i // threads for i in range(threads + 1)]
-    results = list(
-        _get_pool(threads).map(lambda i: fn(*args_before_range, bounds[i], bounds[i + 1]),
-                               range(threads))
-    )
-    if any(r != 0 for r in results):
-        raise MemoryError("weird_scan C kernel: out of memory for its workspace")
-
-
-def _forget_pool_in_child() -> None:
-    """A forked child (e.g. a DataLoader worker) has no pool threads: start afresh."""
-    global _pool, _pool_size
-    _pool, _pool_size = None, 0
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pool_in_child)
-
-
-def _get_pool(threads: int) -> ThreadPoolExecutor:
-    global _pool, _pool_size
-    with _lock:
-        if _pool is None or _pool_size < threads:
-            if _pool is not None:
-                _pool.shutdown(wait=False)
-            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="weird_scan")
-            _pool_size = threads
-    return _pool
-
-
 def _rows(t: torch.Tensor) -> tuple[int, int, int]:
     """Pointer and (batch, position) strides of a (B, L, D) tensor with unit channel stride."""
     return t.data_ptr(), t.stride(0), t.stride(1)
@@ -134,7 +88,7 @@ def fwd(a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
     n_units = lib.scan_units(B, D, split)
     args = (*_rows(a), *_rows(v), log_w.data_ptr(), _addr(mask), _addr(doc), out.data_ptr(),
             B, L, D, split, nlev)
-    _run_units(fn, args, n_units, B * L * D)
+    run_units(fn, args, n_units, B * L * D, "weird_scan")
     return out
 
 
@@ -149,7 +103,7 @@ def bwd(a, v, log_w, mask, doc, grad, split: int, nlev: int):
     n_units = lib.scan_units(B, D, split)
     args = (*_rows(a), *_rows(v), log_w.data_ptr(), _addr(mask), _addr(doc), *_rows(grad),
             da.data_ptr(), dv.data_ptr(), dlogw.data_ptr(), B, L, D, split, nlev)
-    _run_units(fn, args, n_units, B * L * D)
+    run_units(fn, args, n_units, B * L * D, "weird_scan")
     return da, dv, dlogw.sum(0)
 
 
