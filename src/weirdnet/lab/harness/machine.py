@@ -55,8 +55,14 @@ def _scan_backend(device: torch.device) -> str | None:
         return None
 
 
+RESULTS_FOLDER = "benchmarks/results"
+"""Where the lab writes its records and reports: a change there is output, not code."""
+
+
 def git_commit(where: Path) -> dict[str, Any]:
-    """The checkout's commit and whether it has uncommitted changes (None outside git)."""
+    """The checkout's commit and whether its tracked files have uncommitted changes
+    outside :data:`RESULTS_FOLDER` (None outside git): a sweep rewrites its tracked
+    report as it goes, which does not change the code the next cell runs."""
     def git(*args: str) -> str | None:
         try:
             out = subprocess.run(["git", *args], cwd=where, capture_output=True, text=True,
@@ -66,7 +72,8 @@ def git_commit(where: Path) -> dict[str, Any]:
         return out.stdout.strip() if out.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no")
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                f":(top,exclude){RESULTS_FOLDER}")
     return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
 
 
