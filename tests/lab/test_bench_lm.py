@@ -37,6 +37,7 @@ def test_equal_compute_lm_smoke(tmp_path):
     calibration = json.loads((cells / "calibrate--weird-a--L64.json").read_text())
     timed = json.loads((cells / "weird-a--L64--m0.01--s0.json").read_text())
     assert calibration["steps_per_s"] > 0 and timed["steps"] == 20
+    assert calibration["cpu_steps_per_s"] > 0
     assert timed["evaluations"] and timed["evaluations"][0]["step"] == 2
     assert timed["config"]["train"]["batch_size"] == 1024 // 64
     report = (tmp_path / "results" / "lm-quick" / "lm.md").read_text()
@@ -53,6 +54,15 @@ def test_equal_compute_lm_smoke(tmp_path):
     assert "lm: 1 cells, 1 already done, 0 to run" in redo.stdout
     again = json.loads((cells / "calibrate--weird-a--L64.json").read_text())
     assert again["resumed"] is False and again["wall_s"] != calibration["wall_s"]
+    # a CPU calibration recorded before its CPU-time rate existed is measured again
+    path = cells / "calibrate--weird-a--L64.json"
+    older = json.loads(path.read_text())
+    del older["cpu_steps_per_s"]
+    path.write_text(json.dumps(older))
+    redo = run_cli(*one, cwd=tmp_path)
+    assert redo.returncode == 0, redo.stderr[-3000:]
+    assert "calibration: 1 cells, 0 already done, 1 to run" in redo.stdout
+    assert json.loads(path.read_text())["cpu_steps_per_s"] > 0
     # a command naming fewer models still reports every stored run
     report = (tmp_path / "results" / "lm-quick" / "lm.md").read_text()
     assert "| Weird-Net A |" in report and "| Transformer |" in report

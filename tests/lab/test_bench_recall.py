@@ -173,6 +173,20 @@ def test_a_cells_training_time_survives_pauses_and_resumes():
     assert training_seconds({"wall_s": 100.0, "cpu_s": 90.0}) == 90.0
 
 
+def test_a_cells_training_rate_counts_cpu_time_on_a_cpu():
+    """training_rate: steps per CPU-second times threads on a CPU, so another job on the
+    machine does not change it; wall-clock steps/s on a GPU and in older records."""
+    from weirdnet.lab.sweep.cell import training_rate, training_seconds
+
+    shared = {"steps": 100, "steps_per_s": 0.7, "cpu_steps_per_s": 1.0, "torch_threads": 1,
+              "machine": {"device": "cpu"}}  # ran beside another job: 70% of a core
+    assert training_rate(shared) == 1.0 and training_seconds(shared) == 100.0
+    assert training_rate({**shared, "torch_threads": 2, "cpu_steps_per_s": 0.45}) == 0.9
+    assert training_rate({**shared, "machine": {"device": "cuda:0"}}) == 0.7
+    assert training_rate({"steps_per_s": 0.7, "machine": {"device": "cpu"}}) == 0.7
+    assert training_rate({}) is None
+
+
 def test_a_resumed_cell_lists_every_commit_it_trained_with(tmp_path):
     """note_code_version: a fresh run starts the log, a resume appends to it; the
     distinct commits come back in order, a dirty checkout marked."""

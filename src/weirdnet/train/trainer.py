@@ -712,13 +712,17 @@ class Trainer:
                     desc=self.config.run.name, dynamic_ncols=True, mininterval=1.0)
 
     def _log_train(self, window: _Window, bar) -> None:
-        loss, targets, items, seconds = window.take()
+        loss, targets, items, seconds, cpu_seconds = window.take()
         loss = dist_util.all_reduce_sums({"loss": loss}, self.processes)["loss"] \
             / self.processes.world_size
         tokens_per_s = targets / max(seconds, 1e-9)
+        # cpu_samples_per_s: this process's items per second of its own CPU time (every
+        # thread), which other jobs on the machine leave unchanged
         self.log.event("train", self.state.step, loss=loss, lr=self.scheduler.get_last_lr()[0],
                        grad_norm=self._last_grad_norm, tokens_per_s=tokens_per_s,
-                       samples_per_s=items / max(seconds, 1e-9))
+                       samples_per_s=items / max(seconds, 1e-9),
+                       cpu_samples_per_s=items / self.processes.world_size
+                       / max(cpu_seconds, 1e-9))
         if bar is not None:
             bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
 
@@ -785,7 +789,7 @@ class _Window:
     """Loss and throughput since the last log line."""
 
     def __init__(self) -> None:
-        self.start = time.perf_counter()
+        self.start, self.cpu_start = time.perf_counter(), time.process_time()
         self.losses: list[float] = []
         self.targets = self.items = 0
 
@@ -794,10 +798,11 @@ class _Window:
         self.targets += targets
         self.items += items
 
-    def take(self) -> tuple[float, int, int, float]:
-        now = time.perf_counter()
+    def take(self) -> tuple[float, int, int, float, float]:
+        """(mean loss, targets, items, wall seconds, this process's CPU seconds)."""
+        now, cpu_now = time.perf_counter(), time.process_time()
         out = (sum(self.losses) / max(len(self.losses), 1), self.targets, self.items,
-               now - self.start)
+               now - self.start, cpu_now - self.cpu_start)
         self.__init__()
         return out
 

@@ -10,8 +10,11 @@ bytes per step (16,384: batch 16 at 1K, 4 at 4K) of the offline Wikipedia XML co
 
 - Equal minutes (the default): a short calibration run (30 steps) measures each model's
   steps/s on this machine; then each trains for ``minutes x 60 x steps/s`` steps, so its
-  cosine schedule ends when its time is up.  The rates are stored and reused by later
-  runs (``--recalibrate`` measures them again).
+  cosine schedule ends when its time is up.  On a CPU the rate is steps per second of
+  the run's own CPU time, per thread (with one thread, steps per CPU-second), so other
+  jobs running at the same time do not shorten a model's budget; a CPU calibration
+  recorded before that rate existed is measured again.  The rates are stored and reused
+  by later runs (``--recalibrate`` measures them again).
 - Equal steps (``--steps N``): every model trains N steps, so every model sees the same
   bytes: quality per token, whatever each model's speed.
 
@@ -41,6 +44,7 @@ from typing import Any
 from weirdnet.data.registry import DataMissingError
 from weirdnet.lab import matching
 from weirdnet.lab.harness import output
+from weirdnet.lab.sweep.cell import training_rate
 from weirdnet.lab.sweep.engine import add_jobs_argument
 from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import Variant, get_variant
@@ -330,8 +334,8 @@ def _calibrate(args, command: list[str], calibrations: list[LMCell], store: Cell
     from weirdnet.lab.sweep.engine import run_cells
 
     configs = {c.key: c.config_dict(store.work_dir) for c in calibrations}
-    states = {c.key: "rerun" if args.recalibrate else store.state(c, configs[c.key])
-              for c in calibrations}
+    states = {c.key: "rerun" if args.recalibrate or _wall_clock_calibration(store.read(c))
+              else store.state(c, configs[c.key]) for c in calibrations}
     if args.report_only or all(s == "done" for s in states.values()):
         return 0
     require_corpus()
@@ -340,9 +344,19 @@ def _calibrate(args, command: list[str], calibrations: list[LMCell], store: Cell
 
 
 def _rates(store: CellStore, calibrated: list[LMCell]) -> dict[str, float]:
-    """Steps/s of each stored calibration, by key."""
+    """Steps/s of each stored calibration (:func:`~weirdnet.lab.sweep.cell.training_rate`:
+    on a CPU, per CPU-second and thread), by key."""
     records = {c.key: store.read(c) for c in calibrated}
-    return {k: r["steps_per_s"] for k, r in records.items() if r and r.get("steps_per_s")}
+    return {k: rate for k, r in records.items() if r and (rate := training_rate(r))}
+
+
+def _wall_clock_calibration(record: dict | None) -> bool:
+    """A CPU calibration recorded before its CPU-time rate existed: its wall-clock rate
+    counts whatever else the machine ran, so it is measured again."""
+    if not record or record.get("status") != "done":
+        return False
+    device = str((record.get("machine") or {}).get("device", "cpu"))
+    return device.startswith("cpu") and not record.get("cpu_steps_per_s")
 
 
 def _run(args, argv, planned: list[LMCell], store: CellStore, session: output.Writing,

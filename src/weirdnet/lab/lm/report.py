@@ -14,6 +14,7 @@ from weirdnet.lab.opbench.report import markdown_table
 from weirdnet.lab.suite.claims import BETTER, WORSE, compare
 from weirdnet.lab.suite.report import score_of
 from weirdnet.lab.sweep import writing
+from weirdnet.lab.sweep.cell import training_rate
 from weirdnet.lab.sweep.intervals import mean_interval
 from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import VARIANTS
@@ -29,8 +30,8 @@ SLOW_ON_CPU = frozenset({"mamba", "mamba2", "rwkv"})
 
 def curve(record: dict[str, Any]) -> list[tuple[int, float, float]]:
     """(step, training minutes, validation bits per byte) of every evaluation; minutes =
-    step / the run's median steps/s (evaluation time left out)."""
-    rate = record["steps_per_s"]
+    step / the run's training rate (:func:`training_rate`; evaluation time left out)."""
+    rate = training_rate(record)
     return [(e["step"], e["step"] / rate / 60.0, e["metrics"]["bpc"])
             for e in record.get("evaluations", [])]
 
@@ -80,7 +81,7 @@ def context_table(cells: Sequence, done: dict[str, dict]) -> list[str]:
               f"val bits/byte at step {common}"]
     rows = []
     for name, records in by_variant.items():
-        rate = sum(r["steps_per_s"] for r in records) / len(records)
+        rate = sum(training_rate(r) for r in records) / len(records)
         steps = records[0]["steps"]
         at_step = [v for r in records if (v := _at_step(r, common)) is not None]
         bytes_per_step = records[0]["config"]["train"]["batch_size"] * cells[0].context
@@ -176,7 +177,10 @@ def markdown(cells: Sequence, done: dict[str, dict]) -> str:
            "parameters of the GPT-2-style Transformer with D = 128, 4 layers, d_ff = 512 "
            "within 5%, matched by its feed-forward width (Mamba and Mamba-2: by their "
            "number of layers). Equal minutes: each model trains for the same minutes on "
-           "this machine (steps from a calibration of its speed). Equal steps: each model "
+           "this machine (steps from a calibration of its speed). Steps/s, bytes/s and "
+           "minutes count CPU time on a CPU (per thread), so other jobs running at the same "
+           "time change none of them; records made before CPU time was kept count wall "
+           "time. Equal steps: each model "
            "trains the same steps, so it sees the same bytes. Test bits per byte at the "
            "end; validation bits per byte at the last step every model reached. Intervals: "
            "95% over seeds (none with one seed).", "",
@@ -216,7 +220,7 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
             record, colour = done[cell.key], f"C{names.index(cell.variant.name) % 10}"
             points = curve(record)
             xs = [s if by_steps else m for s, m, _ in points]
-            end = record["steps"] if by_steps else record["steps"] / record["steps_per_s"] / 60
+            end = record["steps"] if by_steps else record["steps"] / training_rate(record) / 60
             ax.plot(xs, [b for _, _, b in points], marker=".", color=colour,
                     label=VARIANTS[cell.variant.name].label if cell.seed == 0 else None)
             ax.plot([end], [record["results"]["test"]["bpc"]], marker="*", markersize=9,

@@ -8,16 +8,18 @@ unfinished, and the trainer has saved what it could, so a rerun resumes it.
 Measured here, beside the trainer's metrics:
 
 - **speed**: training steps per second, the median over the trainer's log windows
-  (``samples_per_s / batch_size``), so evaluation pauses do not count;
+  (``samples_per_s / batch_size``), so evaluation pauses do not count, and the same per
+  second of the process's CPU time (``cpu_steps_per_s``), which other jobs on the
+  machine do not change (:func:`training_rate` says which a report uses);
 - **memory**: on CPU the peak resident set size above the resident size once data and
   model are built (glibc told to keep freed memory, so the peak is a true high-water mark:
   :mod:`weirdnet.lab.harness.alloc`); on CUDA ``max_memory_allocated`` above the allocation
   at that point.  Both cover the training steps and the evaluations of the run;
 - **time**: ``wall_s``, the wall time of the training and its evaluations, and
   ``cpu_s``, the CPU time this process spent in it (every thread).  Reports take a
-  cell's training time from its steps and median steps/s (:func:`training_seconds`),
-  which neither a pause nor a resume changes, and fall back on the smaller of wall and
-  CPU time (:func:`busy_seconds`);
+  cell's training time from its steps and :func:`training_rate`
+  (:func:`training_seconds`), which neither a pause nor a resume changes, and fall back
+  on the smaller of wall and CPU time (:func:`busy_seconds`);
 - **code**: ``commit`` and ``dirty`` of the checkout when the record is written, and
   ``commits``, every commit the run trained with, in order: each process that trains the
   cell (the first, and each resume) appends its checkout's version to the spec's
@@ -63,11 +65,23 @@ def busy_seconds(record: dict[str, Any]) -> float | None:
     return wall or None
 
 
+def training_rate(record: dict[str, Any]) -> float | None:
+    """Training steps per second of a cell, as other jobs on the machine leave it: on a
+    CPU, its median steps per CPU-second times its torch threads (with one thread, steps
+    per CPU-second); on a GPU, or in a record made before ``cpu_steps_per_s`` existed, its
+    median wall-clock steps/s.  None without either."""
+    cpu_rate = record.get("cpu_steps_per_s")
+    device = str((record.get("machine") or {}).get("device", "cpu"))
+    if cpu_rate and device.startswith("cpu"):
+        return cpu_rate * (record.get("torch_threads") or 1)
+    return record.get("steps_per_s")
+
+
 def training_seconds(record: dict[str, Any]) -> float | None:
-    """The training time of a cell's whole run: its steps at its median steps/s (the
-    trainer's log windows), so neither a pause nor a resume changes it; evaluations are
-    not counted.  Falls back to :func:`busy_seconds` without both figures."""
-    steps, rate = record.get("steps"), record.get("steps_per_s")
+    """The training time of a cell's whole run: its steps at its :func:`training_rate`
+    (the trainer's log windows), so neither a pause, a resume nor another job changes it;
+    evaluations are not counted.  Falls back to :func:`busy_seconds` without both."""
+    steps, rate = record.get("steps"), training_rate(record)
     if steps and rate:
         return steps / rate
     return busy_seconds(record)
@@ -97,8 +111,10 @@ def note_code_version(code_log: str | None, version: dict[str, Any], resume: boo
     return list(dict.fromkeys(label(e) for e in entries))
 
 
-def median_steps_per_s(log_file: Path, batch_size: int) -> float | None:
-    """Median training steps/s over the ``train`` events of a run log."""
+def median_steps_per_s(log_file: Path, batch_size: int,
+                       field: str = "samples_per_s") -> float | None:
+    """Median training steps per second over the ``train`` events of a run log: wall
+    clock (``field`` "samples_per_s") or this process's CPU time ("cpu_samples_per_s")."""
     rates = []
     with open(log_file, encoding="utf-8") as handle:
         for line in handle:
@@ -106,8 +122,8 @@ def median_steps_per_s(log_file: Path, batch_size: int) -> float | None:
                 event = json.loads(line)
             except ValueError:
                 continue
-            if event.get("event") == "train" and event.get("samples_per_s"):
-                rates.append(event["samples_per_s"] / batch_size)
+            if event.get("event") == "train" and event.get(field):
+                rates.append(event[field] / batch_size)
     return statistics.median(rates) if rates else None
 
 
@@ -156,6 +172,8 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "steps": summary["steps"], "best_step": summary["best_step"],
         "parameters": summary["parameters"],
         "steps_per_s": median_steps_per_s(run_dir / "log.jsonl", config.train.batch_size),
+        "cpu_steps_per_s": median_steps_per_s(run_dir / "log.jsonl", config.train.batch_size,
+                                              "cpu_samples_per_s"),
         "evaluations": evaluations(run_dir / "log.jsonl"),
         "memory_mib": memory_mib, "memory_kind": memory_kind, "wall_s": wall_s,
         "cpu_s": round(cpu_s, 1), "resumed": resume, **code_version(machine),
