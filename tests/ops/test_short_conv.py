@@ -202,3 +202,21 @@ def test_half_precision_runs_the_conv1d_path():
     assert got.dtype == torch.bfloat16
     assert rel_err(got.double(), short_conv_reference(x, weight, b).double()) <= 2e-2
     assert cpu.takes(x) == (cpu.load() is not None)
+
+
+def test_the_timing_script_runs_and_checks_agreement(tmp_path):
+    """benchmarks/short_conv_ab.py at a tiny size: both paths agree, a record is written."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "short_conv_ab.py"
+    done = subprocess.run([sys.executable, str(script), "--shapes", "2x5x3", "--rounds", "1",
+                           "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| 2 x 5 x 3 |" in done.stdout and "| yes |" in done.stdout
+    assert (tmp_path / "short_conv_ab_cpu.md").read_text() == done.stdout
+    bad = subprocess.run([sys.executable, str(script), "--shapes", "2x5"], capture_output=True,
+                         text=True, timeout=300)
+    assert bad.returncode == 2 and "a shape is BxLxD" in bad.stderr
