@@ -44,7 +44,7 @@ from typing import Any
 from weirdnet.data.registry import DataMissingError
 from weirdnet.lab import matching
 from weirdnet.lab.harness import output
-from weirdnet.lab.sweep.cell import training_rate
+from weirdnet.lab.sweep.cell import ran_on_cpu, training_rate
 from weirdnet.lab.sweep.engine import add_jobs_argument
 from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import Variant, get_variant
@@ -355,8 +355,7 @@ def _wall_clock_calibration(record: dict | None) -> bool:
     counts whatever else the machine ran, so it is measured again."""
     if not record or record.get("status") != "done":
         return False
-    device = str((record.get("machine") or {}).get("device", "cpu"))
-    return device.startswith("cpu") and not record.get("cpu_steps_per_s")
+    return ran_on_cpu(record) and not record.get("cpu_steps_per_s")
 
 
 def _run(args, argv, planned: list[LMCell], store: CellStore, session: output.Writing,

@@ -65,14 +65,18 @@ def busy_seconds(record: dict[str, Any]) -> float | None:
     return wall or None
 
 
+def ran_on_cpu(record: dict[str, Any]) -> bool:
+    """Whether a cell's record says it trained on a CPU (older records: assumed so)."""
+    return str((record.get("machine") or {}).get("device", "cpu")).startswith("cpu")
+
+
 def training_rate(record: dict[str, Any]) -> float | None:
     """Training steps per second of a cell, as other jobs on the machine leave it: on a
     CPU, its median steps per CPU-second times its torch threads (with one thread, steps
     per CPU-second); on a GPU, or in a record made before ``cpu_steps_per_s`` existed, its
     median wall-clock steps/s.  None without either."""
     cpu_rate = record.get("cpu_steps_per_s")
-    device = str((record.get("machine") or {}).get("device", "cpu"))
-    if cpu_rate and device.startswith("cpu"):
+    if cpu_rate and ran_on_cpu(record):
         return cpu_rate * (record.get("torch_threads") or 1)
     return record.get("steps_per_s")
 
