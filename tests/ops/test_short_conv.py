@@ -51,6 +51,44 @@ def test_matches_the_float64_specification(backend, dtype, L, k, state, bias):
         assert rel_err(g, w) <= tol, (name, rel_err(g, w))
 
 
+def packed_docs(B, L):
+    """Document ids (B, L): up to three documents in the first row (the last of 1 token),
+    two in the second, one in the others; not canonical (the op makes them so)."""
+    doc = torch.full((B, L), 7, dtype=torch.int64)
+    doc[0, L // 2:] = 3
+    if L > 2:
+        doc[0, L - 1] = 9
+    if B > 1:
+        doc[1, L // 3:] = 5
+    return doc
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("L", LENGTHS)
+@pytest.mark.parametrize("k, bias", [(4, True), (1, False), (3, True)])
+def test_packed_documents_each_get_what_they_get_alone(backend, dtype, L, k, bias):
+    x, weight, b, _ = inputs(L, k, dtype=dtype, bias=bias, seed=L + 2 * k)
+    doc = packed_docs(x.shape[0], L)
+    grad = torch.randn(x.shape, dtype=dtype)
+    got = output_and_grads(lambda *a: short_conv(*a[:3], doc_ids=doc, backend=backend),
+                           x, weight, b, None, grad)
+    want = output_and_grads(lambda *a: short_conv_reference(*a[:3], doc_ids=doc),
+                            *(t if t is None else t.double() for t in (x, weight, b)), None,
+                            grad.double())
+    tol = 1e-13 if dtype == torch.float64 else 2e-6
+    for name, g, w in zip(("y", "dx", "dweight", "dbias"), got, want):
+        assert rel_err(g, w) <= tol, (name, rel_err(g, w))
+
+
+def test_packed_documents_do_not_take_a_state():
+    x, weight, b, s = inputs(5, 3, state=True)
+    with pytest.raises(ValueError, match="doc_ids and a decoding state"):
+        short_conv(x, weight, b, s, doc_ids=packed_docs(3, 5))
+    with pytest.raises(ValueError, match="doc_ids"):
+        short_conv(x, weight, b, doc_ids=packed_docs(3, 4))
+
+
 def test_the_weight_gradient_is_summed_in_float64():
     """dweight and dbias add B x L products: the kernel keeps them in float64, so a
     float32 gradient is the float64 one rounded once, even over a million positions."""
@@ -128,16 +166,20 @@ def test_a_state_that_needs_a_gradient_takes_the_differentiable_path():
     assert rel_err(ds, want) <= 1e-13
 
 
-@pytest.mark.parametrize("L, k, state, bias, dtype", [
-    (1, 4, False, True, torch.float64), (3, 2, True, False, torch.float32),
-    (7, 4, True, True, torch.float64), (40, 1, False, True, torch.float32)])
-def test_opcheck(L, k, state, bias, dtype):
+@pytest.mark.parametrize("L, k, state, bias, dtype, packed", [
+    (1, 4, False, True, torch.float64, False), (3, 2, True, False, torch.float32, False),
+    (7, 4, True, True, torch.float64, False), (40, 1, False, True, torch.float32, False),
+    (9, 4, False, True, torch.float32, True), (17, 3, False, False, torch.float64, True)])
+def test_opcheck(L, k, state, bias, dtype, packed):
+    from weirdnet.ops.packing import segment_ids
+
     x, weight, b, s = inputs(L, k, dtype=dtype, state=state, bias=bias, seed=6)
-    leaves = [t.requires_grad_() for t in (x, weight) + ((b,) if bias else ())]
-    torch.library.opcheck(op.conv_op, (x, weight, b, s))
+    doc = segment_ids(packed_docs(x.shape[0], L)) if packed else None
+    for t in (x, weight) + ((b,) if bias else ()):
+        t.requires_grad_()
+    torch.library.opcheck(op.conv_op, (x, weight, b, s, doc))
     grad = torch.randn(x.shape, dtype=dtype)
-    torch.library.opcheck(op.conv_backward_op, (grad, x.detach(), weight.detach(), s))
-    assert leaves
+    torch.library.opcheck(op.conv_backward_op, (grad, x.detach(), weight.detach(), s, doc))
 
 
 def test_compile_fullgraph_matches_eager():

@@ -17,10 +17,8 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from weirdnet.layers.base import clear_rows, select_rows
-from weirdnet.ops.packing import same_document, segment_ids
 from weirdnet.ops.short_conv import short_conv
 
 
@@ -65,10 +63,8 @@ class ShortConv(nn.Module):
         Returns y (B, L, D) and the state after the last position."""
         if mask is not None:
             x = x.masked_fill(~mask[..., None], 0.0)
-        if doc_ids is not None:
-            return self._packed(x, segment_ids(doc_ids)), None
-        y = short_conv(x, self.conv.weight[:, 0], self.conv.bias, state)
-        return y, self._next_state(x, state)
+        y = short_conv(x, self.conv.weight[:, 0], self.conv.bias, state, doc_ids=doc_ids)
+        return y, None if doc_ids is not None else self._next_state(x, state)
 
     def _next_state(self, x: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
         """The last k − 1 inputs, reaching into ``state`` (None: zeros) when L < k − 1."""
@@ -78,18 +74,6 @@ class ShortConv(nn.Module):
         if state is None:
             state = self.init_state(x.shape[0]).to(x.dtype)
         return torch.cat((state, x), dim=1)[:, -keep:]
-
-    def _packed(self, x: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
-        """The convolution with each tap x_{t-j} kept only inside t's document: a sum of
-        k shifted, gated copies (conv1d's weight w[k-1-j] multiplies x_{t-j})."""
-        L, k = x.shape[1], self.width
-        weight = self.conv.weight[:, 0]  # (D, k)
-        y = x * weight[:, k - 1]
-        for j in range(1, min(k, L)):
-            same = same_document(segments, j).unsqueeze(-1)
-            tap = (x[:, :-j] * weight[:, k - 1 - j]).masked_fill(~same, 0.0)
-            y = y + F.pad(tap, (0, 0, j, 0))
-        return y if self.conv.bias is None else y + self.conv.bias
 
     def extra_repr(self) -> str:
         return f"width={self.width}, causal"

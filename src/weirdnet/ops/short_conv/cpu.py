@@ -25,10 +25,11 @@ def _make() -> ctypes.CDLL:
     lib = cbuild.build(SOURCE)
     for sfx in DTYPES.values():
         fwd_fn = getattr(lib, f"short_conv_fwd_{sfx}")
-        fwd_fn.argtypes = [_ptr, _i64, _i64, _ptr, _i64, _i64, _ptr, _ptr, _ptr] + [_i64] * 6
+        fwd_fn.argtypes = [_ptr, _i64, _i64, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr] \
+            + [_i64] * 6
         bwd_fn = getattr(lib, f"short_conv_bwd_{sfx}")
-        bwd_fn.argtypes = [_ptr, _i64, _i64, _ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr,
-                           _ptr] + [_i64] * 6
+        bwd_fn.argtypes = [_ptr, _i64, _i64, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64,
+                           _ptr, _ptr] + [_i64] * 6
         fwd_fn.restype = bwd_fn.restype = ctypes.c_int
     lib.short_conv_units.argtypes = [_i64, _i64]
     lib.short_conv_units.restype = _i64
@@ -60,9 +61,14 @@ def _rows(t: torch.Tensor | None) -> tuple[int | None, int, int]:
     return t.data_ptr(), t.stride(0), t.stride(1)
 
 
+def _address(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
 def fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-        state: torch.Tensor | None) -> torch.Tensor:
-    """y (B, L, D); x and state with unit channel stride, weight (D, k), all one dtype."""
+        state: torch.Tensor | None, doc: torch.Tensor | None) -> torch.Tensor:
+    """y (B, L, D); x and state with unit channel stride, weight (D, k), all one dtype;
+    doc (B, L) contiguous int64 segment ids (packed documents) or None."""
     lib = load()
     B, L, D = x.shape
     k = weight.shape[1]
@@ -70,14 +76,14 @@ def fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     bias = None if bias is None else bias.contiguous()
     y = torch.empty((B, L, D), dtype=x.dtype)
     fn = getattr(lib, f"short_conv_fwd_{DTYPES[x.dtype]}")
-    args = (*_rows(x), *_rows(state), taps.data_ptr(),
-            None if bias is None else bias.data_ptr(), y.data_ptr(), B, L, D, k)
+    args = (*_rows(x), *_rows(state), _address(doc), taps.data_ptr(), _address(bias),
+            y.data_ptr(), B, L, D, k)
     run_units(fn, args, lib.short_conv_units(B, L), B * L * D, "short_conv")
     return y
 
 
-def bwd(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-        state: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def bwd(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, state: torch.Tensor | None,
+        doc: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dx (B, L, D) in x's dtype, dweight (D, k) and dbias (D,) in float64)."""
     lib = load()
     B, L, D = x.shape
@@ -87,8 +93,8 @@ def bwd(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     dx = torch.empty((B, L, D), dtype=x.dtype)
     partial = torch.empty((units, k + 1, D), dtype=torch.float64)
     fn = getattr(lib, f"short_conv_bwd_{DTYPES[x.dtype]}")
-    args = (*_rows(x), *_rows(state), taps.data_ptr(), *_rows(grad), dx.data_ptr(),
-            partial.data_ptr(), B, L, D, k)
+    args = (*_rows(x), *_rows(state), _address(doc), taps.data_ptr(), *_rows(grad),
+            dx.data_ptr(), partial.data_ptr(), B, L, D, k)
     run_units(fn, args, units, B * L * D, "short_conv")
     sums = torch.empty((k + 1, D), dtype=torch.float64)
     lib.short_conv_reduce(partial.data_ptr(), units, (k + 1) * D, sums.data_ptr())

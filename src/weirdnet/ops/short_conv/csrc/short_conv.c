@@ -9,7 +9,9 @@
  * summed in exactly that order (bias first, then the taps from the oldest), where a
  * position before the sequence reads the state (B, k-1, D) given with it, or 0.  A zero
  * is multiplied like any other input, so an inf or NaN weight gives what a convolution
- * over zero padding gives.  Built with -ffp-contract=off: each output depends only on
+ * over zero padding gives.  With packed documents (doc (B, L), canonical segment ids,
+ * and no state) a tap outside position t's document, or before the sequence, is left
+ * out of the sum, so each document gets exactly what it gets alone.  Built with -ffp-contract=off: each output depends only on
  * its own inputs, never on the work split, the lane or the sequence length, which keeps
  * a decoding step bitwise equal to the full pass.
  *
@@ -37,6 +39,12 @@ void short_conv_reduce(const double *partial, i64 n_units, i64 n, double *out) {
     }
 }
 
+/* Whether tap position s (may be < 0) counts for output t: always without documents;
+ * with them, only inside t's document. */
+static inline int same_doc(const i64 *doc, i64 b, i64 L, i64 s, i64 t) {
+    return !doc || (s >= 0 && doc[b * L + s] == doc[b * L + t]);
+}
+
 #define WN_DEFINE_SHORT_CONV(T, SFX)                                                        \
 /* Row s (may be < 0: the state, or NULL for zeros) of batch row b. */                     \
 static inline const T *src_row_##SFX(const T *x, i64 xb, i64 xl, const T *state, i64 sb,  \
@@ -46,8 +54,8 @@ static inline const T *src_row_##SFX(const T *x, i64 xb, i64 xl, const T *state,
 }                                                                                           \
                                                                                             \
 int short_conv_fwd_##SFX(const T *x, i64 xb, i64 xl, const T *state, i64 sb, i64 sl,       \
-                         const T *w, const T *bias, T *y, i64 B, i64 L, i64 D, i64 k,      \
-                         i64 u0, i64 u1) {                                                  \
+                         const i64 *doc, const T *w, const T *bias, T *y, i64 B, i64 L,    \
+                         i64 D, i64 k, i64 u0, i64 u1) {                                    \
     (void)B;                                                                                \
     const i64 per = (L + WN_CONV_UNIT - 1) / WN_CONV_UNIT;                                  \
     for (i64 u = u0; u < u1; u++) {                                                         \
@@ -57,9 +65,10 @@ int short_conv_fwd_##SFX(const T *x, i64 xb, i64 xl, const T *state, i64 sb, i64
             T *restrict out = y + (b * L + t) * D;                                          \
             for (i64 d = 0; d < D; d++) out[d] = bias ? bias[d] : (T)0;                     \
             for (i64 i = 0; i < k; i++) {                                                   \
+                const i64 s = t - (k - 1) + i;                                              \
+                if (!same_doc(doc, b, L, s, t)) continue;                                   \
                 const T *restrict wi = w + i * D;                                           \
-                const T *restrict src = src_row_##SFX(x, xb, xl, state, sb, sl, k, b,       \
-                                                      t - (k - 1) + i);                     \
+                const T *restrict src = src_row_##SFX(x, xb, xl, state, sb, sl, k, b, s);   \
                 if (src)                                                                    \
                     for (i64 d = 0; d < D; d++) out[d] += wi[d] * src[d];                   \
                 else                                                                        \
@@ -72,8 +81,8 @@ int short_conv_fwd_##SFX(const T *x, i64 xb, i64 xl, const T *state, i64 sb, i64
                                                                                             \
 /* dx (B, L, D) contiguous; partial (units, k + 1, D): rows 0..k-1 dw, row k db. */        \
 int short_conv_bwd_##SFX(const T *x, i64 xb, i64 xl, const T *state, i64 sb, i64 sl,       \
-                         const T *w, const T *g, i64 gb, i64 gl, T *dx, double *partial,   \
-                         i64 B, i64 L, i64 D, i64 k, i64 u0, i64 u1) {                      \
+                         const i64 *doc, const T *w, const T *g, i64 gb, i64 gl, T *dx,    \
+                         double *partial, i64 B, i64 L, i64 D, i64 k, i64 u0, i64 u1) {     \
     (void)B;                                                                                \
     const i64 per = (L + WN_CONV_UNIT - 1) / WN_CONV_UNIT;                                  \
     for (i64 u = u0; u < u1; u++) {                                                         \
@@ -87,7 +96,7 @@ int short_conv_bwd_##SFX(const T *x, i64 xb, i64 xl, const T *state, i64 sb, i64
             for (i64 d = 0; d < D; d++) out[d] = (T)0;                                      \
             for (i64 i = 0; i < k; i++) {                                                   \
                 const i64 s = t + (k - 1) - i;                                              \
-                if (s >= L) continue;                                                       \
+                if (s >= L || !same_doc(doc, b, L, t, s)) continue;                         \
                 const T *restrict wi = w + i * D;                                           \
                 const T *restrict gs = g + b * gb + s * gl;                                 \
                 for (i64 d = 0; d < D; d++) out[d] += wi[d] * gs[d];                        \
@@ -97,9 +106,10 @@ int short_conv_bwd_##SFX(const T *x, i64 xb, i64 xl, const T *state, i64 sb, i64
             double *restrict db = acc + k * D;                                              \
             for (i64 d = 0; d < D; d++) db[d] += (double)gt[d];                             \
             for (i64 i = 0; i < k; i++) {                                                   \
+                const i64 s = t - (k - 1) + i;                                              \
+                if (!same_doc(doc, b, L, s, t)) continue;                                   \
                 double *restrict dwi = acc + i * D;                                         \
-                const T *restrict src = src_row_##SFX(x, xb, xl, state, sb, sl, k, b,       \
-                                                      t - (k - 1) + i);                     \
+                const T *restrict src = src_row_##SFX(x, xb, xl, state, sb, sl, k, b, s);   \
                 if (src)                                                                    \
                     for (i64 d = 0; d < D; d++) dwi[d] += (double)gt[d] * (double)src[d];   \
                 else                                                                        \
