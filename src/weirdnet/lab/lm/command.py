@@ -44,7 +44,6 @@ from typing import Any
 from weirdnet.data.registry import DataMissingError
 from weirdnet.lab import matching
 from weirdnet.lab.harness import output
-from weirdnet.lab.sweep.cell import ran_on_cpu, training_rate
 from weirdnet.lab.sweep.engine import add_jobs_argument
 from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import Variant, get_variant
@@ -346,6 +345,8 @@ def _calibrate(args, command: list[str], calibrations: list[LMCell], store: Cell
 def _rates(store: CellStore, calibrated: list[LMCell]) -> dict[str, float]:
     """Steps/s of each stored calibration (:func:`~weirdnet.lab.sweep.cell.training_rate`:
     on a CPU, per CPU-second and thread), by key."""
+    from weirdnet.lab.sweep.cell import training_rate  # imports torch: not for --help
+
     records = {c.key: store.read(c) for c in calibrated}
     return {k: rate for k, r in records.items() if r and (rate := training_rate(r))}
 
@@ -353,6 +354,8 @@ def _rates(store: CellStore, calibrated: list[LMCell]) -> dict[str, float]:
 def _wall_clock_calibration(record: dict | None) -> bool:
     """A CPU calibration recorded before its CPU-time rate existed: its wall-clock rate
     counts whatever else the machine ran, so it is measured again."""
+    from weirdnet.lab.sweep.cell import ran_on_cpu
+
     if not record or record.get("status") != "done":
         return False
     return ran_on_cpu(record) and not record.get("cpu_steps_per_s")
