@@ -41,7 +41,9 @@ def test_equal_compute_lm_smoke(tmp_path):
     assert timed["evaluations"] and timed["evaluations"][0]["step"] == 2
     assert timed["config"]["train"]["batch_size"] == 1024 // 64
     report = (tmp_path / "results" / "lm-quick" / "lm.md").read_text()
-    assert "| Weird-Net A | 0.795M (+0.2%) | 1 | 20 |" in report
+    # 0.01 minutes fit fewer than 20 steps: each run trains 20 and is marked
+    assert "| Weird-Net A ² | 0.795M (+0.2%) | 1 | 20 |" in report
+    assert "² fewer than 20 steps fit in 0.01 minutes" in report
     assert "val bits/byte at step 20" in report
     again = run_cli(*args, cwd=tmp_path)
     assert again.returncode == 0 and "2 already done, 0 to run" in again.stdout
@@ -65,9 +67,23 @@ def test_equal_compute_lm_smoke(tmp_path):
     assert json.loads(path.read_text())["cpu_steps_per_s"] > 0
     # a command naming fewer models still reports every stored run
     report = (tmp_path / "results" / "lm-quick" / "lm.md").read_text()
-    assert "| Weird-Net A |" in report and "| Transformer |" in report
+    assert "| Weird-Net A ² |" in report and "| Transformer ² |" in report
     refused = run_cli(*args, "--recalibrate", "--report-only", cwd=tmp_path)
     assert refused.returncode == 2 and "--recalibrate" in refused.stderr
+
+
+def test_a_run_held_to_the_step_floor_is_marked_as_trained_longer():
+    """A model too slow for MIN_STEPS steps in its minutes trains MIN_STEPS (more minutes
+    than the others), and the report marks it."""
+    from weirdnet.lab.lm.command import MIN_STEPS, calibration_cells, timed_cells
+    from weirdnet.lab.lm.report import _over_budget
+
+    calibrated = calibration_cells(["weird-a", "rwkv"], [4096])
+    rates = {calibrated[0].key: 1.0, calibrated[1].key: 0.014}  # 600 and 8.4 steps
+    fast, slow = timed_cells(calibrated, rates, 10.0, 1)
+    assert (fast.steps, slow.steps) == (600, MIN_STEPS)
+    assert _over_budget(slow, slow.steps, 0.014)
+    assert not _over_budget(fast, fast.steps, 1.0)
 
 
 def test_equal_compute_lm_evaluation_interval_does_not_depend_on_the_models_named():

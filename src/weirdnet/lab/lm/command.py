@@ -179,14 +179,20 @@ def step_cells(mechanisms, contexts, steps: int, seeds: int,
             for n in contexts for v in lm_variants(mechanisms) for seed in range(seeds)]
 
 
+MIN_STEPS = 20
+"""The fewest steps a timed run trains, even where its minutes fit fewer (then it trains
+longer than the others; the report marks it)."""
+
+
 def timed_cells(calibrations: list[LMCell], rates: dict[str, float], minutes: float,
                 seeds: int, peers: list[LMCell] | None = None) -> list[LMCell]:
-    """The timed runs of ``calibrations``: steps = minutes x 60 x the calibrated steps/s;
+    """The timed runs of ``calibrations``: steps = minutes x 60 x the calibrated steps/s
+    (at least :data:`MIN_STEPS`);
     every model of a context evaluated every E steps, E = an eighth of the fewest steps
     among ``peers`` of that context (default: ``calibrations``; the command passes every
     model calibrated in its folder, so that naming fewer models keeps E, and with it the
     runs already stored)."""
-    steps = {c.key: max(20, round(minutes * 60 * rates[c.key]))
+    steps = {c.key: max(MIN_STEPS, round(minutes * 60 * rates[c.key]))
              for c in (*calibrations, *(peers or ()))}
     out = []
     for context in dict.fromkeys(c.context for c in calibrations):
