@@ -152,6 +152,7 @@ def test_zoology_smoke_sweep_gates_its_columns(tmp_path):
     assert "budget too small: attention reaches" in report
     assert "1,024 training sequences instead of 100,000" in report
     assert "vocabulary 64 instead of 8,192" in report
+    assert "of Zoology's 64, 128, 256" in report  # the lengths not run are named
 
 
 def test_a_cells_running_time_leaves_out_pauses():

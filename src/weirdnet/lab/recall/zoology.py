@@ -163,6 +163,10 @@ def deviations(cells: list[ZoologyCell]) -> list[str]:
     if epochs != [EPOCHS]:
         lines.append(f"at most {', '.join(map(str, epochs))} epochs instead of {EPOCHS} "
                      "(CPU time; early stopping at 99% still applies)")
+    lengths = sorted({c.length for c in cells})
+    if lengths != sorted(PAIRS):
+        lines.append(f"lengths {', '.join(map(str, lengths))} of Zoology's "
+                     f"{', '.join(map(str, sorted(PAIRS)))}")
     widths = sorted({c.width for c in cells})
     if widths != list(WIDTHS):
         lines.append(f"widths {', '.join(map(str, widths))} of Zoology's "
