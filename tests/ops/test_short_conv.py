@@ -259,6 +259,10 @@ def test_the_timing_script_runs_and_checks_agreement(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| 2 x 5 x 3 |" in done.stdout and "| yes |" in done.stdout
     assert (tmp_path / "short_conv_ab_cpu.md").read_text() == done.stdout
+    packed = subprocess.run([sys.executable, str(script), "--shapes", "2x9x3", "--rounds", "1",
+                             "--documents", "3"], capture_output=True, text=True, timeout=300)
+    assert packed.returncode == 0 and "| fwd shifted ms |" in packed.stdout
+    assert "| yes |" in packed.stdout
     bad = subprocess.run([sys.executable, str(script), "--shapes", "2x5"], capture_output=True,
                          text=True, timeout=300)
     assert bad.returncode == 2 and "a shape is BxLxD" in bad.stderr
