@@ -67,8 +67,9 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
            "Test accuracy (%) over the 3,000 test sequences' queries at the learning rate "
            "with the best validation accuracy (in brackets where several ran), and the "
            "epochs trained (early stopping at 99%), and the minutes a cell trained (its "
-           "steps at its median steps per second, so that neither a pause nor a resume "
-           "changes it; evaluations not counted). "
+           "steps at its median steps per second, counted in CPU time where the record "
+           "keeps it, so that neither a pause, a resume nor another job changes it; "
+           "evaluations not counted). "
            "`weirdnet bench recall --recipe "
            "zoology`; the recipe: `weirdnet.lab.recall.zoology`.", "",
            f"**Sanity gate.** A column is ranked only where the Transformer++ reaches "
