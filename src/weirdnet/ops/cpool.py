@@ -1,4 +1,6 @@
-"""The thread pool that runs the C kernels' work units in parallel.
+"""Calling the C kernels of ``ops``: the pointers they take (:func:`address`,
+:func:`rows`) and the thread pool that runs their work units in parallel
+(:func:`run_units`).
 
 ctypes releases the GIL during a call, so Python threads, each calling a kernel on its
 own disjoint range of work units, run it on several cores.  A unit's result never
@@ -20,6 +22,17 @@ PARALLEL_MIN_ELEMENTS = 1 << 16
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
+
+
+def address(t: torch.Tensor | None) -> int | None:
+    """The data pointer of ``t``, or None (a null pointer) for None."""
+    return None if t is None else t.data_ptr()
+
+
+def rows(t: torch.Tensor | None) -> tuple[int | None, int, int]:
+    """Pointer and (batch, position) strides of a (B, L, D) tensor whose channel stride
+    is 1; (None, 0, 0) for None."""
+    return (None, 0, 0) if t is None else (t.data_ptr(), t.stride(0), t.stride(1))
 
 
 def run_units(fn: Callable[..., int], args_before_range: tuple, n_units: int,

@@ -4,7 +4,7 @@ The one timing helper of the benchmarks: :func:`time_step` times a step (a forwa
 forward+backward, a training step) for ``bench scan``/``mixers`` (the runner), ``bench
 speed`` and ``bench compile``.  The trained runs of ``bench suite``, ``lm`` and ``recall``
 report the rate of the training itself instead, read from the run's log
-(:func:`weirdnet.lab.sweep.cell.median_steps_per_s`): the steps/s of a real run, with
+(:func:`weirdnet.lab.sweep.cell.median_rates`): the steps/s of a real run, with
 its data and evaluations around it.
 
 What is timed for a :class:`~weirdnet.lab.opbench.methods.Case`:

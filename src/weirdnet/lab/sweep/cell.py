@@ -115,20 +115,24 @@ def note_code_version(code_log: str | None, version: dict[str, Any], resume: boo
     return list(dict.fromkeys(label(e) for e in entries))
 
 
-def median_steps_per_s(log_file: Path, batch_size: int,
-                       field: str = "samples_per_s") -> float | None:
-    """Median training steps per second over the ``train`` events of a run log: wall
-    clock (``field`` "samples_per_s") or this process's CPU time ("cpu_samples_per_s")."""
-    rates = []
+def median_rates(log_file: Path, batch_size: int) -> dict[str, float | None]:
+    """Median training steps per second over the ``train`` events of a run log, in one
+    pass: ``steps_per_s`` by the wall clock, ``cpu_steps_per_s`` by this process's CPU
+    time (None where no event has it)."""
+    fields = {"steps_per_s": "samples_per_s", "cpu_steps_per_s": "cpu_samples_per_s"}
+    rates: dict[str, list[float]] = {key: [] for key in fields}
     with open(log_file, encoding="utf-8") as handle:
         for line in handle:
             try:
                 event = json.loads(line)
             except ValueError:
                 continue
-            if event.get("event") == "train" and event.get(field):
-                rates.append(event[field] / batch_size)
-    return statistics.median(rates) if rates else None
+            if event.get("event") != "train":
+                continue
+            for key, field in fields.items():
+                if event.get(field):
+                    rates[key].append(event[field] / batch_size)
+    return {key: statistics.median(v) if v else None for key, v in rates.items()}
 
 
 def evaluations(log_file: Path) -> list[dict[str, Any]]:
@@ -175,9 +179,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "evaluated": evaluated, "baseline": baseline,
         "steps": summary["steps"], "best_step": summary["best_step"],
         "parameters": summary["parameters"],
-        "steps_per_s": median_steps_per_s(run_dir / "log.jsonl", config.train.batch_size),
-        "cpu_steps_per_s": median_steps_per_s(run_dir / "log.jsonl", config.train.batch_size,
-                                              "cpu_samples_per_s"),
+        **median_rates(run_dir / "log.jsonl", config.train.batch_size),
         "evaluations": evaluations(run_dir / "log.jsonl"),
         "memory_mib": memory_mib, "memory_kind": memory_kind, "wall_s": wall_s,
         "cpu_s": round(cpu_s, 1), "resumed": resume, **code_version(machine),

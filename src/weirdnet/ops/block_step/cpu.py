@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from .. import cbuild
+from ..cpool import address
 from ..weird_scan.cpu import CSRC as SCAN_CSRC
 from .reference import levels_of_ring
 from .weights import ACTIVATIONS, BlockWeights
@@ -80,7 +81,7 @@ class BlockStep:
                          for name, t in weights.tensors().items()}
         self._c = _CWeights(weights.dim, weights.d_ff, ACTIVATIONS.index(weights.activation),
                             weights.eps_mix, weights.eps_ffn,
-                            *(_address(self._tensors[name]) for name in _POINTERS))
+                            *(address(self._tensors[name]) for name in _POINTERS))
         self._fn = getattr(lib, f"block_step_{_SUFFIX[weights.dtype]}")
         self._levels = weights.log_w.shape[0]
 
@@ -98,7 +99,3 @@ class BlockStep:
                           ring_h.data_ptr(), ring_u.data_ptr(), levels_of_ring(ring_m), t0)
         if status != 0:
             raise MemoryError("fused block step: out of memory for its workspace")
-
-
-def _address(t: torch.Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from .. import cbuild
-from ..cpool import run_units
+from ..cpool import address, rows, run_units
 
 SOURCE = Path(__file__).with_name("csrc") / "short_conv.c"
 DTYPES = {torch.float32: "f32", torch.float64: "f64"}
@@ -53,18 +53,6 @@ def takes(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and x.dtype in DTYPES and load() is not None
 
 
-def _rows(t: torch.Tensor | None) -> tuple[int | None, int, int]:
-    """Pointer and (batch, position) strides of a (B, L, D) tensor with unit channel
-    stride (a state of k - 1 = 0 rows: a null pointer)."""
-    if t is None or t.shape[1] == 0:
-        return None, 0, 0
-    return t.data_ptr(), t.stride(0), t.stride(1)
-
-
-def _address(t: torch.Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
-
-
 def fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         state: torch.Tensor | None, doc: torch.Tensor | None) -> torch.Tensor:
     """y (B, L, D); x and state with unit channel stride, weight (D, k), all one dtype;
@@ -76,7 +64,7 @@ def fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     bias = None if bias is None else bias.contiguous()
     y = torch.empty((B, L, D), dtype=x.dtype)
     fn = getattr(lib, f"short_conv_fwd_{DTYPES[x.dtype]}")
-    args = (*_rows(x), *_rows(state), _address(doc), taps.data_ptr(), _address(bias),
+    args = (*rows(x), *rows(state), address(doc), taps.data_ptr(), address(bias),
             y.data_ptr(), B, L, D, k)
     run_units(fn, args, lib.short_conv_units(B, L), B * L * D, "short_conv")
     return y
@@ -93,7 +81,7 @@ def bwd(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, state: torch.
     dx = torch.empty((B, L, D), dtype=x.dtype)
     partial = torch.empty((units, k + 1, D), dtype=torch.float64)
     fn = getattr(lib, f"short_conv_bwd_{DTYPES[x.dtype]}")
-    args = (*_rows(x), *_rows(state), _address(doc), taps.data_ptr(), *_rows(grad),
+    args = (*rows(x), *rows(state), address(doc), taps.data_ptr(), *rows(grad),
             dx.data_ptr(), partial.data_ptr(), B, L, D, k)
     run_units(fn, args, units, B * L * D, "short_conv")
     sums = torch.empty((k + 1, D), dtype=torch.float64)

@@ -1,8 +1,8 @@
 """Build, cache and call the fused C kernels of ``csrc/weird_scan.c``.
 
 The C file is compiled once per machine by :mod:`weirdnet.ops.cbuild` and loaded with
-:mod:`ctypes`.  Work units run in parallel on
-:mod:`weirdnet.ops.cpool`'s threads.
+:mod:`ctypes`.  Work units run in parallel on :mod:`weirdnet.ops.cpool`'s
+threads.
 
 If no compiler is found, the build fails or the C file is missing, :func:`load` returns
 ``None`` (with one warning line) and the pure-PyTorch implementation is used instead.
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from .. import cbuild
-from ..cpool import run_units
+from ..cpool import address, rows, run_units
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCE = CSRC / "weird_scan.c"
@@ -70,15 +70,6 @@ def _suffix(dtype: torch.dtype) -> str:
     raise TypeError(f"the C scan kernel takes float32 or float64, got {dtype}")
 
 
-def _addr(t: torch.Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
-
-
-def _rows(t: torch.Tensor) -> tuple[int, int, int]:
-    """Pointer and (batch, position) strides of a (B, L, D) tensor with unit channel stride."""
-    return t.data_ptr(), t.stride(0), t.stride(1)
-
-
 def fwd(a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
     """Forward scan; see ``weird_scan.pytorch.fwd`` for the contract.  Returns O (B, L, D)."""
     lib = load()
@@ -86,7 +77,7 @@ def fwd(a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
     out = torch.empty((B, L, D), dtype=a.dtype)
     fn = getattr(lib, f"scan_fwd_{_suffix(a.dtype)}")
     n_units = lib.scan_units(B, D, split)
-    args = (*_rows(a), *_rows(v), log_w.data_ptr(), _addr(mask), _addr(doc), out.data_ptr(),
+    args = (*rows(a), *rows(v), log_w.data_ptr(), address(mask), address(doc), out.data_ptr(),
             B, L, D, split, nlev)
     run_units(fn, args, n_units, B * L * D, "weird_scan")
     return out
@@ -101,7 +92,7 @@ def bwd(a, v, log_w, mask, doc, grad, split: int, nlev: int):
     dlogw = torch.zeros((B, nlev, D), dtype=torch.float64)
     fn = getattr(lib, f"scan_bwd_{_suffix(a.dtype)}")
     n_units = lib.scan_units(B, D, split)
-    args = (*_rows(a), *_rows(v), log_w.data_ptr(), _addr(mask), _addr(doc), *_rows(grad),
+    args = (*rows(a), *rows(v), log_w.data_ptr(), address(mask), address(doc), *rows(grad),
             da.data_ptr(), dv.data_ptr(), dlogw.data_ptr(), B, L, D, split, nlev)
     run_units(fn, args, n_units, B * L * D, "weird_scan")
     return da, dv, dlogw.sum(0)
@@ -113,7 +104,7 @@ def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> to
     B, T, D = a.shape
     out = torch.empty((B, T, D), dtype=a.dtype)
     fn = getattr(lib, f"scan_extend_{_suffix(a.dtype)}")
-    status = fn(*_rows(a), *_rows(v), log_w.data_ptr(), _addr(valid), ring_m.data_ptr(),
+    status = fn(*rows(a), *rows(v), log_w.data_ptr(), address(valid), ring_m.data_ptr(),
                 ring_h.data_ptr(), ring_u.data_ptr(), out.data_ptr(), B, T, D, nlev, t0)
     if status != 0:
         raise MemoryError("weird_scan C kernel: out of memory")
