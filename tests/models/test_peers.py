@@ -1,6 +1,6 @@
-"""Peers from ``transformers`` (Llama, Mamba, Mamba-2, RWKV) behind weirdnet's LM interface:
-built from their own config classes, trained by weirdnet's trainer with its loss, saved,
-loaded, evaluated and sampled like a weirdnet LM."""
+"""Peers from ``transformers`` (Llama, Mamba, Mamba-2, RWKV, Qwen3-Next, RecurrentGemma)
+behind weirdnet's LM interface: built from their own config classes, trained by weirdnet's
+trainer with its loss, saved, loaded, evaluated and sampled like a weirdnet LM."""
 
 import json
 
@@ -15,7 +15,9 @@ from weirdnet.models import PEERS, PeerLM, load  # noqa: E402
 from weirdnet.typed_config import ConfigError  # noqa: E402
 
 CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM",
-           "mamba2": "Mamba2ForCausalLM", "rwkv": "RwkvForCausalLM"}
+           "mamba2": "Mamba2ForCausalLM", "rwkv": "RwkvForCausalLM",
+           "qwen3-next": "Qwen3NextForCausalLM",
+           "recurrent-gemma": "RecurrentGemmaForCausalLM"}
 
 
 def _peer(name: str, **backbone) -> PeerLM:
@@ -50,6 +52,23 @@ def test_the_mapping_of_widths_and_options():
     assert _peer("rwkv", d_ff=80).peer.config.intermediate_size == 80
     mamba2 = _peer("mamba2").peer.config
     assert mamba2.num_heads * mamba2.head_dim == 2 * 32
+    qwen = _peer("qwen3-next", depth=6, d_ff=40).peer.config
+    assert qwen.layer_types == (["linear_attention"] * 3 + ["full_attention"]
+                                + ["linear_attention"] * 2)
+    assert _peer("qwen3-next").peer.config.layer_types == ["linear_attention",
+                                                            "full_attention"]
+    assert qwen.mlp_only_layers == list(range(6)) and qwen.intermediate_size == 40
+    assert (qwen.linear_num_key_heads, qwen.linear_num_value_heads,
+            qwen.linear_key_head_dim, qwen.linear_value_head_dim) == (1, 2, 32, 32)
+    wide = _peer("qwen3-next", dim=512, depth=4).peer.config
+    assert (wide.linear_num_key_heads, wide.linear_num_value_heads,
+            wide.num_attention_heads, wide.head_dim) == (4, 8, 8, 64)
+    assert wide.layer_types[-1] == "full_attention" and wide.layer_types.count(
+        "full_attention") == 1
+    griffin = _peer("recurrent-gemma", depth=4, d_ff=40).peer.config
+    assert griffin.block_types == ["recurrent", "recurrent", "attention", "recurrent"]
+    assert griffin.intermediate_size == 80 and griffin.lru_width == 32
+    assert _peer("recurrent-gemma").peer.config.block_types == ["recurrent", "attention"]
     model = PeerLM({"peer": "mamba", "options": {"state_size": 8},
                     "backbone": {"dim": 32, "depth": 1, "vocab_size": 40, "causal": True}})
     assert model.peer.config.state_size == 8
@@ -159,6 +178,24 @@ def test_mambas_decay_rate_and_skip_are_left_out_of_weight_decay():
     assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(model.parameters()))
     assert not any(getattr(p, "_no_weight_decay", False)
                    for p in _peer("llama").parameters())
+    gated = {n for n, p in _peer("qwen3-next").named_parameters()
+             if getattr(p, "_no_weight_decay", False)}
+    assert gated and all(n.endswith(("A_log", "dt_bias")) for n in gated)
+
+
+@pytest.mark.parametrize("name", ["qwen3-next", "recurrent-gemma"])
+def test_a_hybrid_peers_cached_greedy_decoding_is_its_full_pass(name):
+    """The two hybrids decode through their own caches (Gated DeltaNet's and the RG-LRU's
+    recurrent states beside an attention cache): greedy tokens equal re-reading the whole
+    prefix at every step."""
+    model = _peer(name).eval()
+    prompt = torch.randint(0, 40, (2, 5), generator=torch.Generator().manual_seed(4))
+    cached = model.generate(prompt, 8, temperature=0)
+    ids = prompt
+    with torch.no_grad():
+        for _ in range(8):
+            ids = torch.cat([ids, model(ids).logits[:, -1].argmax(-1, keepdim=True)], 1)
+    assert torch.equal(cached, ids)
 
 
 @pytest.mark.parametrize("name", ["llama", "mamba2"])

@@ -51,7 +51,8 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
                         help="comma-separated causal LM presets, or bench lm models "
-                             "(weird-a, transformerpp, llama, mamba, mamba2, rwkv, ...; "
+                             "(weird-a, transformerpp, llama, mamba, mamba2, rwkv, qwen3-next, "
+                             "recurrent-gemma; "
                              "parameter-matched at bench lm's sizes); the last is the "
                              "baseline of the ratios (default: %(default)s)")
     parser.add_argument("--contexts", type=int, nargs="+", default=list(DEFAULT_CONTEXTS),

@@ -19,8 +19,9 @@ at longer ones (marked in the table), so the quadratic Transformer cannot stall 
 
 ``--task lm`` measures byte-level language models instead (vocabulary 256, next-byte
 loss), the models of ``weirdnet bench lm`` and its ``transformers`` peers (Llama, Mamba,
-Mamba-2, RWKV), each matched to the non-embedding parameters of the GPT-2-style
-Transformer at the chosen sizes within 5%, with ratios against the Transformer++.
+Mamba-2, RWKV, Qwen3-Next, RecurrentGemma), each matched to the non-embedding parameters
+of the GPT-2-style Transformer at the chosen sizes within 5%, with ratios against the
+Transformer++.
 
 ``--task long`` asks how long one machine can train (issue 33): the same language models
 at 4K to 1M bytes, batch 1, Weird-Net A without positions (``weird-a-long``, D = 256,
@@ -116,7 +117,8 @@ TASKS = {
         {"cpu": {"dim": 128, "depth": 4, "d_ff": 512, "heads": 4, "batch": 1},
          "cuda": {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "batch": 8}},
         ("weird-a", "weird-b", "weird-a-pp", "weird-b-pp", "softmax", "llama", "mamba",
-         "mamba2", "rwkv", "transformerpp"), "transformerpp", "speed_lm_", lm=True),
+         "mamba2", "rwkv", "qwen3-next", "recurrent-gemma", "transformerpp"),
+        "transformerpp", "speed_lm_", lm=True),
     # issue 33's setting: a 24 GB laptop (24e9 bytes = 22.35 GiB)
     "long": TaskSetting(
         (4096, 16384, 65536, 262144, 1048576),

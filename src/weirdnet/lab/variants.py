@@ -170,6 +170,14 @@ TODAY = (
             note="transformers' Mamba2ForCausalLM; on CPU its pure-PyTorch reference path"),
     Variant("rwkv", "RWKV-4 (transformers)", "rwkv", peer="rwkv",
             note="transformers' RwkvForCausalLM; on CPU its pure-PyTorch path"),
+    Variant("qwen3-next", "Qwen3-Next (transformers)", "qwen3-next", peer="qwen3-next",
+            note="transformers' Qwen3NextForCausalLM, dense: Gated DeltaNet layers with "
+                 "gated softmax attention every fourth layer; on CPU its pure-PyTorch "
+                 "Gated DeltaNet path"),
+    Variant("recurrent-gemma", "RecurrentGemma (transformers)", "recurrent-gemma",
+            peer="recurrent-gemma",
+            note="transformers' RecurrentGemmaForCausalLM (Griffin): two RG-LRU blocks, "
+                 "then one local-attention block"),
 )
 """The baselines the field uses today (issue 30): the Transformer++, Weird-Net with its
 options, and the ``transformers`` peers (language models only)."""

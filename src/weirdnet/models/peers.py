@@ -1,7 +1,8 @@
 """Peers from ``transformers``, trained by weirdnet's own trainer, data, loss and scorer.
 
 :class:`PeerLM` wraps a ``transformers`` causal LM built from its own config class (never
-re-implemented): ``peer = "llama" | "mamba" | "mamba2" | "rwkv"``.  The backbone keys it
+re-implemented): ``peer = "llama" | "mamba" | "mamba2" | "rwkv" | "qwen3-next" |
+"recurrent-gemma"``.  The backbone keys it
 reads are the ones every peer has a counterpart for (``dim``, ``depth``, ``vocab_size``,
 ``max_len``, ``norm_eps``, and ``d_ff`` / ``heads`` where the peer has them); the rest of
 the peer's config keeps the peer's recommended defaults unless ``options`` sets them:
@@ -17,9 +18,25 @@ the peer's config keeps the peer's recommended defaults unless ``options`` sets 
   head_dim 64 (or expand·D when smaller), 1 group, chunk 256.
 - ``rwkv``: hidden_size = dim, num_hidden_layers = depth, intermediate_size = d_ff (default
   4·D), context_length = max_len.
+- ``qwen3-next``: Qwen3-Next's blocks: Gated DeltaNet layers (with their short
+  convolution and output gate) and, every fourth layer, gated softmax attention with
+  partial rotary positions; dense SwiGLU feed-forwards (its mixture of experts left out:
+  ``mlp_only_layers`` holds every layer).  hidden_size = dim, num_hidden_layers = depth,
+  intermediate_size = d_ff (default 8·D/3 rounded up to a multiple of 32), attention heads
+  (default max(1, D // 64)) of D / heads channels; the Gated DeltaNet heads keep
+  Qwen3-Next's proportions (key heads of min(128, D) channels summing to D, twice as many
+  value heads).  Where depth < 4 leaves no attention layer, the last layer is one
+  (``transformers``' decoding cache needs one).
+- ``recurrent-gemma``: Griffin's blocks (RecurrentGemma): two RG-LRU recurrent blocks, then
+  one local-attention block (window 2,048), repeated; gated GELU feed-forwards.
+  hidden_size = lru_width = dim, num_hidden_layers = depth, intermediate_size = 2·d_ff
+  (each of its two feed-forward branches is d_ff wide; default 3·D, RecurrentGemma-2B's
+  ratio), attention heads (default max(1, D // 256)).  Where depth < 3 leaves no
+  attention block, the last block is one.
 
-On a CPU the Mamba and Mamba-2 layers run ``transformers``' pure-PyTorch reference path
-(their fused kernels are CUDA-only): correct, slower than on a GPU.  Install with
+On a CPU the Mamba, Mamba-2 and Gated DeltaNet layers run ``transformers``' pure-PyTorch
+paths (their fused kernels, mamba_ssm's and flash-linear-attention's, need a GPU): correct,
+slower than on a GPU.  Install with
 ``pip install 'weirdnet[hf]'``.
 """
 
@@ -73,19 +90,56 @@ def _rwkv(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
                           "context_length": b.max_len, "layer_norm_epsilon": b.norm_eps}
 
 
+def _qwen3_next(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
+    heads = b.heads or max(1, b.dim // 64)
+    key_head_dim = min(128, b.dim)
+    key_heads = max(1, b.dim // key_head_dim)
+    layers = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention"
+              for i in range(b.depth)]
+    if "full_attention" not in layers:
+        layers[-1] = "full_attention"
+    return "Qwen3NextConfig", {
+        "hidden_size": b.dim, "num_hidden_layers": b.depth, "layer_types": layers,
+        "mlp_only_layers": list(range(b.depth)),
+        "intermediate_size": b.d_ff or swiglu_width(b.dim, 32),
+        "num_attention_heads": heads, "num_key_value_heads": heads,
+        "head_dim": b.dim // heads, "linear_num_key_heads": key_heads,
+        "linear_num_value_heads": 2 * key_heads, "linear_key_head_dim": key_head_dim,
+        "linear_value_head_dim": key_head_dim, "max_position_embeddings": b.max_len,
+        "rms_norm_eps": b.norm_eps}
+
+
+_GRIFFIN_PATTERN = ("recurrent", "recurrent", "attention")
+
+
+def _recurrent_gemma(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
+    blocks = [_GRIFFIN_PATTERN[i % 3] for i in range(b.depth)]
+    if "attention" not in blocks:
+        blocks[-1] = "attention"
+    return "RecurrentGemmaConfig", {
+        "hidden_size": b.dim, "lru_width": b.dim, "num_hidden_layers": b.depth,
+        "block_types": blocks, "intermediate_size": 2 * (b.d_ff or 3 * b.dim),
+        "num_attention_heads": b.heads or max(1, b.dim // 256),
+        "rms_norm_eps": b.norm_eps}
+
+
 PEERS: dict[str, tuple[Callable[[BackboneConfig], tuple[str, dict]], frozenset]] = {
     "llama": (_llama, frozenset({"d_ff", "heads"})),
     "mamba": (_mamba, frozenset()),
     "mamba2": (_mamba2, frozenset()),
     "rwkv": (_rwkv, frozenset({"d_ff"})),
+    "qwen3-next": (_qwen3_next, frozenset({"d_ff", "heads"})),
+    "recurrent-gemma": (_recurrent_gemma, frozenset({"d_ff", "heads"})),
 }
 """peer name -> (its transformers config from the backbone keys, the optional backbone keys
 it reads besides dim, depth, vocab_size, max_len and norm_eps)."""
 
 
-_NO_WEIGHT_DECAY = {"mamba": ("A_log", "D"), "mamba2": ("A_log", "D")}
-"""Tensors the peer's reference training leaves out of weight decay (mamba_ssm marks its
-A_log and D ``_no_weight_decay``; ``transformers`` does not carry the mark)."""
+_NO_WEIGHT_DECAY = {"mamba": ("A_log", "D"), "mamba2": ("A_log", "D"),
+                    "qwen3-next": ("A_log", "dt_bias")}
+"""Tensors the peer's reference training leaves out of weight decay (mamba_ssm marks
+Mamba's A_log and D ``_no_weight_decay``, flash-linear-attention Gated DeltaNet's A_log
+and dt_bias; ``transformers`` does not carry the mark)."""
 
 
 def _peer_backbone() -> BackboneConfig:

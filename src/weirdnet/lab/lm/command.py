@@ -28,9 +28,10 @@ curves are validation bits per byte against training minutes (and against steps)
 shows every stored run of the same minutes and of every step count, whichever models,
 contexts and seeds the command named.  Records and resuming as in the suite
 (:mod:`.command`).  Structure A here is causal (every layer Weird-attention); DBA and
-Linformer have no causal form.  The peers (Llama, Mamba, Mamba-2, RWKV) are the
-``transformers`` models; on a CPU Mamba's and Mamba-2's layers run their pure-PyTorch
-reference path, so their speed is a CPU user's, not a GPU's.
+Linformer have no causal form.  The peers (Llama, Mamba, Mamba-2, RWKV, Qwen3-Next,
+RecurrentGemma) are the ``transformers`` models; on a CPU the layers of Mamba, Mamba-2 and
+Qwen3-Next's Gated DeltaNet run their pure-PyTorch reference paths, so their speed is a
+CPU user's, not a GPU's.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import Variant, get_variant
 
 MECHANISMS = ("weird-a", "weird-b", "weird-a-pp", "weird-b-pp", "transformerpp", "softmax",
-              "llama", "mamba", "mamba2", "rwkv", "ps", "linear", "local")
+              "llama", "mamba", "mamba2", "rwkv", "qwen3-next", "recurrent-gemma", "ps",
+              "linear", "local")
 CONTEXTS = (1024, 4096)
 BYTES_PER_STEP = 16_384
 CALIBRATION_STEPS = 30
