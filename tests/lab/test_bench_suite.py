@@ -36,8 +36,8 @@ def test_plan_covers_every_table_once_and_leaves_out_non_causal_lms():
     assert len(keys) == len(set(keys))
     main = len(TASKS) * len(MECHANISMS) - 2  # DBA and Linformer have no causal LM
     # W = exp(w) x 5, encoder B x 4, 5 DBA settings x 5 LRA tasks, paper-literal DBA x 8,
-    # today's baselines on LM: Weird-Net A/B++, Transformer++ and 6 transformers peers
-    extra = 5 + 4 + 5 * 5 + 8 + 9
+    # today's baselines on LM: Weird-Net A/B++, Transformer++ and 7 transformers peers
+    extra = 5 + 4 + 5 * 5 + 8 + 10
     assert len(cells) == main + extra
     assert "lm--dba--s0" not in keys and "lm--linformer--s0" not in keys
     assert "listops--weird-a--s0" in keys  # shared by main, table9 and table10: once

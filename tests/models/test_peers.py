@@ -1,5 +1,5 @@
-"""Peers from ``transformers`` (Llama, Mamba, Mamba-2, RWKV, Qwen3-Next, RecurrentGemma)
-behind weirdnet's LM interface: built from their own config classes, trained by weirdnet's
+"""Peers from ``transformers`` (Llama, Mamba, Mamba-2, RWKV, Qwen3-Next, RecurrentGemma,
+xLSTM) behind weirdnet's LM interface: built from their own config classes, trained by weirdnet's
 trainer with its loss, saved, loaded, evaluated and sampled like a weirdnet LM."""
 
 import json
@@ -17,7 +17,7 @@ from weirdnet.typed_config import ConfigError  # noqa: E402
 CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM",
            "mamba2": "Mamba2ForCausalLM", "rwkv": "RwkvForCausalLM",
            "qwen3-next": "Qwen3NextForCausalLM",
-           "recurrent-gemma": "RecurrentGemmaForCausalLM"}
+           "recurrent-gemma": "RecurrentGemmaForCausalLM", "xlstm": "xLSTMForCausalLM"}
 
 
 def _peer(name: str, **backbone) -> PeerLM:
@@ -40,7 +40,7 @@ def test_each_peer_is_the_transformers_model_with_weirdnets_loss(name):
     want = F.cross_entropy(out.logits.reshape(-1, 40), ids[:, 1:].reshape(-1))
     assert torch.allclose(out.loss, want)
     with torch.no_grad():  # transformers' own loss (it shifts the labels itself)
-        theirs = model.peer(ids, labels=ids).loss
+        theirs = model.peer(ids, labels=ids, use_cache=False).loss
     assert torch.allclose(model(ids[:, :-1], ids[:, 1:]).loss, theirs, rtol=1e-5)
 
 
@@ -69,6 +69,9 @@ def test_the_mapping_of_widths_and_options():
     assert griffin.block_types == ["recurrent", "recurrent", "attention", "recurrent"]
     assert griffin.intermediate_size == 80 and griffin.lru_width == 32
     assert _peer("recurrent-gemma").peer.config.block_types == ["recurrent", "attention"]
+    xlstm = _peer("xlstm", dim=128, d_ff=40).peer
+    assert xlstm.config.num_heads == 1 and xlstm.config.autocast_kernel_dtype == "float32"
+    assert xlstm.backbone.blocks[0].ffn.up_proj_dim == 40  # exactly d_ff
     model = PeerLM({"peer": "mamba", "options": {"state_size": 8},
                     "backbone": {"dim": 32, "depth": 1, "vocab_size": 40, "causal": True}})
     assert model.peer.config.state_size == 8
@@ -85,6 +88,16 @@ def test_the_mapping_of_widths_and_options():
 def test_bad_peer_configs_are_one_clear_error(bad, match):
     with pytest.raises(ConfigError, match=match):
         PeerLM(bad)
+
+
+def test_xlstm_widths_its_heads_or_its_cache_cannot_take_are_one_clear_error():
+    with pytest.raises(ConfigError, match="must be a whole multiple of num_heads = 4"):
+        PeerLM({"peer": "xlstm", "options": {"num_heads": 4},
+                "backbone": {"dim": 36, "vocab_size": 40, "causal": True}})
+    model = _peer("xlstm", dim=64).eval()  # trains and evaluates at any width ...
+    assert torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
+    with pytest.raises(ValueError, match="multiple of 64, got 32"):  # ... but its cache
+        model.generate(torch.tensor([[1, 2, 3]]), 2, temperature=0)
 
 
 def test_save_load_and_seeded_generation(tmp_path):
@@ -114,7 +127,7 @@ test_split = ""
 [model]
 peer = "{peer}"
 [model.backbone]
-dim = 32
+dim = {dim}
 depth = 2
 [train]
 steps = 4
@@ -130,7 +143,8 @@ log_every = 2
 @pytest.mark.parametrize("peer", sorted(PEERS))
 def test_weirdnet_train_trains_evaluates_and_samples_each_peer(peer, tmp_path, capsys):
     config = tmp_path / f"{peer}.toml"
-    config.write_text(PEER_CONFIG.format(peer=peer))
+    # xLSTM's cache in transformers decodes only widths whose head splits are multiples of 64
+    config.write_text(PEER_CONFIG.format(peer=peer, dim=128 if peer == "xlstm" else 32))
     run = tmp_path / "runs" / peer
     assert main(["train", str(config), "--set", f"run.out_dir={tmp_path / 'runs'}",
                  "--set", f"run.name={peer}", "--no-progress"]) == 0
@@ -183,12 +197,13 @@ def test_mambas_decay_rate_and_skip_are_left_out_of_weight_decay():
     assert gated and all(n.endswith(("A_log", "dt_bias")) for n in gated)
 
 
-@pytest.mark.parametrize("name", ["qwen3-next", "recurrent-gemma"])
-def test_a_hybrid_peers_cached_greedy_decoding_is_its_full_pass(name):
-    """The two hybrids decode through their own caches (Gated DeltaNet's and the RG-LRU's
-    recurrent states beside an attention cache): greedy tokens equal re-reading the whole
-    prefix at every step."""
-    model = _peer(name).eval()
+@pytest.mark.parametrize("name,dim", [("qwen3-next", 32), ("recurrent-gemma", 32),
+                                      ("xlstm", 128)])
+def test_a_recurrent_peers_cached_greedy_decoding_is_its_full_pass(name, dim):
+    """The hybrids and xLSTM decode through their own caches (Gated DeltaNet's, the
+    RG-LRU's and the mLSTM's recurrent states, beside an attention cache in the hybrids):
+    greedy tokens equal re-reading the whole prefix at every step."""
+    model = _peer(name, dim=dim).eval()
     prompt = torch.randint(0, 40, (2, 5), generator=torch.Generator().manual_seed(4))
     cached = model.generate(prompt, 8, temperature=0)
     ids = prompt

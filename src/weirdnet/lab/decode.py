@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
                         help="comma-separated causal LM presets, or bench lm models "
                              "(weird-a, transformerpp, llama, mamba, mamba2, rwkv, qwen3-next, "
-                             "recurrent-gemma; "
+                             "recurrent-gemma, xlstm; "
                              "parameter-matched at bench lm's sizes); the last is the "
                              "baseline of the ratios (default: %(default)s)")
     parser.add_argument("--contexts", type=int, nargs="+", default=list(DEFAULT_CONTEXTS),
@@ -141,6 +141,7 @@ def _peer_decode_steps(model, prompt, n: int, device) -> tuple[float, list[float
             stamps.append(time.perf_counter())
             return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
+    model.check_cached_decoding()
     with torch.no_grad():
         start = time.perf_counter()
         model.peer.generate(prompt, attention_mask=torch.ones_like(prompt),

@@ -19,7 +19,7 @@ at longer ones (marked in the table), so the quadratic Transformer cannot stall 
 
 ``--task lm`` measures byte-level language models instead (vocabulary 256, next-byte
 loss), the models of ``weirdnet bench lm`` and its ``transformers`` peers (Llama, Mamba,
-Mamba-2, RWKV, Qwen3-Next, RecurrentGemma), each matched to the non-embedding parameters
+Mamba-2, RWKV, Qwen3-Next, RecurrentGemma, xLSTM), each matched to the non-embedding parameters
 of the GPT-2-style Transformer at the chosen sizes within 5%, with ratios against the
 Transformer++.
 
@@ -117,7 +117,7 @@ TASKS = {
         {"cpu": {"dim": 128, "depth": 4, "d_ff": 512, "heads": 4, "batch": 1},
          "cuda": {"dim": 256, "depth": 4, "d_ff": 1024, "heads": 4, "batch": 8}},
         ("weird-a", "weird-b", "weird-a-pp", "weird-b-pp", "softmax", "llama", "mamba",
-         "mamba2", "rwkv", "qwen3-next", "recurrent-gemma", "transformerpp"),
+         "mamba2", "rwkv", "qwen3-next", "recurrent-gemma", "xlstm", "transformerpp"),
         "transformerpp", "speed_lm_", lm=True),
     # issue 33's setting: a 24 GB laptop (24e9 bytes = 22.35 GiB)
     "long": TaskSetting(

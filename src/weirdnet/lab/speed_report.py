@@ -199,8 +199,8 @@ def _setting(result) -> str:
 
 
 _SLOW_NOTE = ("¹ `transformers` runs this peer's layers on its pure-PyTorch path on a CPU "
-              "(Mamba through mamba.py's parallel scan; the fused kernels of Mamba, Mamba-2 "
-              "and Gated DeltaNet need a GPU; RecurrentGemma's RG-LRU is a step-by-step "
+              "(Mamba through mamba.py's parallel scan; the fused kernels of Mamba, Mamba-2, "
+              "Gated DeltaNet and xLSTM need a GPU; RecurrentGemma's RG-LRU is a step-by-step "
               "loop on every device): its speed is what a CPU user gets, not what a GPU "
               "gives.")
 

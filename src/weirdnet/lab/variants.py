@@ -178,6 +178,9 @@ TODAY = (
             peer="recurrent-gemma",
             note="transformers' RecurrentGemmaForCausalLM (Griffin): two RG-LRU blocks, "
                  "then one local-attention block"),
+    Variant("xlstm", "xLSTM (transformers)", "xlstm", peer="xlstm",
+            note="transformers' xLSTMForCausalLM (mLSTM blocks, xLSTM-7B's); on CPU its "
+                 "native PyTorch kernels"),
 )
 """The baselines the field uses today (issue 30): the Transformer++, Weird-Net with its
 options, and the ``transformers`` peers (language models only)."""

@@ -2,7 +2,7 @@
 
 :class:`PeerLM` wraps a ``transformers`` causal LM built from its own config class (never
 re-implemented): ``peer = "llama" | "mamba" | "mamba2" | "rwkv" | "qwen3-next" |
-"recurrent-gemma"``.  The backbone keys it
+"recurrent-gemma" | "xlstm"``.  The backbone keys it
 reads are the ones every peer has a counterpart for (``dim``, ``depth``, ``vocab_size``,
 ``max_len``, ``norm_eps``, and ``d_ff`` / ``heads`` where the peer has them); the rest of
 the peer's config keeps the peer's recommended defaults unless ``options`` sets them:
@@ -33,10 +33,20 @@ the peer's config keeps the peer's recommended defaults unless ``options`` sets 
   (each of its two feed-forward branches is d_ff wide; default 3·D, RecurrentGemma-2B's
   ratio), attention heads (default max(1, D // 256)).  Where depth < 3 leaves no
   attention block, the last block is one.
+- ``xlstm``: xLSTM-7B's blocks (mLSTM layers and gated feed-forwards), on ``transformers``'
+  native PyTorch kernels.  hidden_size = dim, num_hidden_layers = depth, num_heads
+  max(1, D // 512) (xLSTM-7B's ratio; ``options.num_heads`` sets it), feed-forward width
+  d_ff (default
+  ``transformers``' 2.667·D rounded up to a multiple of 64); the kernels compute in
+  float32, as weirdnet trains on a CPU (``autocast_kernel_dtype``; bfloat16 is the GPU
+  default).  Its cached decoding in ``transformers`` 5.24 needs D·qk_dim_factor and
+  D·v_dim_factor to be multiples of 64 (the cache rounds them up, the layers do not):
+  :meth:`PeerLM.generate` refuses other widths with one clear error; training and
+  evaluation take any width.
 
-On a CPU the Mamba, Mamba-2 and Gated DeltaNet layers run ``transformers``' pure-PyTorch
-paths (their fused kernels, mamba_ssm's and flash-linear-attention's, need a GPU): correct,
-slower than on a GPU.  Install with
+On a CPU the Mamba, Mamba-2, Gated DeltaNet and mLSTM layers run ``transformers``'
+pure-PyTorch paths (their fused kernels, mamba_ssm's, flash-linear-attention's and
+mlstm_kernels', need a GPU): correct, slower than on a GPU.  Install with
 ``pip install 'weirdnet[hf]'``.
 """
 
@@ -123,6 +133,44 @@ def _recurrent_gemma(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
         "rms_norm_eps": b.norm_eps}
 
 
+def _xlstm(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
+    keys = {"hidden_size": b.dim, "num_hidden_layers": b.depth,
+            "num_heads": max(1, b.dim // 512), "norm_eps": b.norm_eps,
+            "autocast_kernel_dtype": "float32"}
+    if b.d_ff:  # width = d_ff rounded up to a multiple of d_ff: exactly d_ff
+        keys |= {"ffn_proj_factor": b.d_ff / b.dim, "ffn_round_up_to_multiple_of": b.d_ff}
+    return "xLSTMConfig", keys
+
+
+def _xlstm_config_problem(config) -> str | None:
+    for name in ("qk_dim_factor", "v_dim_factor"):
+        width = config.hidden_size * getattr(config, name)
+        if width != int(width) or int(width) % config.num_heads:
+            return (f"hidden_size x {name} = {width:g} must be a whole multiple of "
+                    f"num_heads = {config.num_heads}")
+    return None
+
+
+def _xlstm_decoding_problem(config) -> str | None:
+    for name in ("qk_dim_factor", "v_dim_factor"):
+        width = config.hidden_size * getattr(config, name)
+        if width % 64:
+            return (f"xLSTM's cached decoding in transformers needs hidden_size x {name} "
+                    f"to be a multiple of 64, got {width:g} (its cache rounds the width "
+                    f"up, its layers do not); use a width that is a multiple of 128 or "
+                    f"set model.options.{name}")
+    return None
+
+
+_CONFIG_PROBLEMS: dict[str, Callable[[Any], str | None]] = {"xlstm": _xlstm_config_problem}
+"""Peers whose ``transformers`` config accepts widths its layers cannot split into heads:
+the reason, or None."""
+
+_DECODING_PROBLEMS: dict[str, Callable[[Any], str | None]] = {
+    "xlstm": _xlstm_decoding_problem}
+"""Peers whose ``transformers`` cache breaks at some widths: the reason, or None."""
+
+
 PEERS: dict[str, tuple[Callable[[BackboneConfig], tuple[str, dict]], frozenset]] = {
     "llama": (_llama, frozenset({"d_ff", "heads"})),
     "mamba": (_mamba, frozenset()),
@@ -130,6 +178,7 @@ PEERS: dict[str, tuple[Callable[[BackboneConfig], tuple[str, dict]], frozenset]]
     "rwkv": (_rwkv, frozenset({"d_ff"})),
     "qwen3-next": (_qwen3_next, frozenset({"d_ff", "heads"})),
     "recurrent-gemma": (_recurrent_gemma, frozenset({"d_ff", "heads"})),
+    "xlstm": (_xlstm, frozenset({"d_ff"})),
 }
 """peer name -> (its transformers config from the backbone keys, the optional backbone keys
 it reads besides dim, depth, vocab_size, max_len and norm_eps)."""
@@ -180,10 +229,15 @@ class PeerConfig:
         keys = {"vocab_size": self.backbone.vocab_size,
                 "tie_word_embeddings": self.tie_embeddings, **mapped, **self.options}
         try:
-            return getattr(transformers, class_name)(**keys)
+            config = getattr(transformers, class_name)(**keys)
         except (TypeError, ValueError) as error:
             raise ConfigError(f"peer {self.peer!r}: {class_name} refused the config: "
                               f"{error}") from None
+        check = _CONFIG_PROBLEMS.get(self.peer)
+        problem = check(config) if check else None
+        if problem:
+            raise ConfigError(f"peer {self.peer!r}: {problem}")
+        return config
 
 
 def _import_transformers():
@@ -216,6 +270,13 @@ class PeerLM(WeirdNetModel):
     @property
     def max_len(self) -> int:
         return self.config.backbone.max_len
+
+    def check_cached_decoding(self) -> None:
+        """ValueError where the peer's ``transformers`` cache cannot decode this config."""
+        check = _DECODING_PROBLEMS.get(self.config.peer)
+        problem = check(self.peer.config) if check else None
+        if problem:
+            raise ValueError(problem)
 
     def after_load(self) -> None:
         """Tie the embeddings again (a load onto the meta device assigns each tensor)."""
@@ -260,6 +321,7 @@ class PeerLM(WeirdNetModel):
         (temperature 0: greedy).  ``transformers`` samples from the global random state:
         with ``generator``, that state is seeded from the generator's seed for this call
         and restored afterwards, so a seed gives the same samples every time."""
+        self.check_cached_decoding()
         sampling = {"do_sample": False} if temperature == 0 else {
             "do_sample": True, "temperature": temperature, "top_k": top_k or 0,
             "top_p": 1.0 if top_p is None else top_p}

@@ -29,9 +29,9 @@ shows every stored run of the same minutes and of every step count, whichever mo
 contexts and seeds the command named.  Records and resuming as in the suite
 (:mod:`.command`).  Structure A here is causal (every layer Weird-attention); DBA and
 Linformer have no causal form.  The peers (Llama, Mamba, Mamba-2, RWKV, Qwen3-Next,
-RecurrentGemma) are the ``transformers`` models; on a CPU the layers of Mamba, Mamba-2 and
-Qwen3-Next's Gated DeltaNet run their pure-PyTorch reference paths, so their speed is a
-CPU user's, not a GPU's.
+RecurrentGemma, xLSTM) are the ``transformers`` models; on a CPU the layers of Mamba,
+Mamba-2, Qwen3-Next's Gated DeltaNet and xLSTM run their pure-PyTorch reference paths,
+so their speed is a CPU user's, not a GPU's.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import Variant, get_variant
 
 MECHANISMS = ("weird-a", "weird-b", "weird-a-pp", "weird-b-pp", "transformerpp", "softmax",
-              "llama", "mamba", "mamba2", "rwkv", "qwen3-next", "recurrent-gemma", "ps",
-              "linear", "local")
+              "llama", "mamba", "mamba2", "rwkv", "qwen3-next", "recurrent-gemma", "xlstm",
+              "ps", "linear", "local")
 CONTEXTS = (1024, 4096)
 BYTES_PER_STEP = 16_384
 CALIBRATION_STEPS = 30

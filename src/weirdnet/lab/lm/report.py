@@ -25,7 +25,8 @@ REFERENCES = ("transformerpp", "softmax")
 WEIRD = ("weird-a", "weird-b", "weird-a-pp", "weird-b-pp")
 PEERS_COMPARED_WITH = "weird-a"
 """The Weird-Net compared with every peer (the papers' best decoder at this size)."""
-SLOW_ON_CPU = frozenset({"mamba", "mamba2", "rwkv", "qwen3-next", "recurrent-gemma"})
+SLOW_ON_CPU = frozenset({"mamba", "mamba2", "rwkv", "qwen3-next", "recurrent-gemma",
+                         "xlstm"})
 """Peers whose ``transformers`` layers run a pure-PyTorch reference path on a CPU (their
 fused kernels need a GPU; RecurrentGemma's RG-LRU is a step-by-step loop everywhere)."""
 
@@ -198,7 +199,7 @@ def markdown(cells: Sequence, done: dict[str, dict]) -> str:
            "end; validation bits per byte at the last step every model reached. Intervals: "
            "95% over seeds (none with one seed).", "",
            "¹ `transformers` runs this peer's layers on its pure-PyTorch reference path on a "
-           "CPU (the fused kernels of Mamba, Mamba-2 and Gated DeltaNet need a GPU; "
+           "CPU (the fused kernels of Mamba, Mamba-2, Gated DeltaNet and xLSTM need a GPU; "
            "RecurrentGemma's RG-LRU is a step-by-step loop on every device): its speed is "
            "what a CPU user gets; its quality per step is unaffected.", ""]
     machines = _machines(done)

@@ -37,7 +37,8 @@ TABLES = (
           "transformers peers, with Weird-Net with and without the Transformer++ options, "
           "on byte-level LM (issue 30)", ("lm",),
           ("weird-a", "weird-b", "weird-a-pp", "weird-b-pp", "softmax", "transformerpp",
-           "llama", "mamba", "mamba2", "rwkv", "qwen3-next", "recurrent-gemma")),
+           "llama", "mamba", "mamba2", "rwkv", "qwen3-next", "recurrent-gemma",
+           "xlstm")),
     Table("dba-forms", "DBA as its authors' code runs it against eqs. 7-12 read literally "
           "(docs/design.md §4)", (*LRA_COLUMNS, *UEA_COLUMNS), ("dba", "dba-literal")),
 )
