@@ -45,6 +45,8 @@ def test_equal_compute_lm_smoke(tmp_path):
     assert "| Weird-Net A ² | 0.795M (+0.2%) | 1 | 20 |" in report
     assert "² fewer than 20 steps fit in 0.01 minutes" in report
     assert "val bits/byte at step 20" in report
+    # the minutes are the calibrations' clock, and the report names its machine
+    assert "Steps/s, bytes/s and minutes are the calibrations'" in report
     again = run_cli(*args, cwd=tmp_path)
     assert again.returncode == 0 and "2 already done, 0 to run" in again.stdout
     # --recalibrate measures the rates again from scratch; the timed runs keep their
@@ -68,6 +70,11 @@ def test_equal_compute_lm_smoke(tmp_path):
     # a command naming fewer models still reports every stored run
     report = (tmp_path / "results" / "lm-quick" / "lm.md").read_text()
     assert "| Weird-Net A ² |" in report and "| Transformer ² |" in report
+    # --report-only names a model never calibrated: the stored runs are still reported
+    more = [a if a != "weird-a,softmax" else "weird-a,softmax,linear" for a in args]
+    shown = run_cli(*more, "--report-only", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "| Weird-Net A ² |" in (tmp_path / "results" / "lm-quick" / "lm.md").read_text()
     refused = run_cli(*args, "--recalibrate", "--report-only", cwd=tmp_path)
     assert refused.returncode == 2 and "--recalibrate" in refused.stderr
 
@@ -84,6 +91,28 @@ def test_a_run_held_to_the_step_floor_is_marked_as_trained_longer():
     assert (fast.steps, slow.steps) == (600, MIN_STEPS)
     assert _over_budget(slow, slow.steps, 0.014)
     assert not _over_budget(fast, fast.steps, 1.0)
+
+
+def test_equal_minutes_are_counted_on_the_calibrations_clock():
+    """A timed run's minutes are its calibration's (that rate set its steps), wherever
+    it trained; calibrations from two machines are flagged under the table."""
+    from weirdnet.lab.lm.command import calibration_cells, timed_cells
+    from weirdnet.lab.lm.report import _clock_note, budget_rate
+
+    def run(rate, clock):
+        return {"steps": 600, "steps_per_s": 0.3, "calibrated_rate": rate,
+                "calibrated_on": clock, "machine": {"cpu_model": "B", "usable_cores": 2}}
+
+    assert budget_rate(run(1.0, "A, 2 cores")) == 1.0
+    assert budget_rate({"steps_per_s": 0.3}) == 0.3  # no calibration joined: its own
+    calibrated = calibration_cells(["weird-a", "softmax"], [1024])
+    cells = timed_cells(calibrated, {c.key: 1.0 for c in calibrated}, 10.0, 1)
+    one = _clock_note(cells, {c.key: run(1.0, "A, 2 cores") for c in cells})
+    assert "measured on: A, 2 cores. The runs trained on: B, 2 cores." in one[1]
+    assert len(one) == 2
+    two = _clock_note(cells, {cells[0].key: run(1.0, "A, 2 cores"),
+                              cells[1].key: run(1.0, "C, 2 cores")})
+    assert "more than one machine" in two[-1]
 
 
 def test_equal_compute_lm_evaluation_interval_does_not_depend_on_the_models_named():

@@ -383,12 +383,14 @@ def _run(args, argv, planned: list[LMCell], store: CellStore, session: output.Wr
     rates = _rates(store, calibrated)
     if not args.steps:
         missing = [c.key for c in planned if c.key not in rates]
-        if missing:
+        if missing and not args.report_only:
             print(f"weirdnet bench lm: no calibration for {', '.join(missing)}",
                   file=sys.stderr)
             return 1
-        cells = timed_cells(planned, rates, args.minutes, args.seeds,
-                            [c for c in calibrated if c.key in rates])
+        # --report-only: a model never calibrated has no timed run to show
+        planned = [c for c in planned if c.key in rates]
+        calibrated = [c for c in calibrated if c.key in rates]
+        cells = timed_cells(planned, rates, args.minutes, args.seeds, calibrated)
     configs = {c.key: c.config_dict(store.work_dir) for c in cells}
     states = {c.key: store.state(c, configs[c.key]) for c in cells}
     if not args.report_only and any(s != "done" for s in states.values()):

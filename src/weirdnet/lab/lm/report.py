@@ -6,6 +6,7 @@ per byte against training minutes (equal minutes) and steps (equal steps)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,39 @@ SLOW_ON_CPU = frozenset({"mamba", "mamba2", "rwkv", "qwen3-next", "recurrent-gem
 fused kernels need a GPU; RecurrentGemma's RG-LRU is a step-by-step loop everywhere)."""
 
 
+def budget_rate(record: dict[str, Any]) -> float:
+    """Steps per second of the clock a run's minutes are counted on: for an equal-minutes
+    run, its calibration's rate (the one that set its steps; see :func:`with_calibrations`),
+    else the run's own (:func:`training_rate`)."""
+    return record.get("calibrated_rate") or training_rate(record)
+
+
+def _machine_name(record: dict[str, Any]) -> str:
+    machine = record.get("machine", {})
+    return f"{machine.get('cpu_model', '?')}, {machine.get('usable_cores', '?')} cores"
+
+
+def with_calibrations(store: CellStore, cells: Sequence,
+                      done: dict[str, dict]) -> dict[str, dict]:
+    """``done`` with each equal-minutes run's calibration joined in: its rate
+    (``calibrated_rate``) and machine (``calibrated_on``).  The minutes of such a run are
+    the calibration machine's, wherever the run itself trained: its steps were set there,
+    and its quality depends only on its steps."""
+    out = dict(done)
+    for cell in cells:
+        if cell.key not in done or cell.kind != "minutes":
+            continue
+        calibration = store.read(dataclasses.replace(cell, minutes=None))
+        if calibration and calibration.get("status") == "done":
+            out[cell.key] = {**done[cell.key], "calibrated_rate": training_rate(calibration),
+                             "calibrated_on": _machine_name(calibration)}
+    return out
+
+
 def curve(record: dict[str, Any]) -> list[tuple[int, float, float]]:
     """(step, training minutes, validation bits per byte) of every evaluation; minutes =
-    step / the run's training rate (:func:`training_rate`; evaluation time left out)."""
-    rate = training_rate(record)
+    step / :func:`budget_rate` (evaluation time left out)."""
+    rate = budget_rate(record)
     return [(e["step"], e["step"] / rate / 60.0, e["metrics"]["bpc"])
             for e in record.get("evaluations", [])]
 
@@ -84,7 +114,7 @@ def context_table(cells: Sequence, done: dict[str, dict]) -> list[str]:
               f"val bits/byte at step {common}"]
     rows, longer = [], False
     for name, records in by_variant.items():
-        rate = sum(training_rate(r) for r in records) / len(records)
+        rate = sum(budget_rate(r) for r in records) / len(records)
         steps = records[0]["steps"]
         at_step = [v for r in records if (v := _at_step(r, common)) is not None]
         bytes_per_step = records[0]["config"]["train"]["batch_size"] * cells[0].context
@@ -98,7 +128,25 @@ def context_table(cells: Sequence, done: dict[str, dict]) -> list[str]:
     note = ["", f"² fewer than {MIN_STEPS} steps fit in {cells[0].minutes:g} minutes at "
             f"this model's calibrated rate: it trained {MIN_STEPS}, longer than the others "
             "(train min), which favours it in this table."] if longer else []
-    return markdown_table(header, rows) + note
+    return markdown_table(header, rows) + note + _clock_note(cells, done)
+
+
+def _clock_note(cells: Sequence, done: dict[str, dict]) -> list[str]:
+    """Under an equal-minutes table: the machines whose calibrations set its steps (the
+    minutes' clock), and a warning where they are more than one."""
+    if cells[0].equal_steps:
+        return []
+    records = [done[c.key] for c in cells if c.key in done]
+    clocks = sorted({r.get("calibrated_on") or f"{_machine_name(r)} (its own run)"
+                     for r in records})
+    ran = sorted({_machine_name(r) for r in records})
+    lines = ["", f"Steps/s, bytes/s and minutes are the calibrations' (the runs' steps "
+                 f"were set from them), measured on: {'; '.join(clocks)}. The runs "
+                 f"trained on: {'; '.join(ran)}."]
+    if len(clocks) > 1:
+        lines.append("The calibrations come from more than one machine: these minutes "
+                     "are equal only between models calibrated on the same one.")
+    return lines
 
 
 def _over_budget(cell, steps: int, rate: float) -> bool:
@@ -153,15 +201,15 @@ def _machines(done: dict[str, dict]) -> list[str]:
     by_machine: dict[str, list[dict]] = {}
     for record in done.values():
         machine = record.get("machine", {})
-        name = f"{machine.get('cpu_model', '?')}, {machine.get('usable_cores', '?')} cores"
-        by_machine.setdefault(name, []).append(record)
+        by_machine.setdefault(_machine_name(record), []).append(record)
     lines = []
     for name, records in by_machine.items():
         machine = records[0].get("machine", {})
         threads = sorted({r.get("torch_threads") for r in records} - {None})
         at_once = sorted({r.get("cells_at_once", 1) for r in records})
         commits = sorted({str(r.get("commit"))[:10] for r in records})
-        lines.append(f"- machine: {name} ({len(records)} runs); torch threads per run: "
+        runs = f"{len(records)} run" + ("s" if len(records) > 1 else "")
+        lines.append(f"- machine: {name} ({runs}); torch threads per run: "
                      f"{', '.join(map(str, threads)) or '?'}; runs at once: "
                      f"{', '.join(map(str, at_once))}; torch {machine.get('torch', '?')}"
                      + "".join(sorted({f", transformers {r['machine']['transformers']}"
@@ -190,11 +238,13 @@ def markdown(cells: Sequence, done: dict[str, dict]) -> str:
            "optimiser and schedule; `weirdnet bench lm`. Every model has the non-embedding "
            "parameters of the GPT-2-style Transformer with D = 128, 4 layers, d_ff = 512 "
            "within 5%, matched by its feed-forward width (Mamba and Mamba-2: by their "
-           "number of layers). Equal minutes: each model trains for the same minutes on "
-           "this machine (steps from a calibration of its speed). Steps/s, bytes/s and "
-           "minutes count CPU time on a CPU (per thread), so other jobs running at the same "
-           "time change none of them; records made before CPU time was kept count wall "
-           "time. Equal steps: each model "
+           "number of layers). Equal minutes: each model trains as many steps as fit in the "
+           "same minutes at the speed a short calibration run measured (the minutes are the "
+           "calibration machine's, wherever the run itself trained). Steps/s, bytes/s and "
+           "minutes count CPU time on a CPU (per thread), which other jobs running at the "
+           "same time change much less than wall time (they still share caches and memory "
+           "bandwidth); records made before CPU time was kept count wall time. Equal steps: "
+           "each model "
            "trains the same steps, so it sees the same bytes. Test bits per byte at the "
            "end; validation bits per byte at the last step every model reached. Intervals: "
            "95% over seeds (none with one seed).", "",
@@ -202,11 +252,7 @@ def markdown(cells: Sequence, done: dict[str, dict]) -> str:
            "CPU (the fused kernels of Mamba, Mamba-2, Gated DeltaNet and xLSTM need a GPU; "
            "RecurrentGemma's RG-LRU is a step-by-step loop on every device): its speed is "
            "what a CPU user gets; its quality per step is unaffected.", ""]
-    machines = _machines(done)
-    out += machines + [""]
-    if len(machines) > 1:
-        out += ["The records come from more than one machine: equal minutes hold only "
-                "between runs of one machine.", ""]
+    out += _machines(done) + [""]
     for title, mine in _groups(cells):
         out += [f"## {title}", "", *context_table(mine, done), ""]
         if table := comparisons(mine, done):
@@ -235,7 +281,7 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
             record, colour = done[cell.key], f"C{names.index(cell.variant.name) % 10}"
             points = curve(record)
             xs = [s if by_steps else m for s, m, _ in points]
-            end = record["steps"] if by_steps else record["steps"] / training_rate(record) / 60
+            end = record["steps"] if by_steps else record["steps"] / budget_rate(record) / 60
             ax.plot(xs, [b for _, _, b in points], marker=".", color=colour,
                     label=VARIANTS[cell.variant.name].label if cell.seed == 0 else None)
             ax.plot([end], [record["results"]["test"]["bpc"]], marker="*", markersize=9,
@@ -251,7 +297,7 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
 
 def write_report(store: CellStore, cells: Sequence, plot: bool) -> Path:
     """Write lm.md (and lm.png) into the results folder; returns lm.md."""
-    done = store.finished(cells)
+    done = with_calibrations(store, cells, store.finished(cells))
     figure = (lambda path: draw(cells, done, path)) if plot and done else None
     return writing.write_report(store.results_dir, "lm", markdown(cells, done), figure,
                                 "bits per byte against training minutes and steps")
