@@ -3,6 +3,7 @@ interval and its report's comparisons."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -113,6 +114,13 @@ def test_equal_minutes_are_counted_on_the_calibrations_clock():
     two = _clock_note(cells, {cells[0].key: run(1.0, "A, 2 cores"),
                               cells[1].key: run(1.0, "C, 2 cores")})
     assert "more than one machine" in two[-1]
+    steps = calibration_cells(["weird-a", "softmax"], [1024])
+    steps = [dataclasses.replace(c, seed=0, steps=100, minutes=None, equal_steps=True)
+             for c in steps]
+    assert _clock_note(steps, {c.key: run(None, None) for c in steps}) == []
+    mixed = {steps[0].key: run(None, None),
+             steps[1].key: {**run(None, None), "machine": {"cpu_model": "D"}}}
+    assert "B, 2 cores: Weird-Net A; D, ? cores: Transformer." in _clock_note(steps, mixed)[1]
 
 
 def test_equal_compute_lm_evaluation_interval_does_not_depend_on_the_models_named():
