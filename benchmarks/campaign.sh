@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The long CPU runs behind the committed records of `bench lm`, `bench recall --recipe
+# zoology` and `bench context`, as lanes of commands in priority order.  Every command
+# stores each finished cell as a record under benchmarks/results/ and skips the cells
+# already recorded, so running a lane again resumes at its first unfinished cell (a cell
+# interrupted part-way resumes from its checkpoint while its run directory is there).
+#
+#   benchmarks/campaign.sh lm        # equal CPU-minutes and seeds (issue 30)
+#   benchmarks/campaign.sh zoology   # MQAR at Zoology's recipe (issue 31)
+#   benchmarks/campaign.sh context   # 16K-byte training, bits/byte by position (issue 31)
+#   benchmarks/campaign.sh --list    # print the lanes' commands
+#
+# Two lanes can run side by side on a 2-core machine (each cell takes one thread:
+# OMP_NUM_THREADS=1).  Times are for one thread of the 2-core VMs the records name.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+OUT=(--out benchmarks/results)
+
+ZOOLOGY=(--recipe zoology --widths 64 --epochs 8 "${OUT[@]}")
+lane_zoology() {  # about 10-25 min a cell at L = 64, 20-60 at L = 128
+    for lr in 1e-2 2.2e-3; do
+        for mech in linear local relation; do
+            for conv in 0 4; do
+                echo "weirdnet bench recall ${ZOOLOGY[*]} --lrs $lr --lengths 64 --mechanisms $mech --short-convs $conv"
+            done
+        done
+    done
+    for lr in 1e-2 2.2e-3; do
+        for mech in transformerpp weird-b softmax weird-a ps linear local relation; do
+            for conv in 0 4; do
+                echo "weirdnet bench recall ${ZOOLOGY[*]} --lrs $lr --lengths 128 --mechanisms $mech --short-convs $conv"
+            done
+        done
+    done
+}
+
+# Equal minutes need every model named calibrated on one machine (the minutes are the
+# calibrations'; see docs/design.md §13); the newer peers are calibrated last.
+lane_lm() {  # about 20-40 min a run (10 calibrated minutes, evaluations, a slower VM)
+    for mech in weird-a transformerpp mamba2 weird-b llama softmax weird-a-pp weird-b-pp mamba rwkv; do
+        echo "weirdnet bench lm --contexts 1024 --minutes 10 --mechanisms $mech ${OUT[*]}"
+    done
+    echo "weirdnet bench lm --contexts 1024 --steps 100 --seeds 3 --mechanisms qwen3-next,xlstm,recurrent-gemma ${OUT[*]}"
+    echo "weirdnet bench lm --contexts 4096 --steps 100 --mechanisms qwen3-next,xlstm,recurrent-gemma ${OUT[*]}"
+    for mech in weird-a transformerpp mamba2 weird-b llama softmax weird-a-pp weird-b-pp mamba rwkv; do
+        echo "weirdnet bench lm --contexts 4096 --minutes 10 --mechanisms $mech ${OUT[*]}"
+    done
+    echo "weirdnet bench lm --contexts 1024 4096 --minutes 10 --seeds 3 --mechanisms weird-a,weird-b,transformerpp,mamba2 ${OUT[*]}"
+    echo "weirdnet bench suite --budget laptop --tables today ${OUT[*]}"
+}
+
+lane_context() {  # hours a cell on one thread (a Transformer++ step at 16K: about 48 s)
+    for mech in weird-b-pp transformerpp mamba2; do
+        echo "weirdnet bench context --mechanisms $mech ${OUT[*]}"
+    done
+}
+
+run_lane() {
+    local status=0
+    while IFS= read -r command; do
+        echo "== $(date -u +%FT%TZ) $command"
+        $command || status=$?
+    done < <("lane_$1")
+    return "$status"
+}
+
+case "${1:-}" in
+    lm|zoology|context) run_lane "$1" ;;
+    --list) for lane in lm zoology context; do echo "# $lane"; "lane_$lane"; done ;;
+    *) echo "usage: benchmarks/campaign.sh lm|zoology|context|--list" >&2; exit 2 ;;
+esac

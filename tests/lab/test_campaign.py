@@ -1,0 +1,42 @@
+"""benchmarks/campaign.sh: every command of its lanes is one the CLI accepts, naming
+models and options that exist (the lanes are rerun across sessions to resume)."""
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from weirdnet.cli import build_parser
+from weirdnet.lab.variants import get_variant
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "campaign.sh"
+
+
+def _commands() -> list[list[str]]:
+    listing = subprocess.run(["bash", str(SCRIPT), "--list"], capture_output=True,
+                             text=True, check=True).stdout
+    return [shlex.split(line) for line in listing.splitlines() if line.startswith("weirdnet ")]
+
+
+def test_every_lane_command_parses_and_names_known_models():
+    commands = _commands()
+    assert {c[2] for c in commands} >= {"lm", "recall", "context", "suite"}
+    parser = build_parser()
+    for command in commands:
+        args = parser.parse_args(command[1:])
+        for name in (getattr(args, "mechanisms", None) or "").split(","):
+            if name:
+                get_variant(name)  # ValueError for an unknown model
+
+
+def test_an_unknown_lane_is_a_usage_error():
+    out = subprocess.run(["bash", str(SCRIPT), "nope"], capture_output=True, text=True)
+    assert out.returncode == 2 and "usage" in out.stderr
+
+
+@pytest.mark.parametrize("lane", ["lm", "zoology", "context"])
+def test_each_lane_lists_commands(lane):
+    listing = subprocess.run(["bash", str(SCRIPT), "--list"], capture_output=True,
+                             text=True, check=True).stdout
+    assert f"# {lane}\nweirdnet bench" in listing
