@@ -12,6 +12,8 @@
 #
 # Two lanes can run side by side on a 2-core machine (each cell takes one thread:
 # OMP_NUM_THREADS=1).  Times are for one thread of the 2-core VMs the records name.
+# SIGINT or SIGTERM to the running `weirdnet bench` stops its cell cleanly (exit 130/143)
+# and ends the lane there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
@@ -56,11 +58,17 @@ lane_context() {  # hours a cell on one thread (a Transformer++ step at 16K: abo
     done
 }
 
-run_lane() {
-    local status=0
+run_lane() {  # a failed command is reported and the lane goes on; a stopped one ends it
+    local status=0 code
     while IFS= read -r command; do
         echo "== $(date -u +%FT%TZ) $command"
-        $command || status=$?
+        $command
+        code=$?
+        if [ "$code" -eq 130 ] || [ "$code" -eq 143 ]; then
+            echo "== stopped (status $code): rerun the lane to resume" >&2
+            return "$code"
+        fi
+        [ "$code" -eq 0 ] || status=$code
     done < <("lane_$1")
     return "$status"
 }

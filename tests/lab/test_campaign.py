@@ -40,3 +40,19 @@ def test_each_lane_lists_commands(lane):
     listing = subprocess.run(["bash", str(SCRIPT), "--list"], capture_output=True,
                              text=True, check=True).stdout
     assert f"# {lane}\nweirdnet bench" in listing
+
+
+@pytest.mark.parametrize("code,calls", [(130, 1), (143, 1), (1, None), (0, None)])
+def test_a_stopped_command_ends_the_lane_and_a_failed_one_does_not(tmp_path, code, calls):
+    """A `weirdnet bench` stopped by SIGINT/SIGTERM (130/143) ends the lane; another
+    failure is reported and the lane goes on (a stand-in `weirdnet` on PATH)."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "weirdnet"
+    fake.write_text(f"#!/usr/bin/env bash\necho \"$*\" >> {log}\nexit {code}\n")
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    out = subprocess.run(["bash", str(SCRIPT), "context"], capture_output=True, text=True,
+                         env=env)
+    lines = log.read_text().splitlines()
+    assert len(lines) == (calls or 3) and lines[0].startswith("bench context")
+    assert out.returncode == code
