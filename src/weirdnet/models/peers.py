@@ -142,9 +142,14 @@ def _xlstm(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
     return "xLSTMConfig", keys
 
 
+def _xlstm_widths(config) -> list[tuple[str, float]]:
+    """(factor name, hidden_size x factor) of the mLSTM's query-key and value widths."""
+    return [(name, config.hidden_size * getattr(config, name))
+            for name in ("qk_dim_factor", "v_dim_factor")]
+
+
 def _xlstm_config_problem(config) -> str | None:
-    for name in ("qk_dim_factor", "v_dim_factor"):
-        width = config.hidden_size * getattr(config, name)
+    for name, width in _xlstm_widths(config):
         if width != int(width) or int(width) % config.num_heads:
             return (f"hidden_size x {name} = {width:g} must be a whole multiple of "
                     f"num_heads = {config.num_heads}")
@@ -152,8 +157,7 @@ def _xlstm_config_problem(config) -> str | None:
 
 
 def _xlstm_decoding_problem(config) -> str | None:
-    for name in ("qk_dim_factor", "v_dim_factor"):
-        width = config.hidden_size * getattr(config, name)
+    for name, width in _xlstm_widths(config):
         if width % 64:
             return (f"xLSTM's cached decoding in transformers needs hidden_size x {name} "
                     f"to be a multiple of 64, got {width:g} (its cache rounds the width "
