@@ -193,7 +193,12 @@ def test_a_chunked_ffn_gives_the_plain_gradients(mode):
     model.backbone.set_activation_checkpointing(mode, ffn_chunk=8)
     loss, grads = _loss_and_grads(model, ids)
     assert rel_err(loss, plain_loss) < 1e-12
+    # each parameter against its own gradient, but a key bias's gradient is zero but for
+    # rounding (softmax ignores a shift shared by every key), so it is measured against
+    # a millionth of the whole gradient instead: its rounding differs between CPUs
+    whole = torch.cat([g.flatten() for g in plain.values()]).norm().item()
     for name, grad in grads.items():
-        assert rel_err(grad, plain[name]) < 1e-10, name
+        scale = max(plain[name].norm().item(), 1e-6 * whole)
+        assert (grad - plain[name]).norm().item() / scale < 1e-10, name
     with pytest.raises(ValueError, match="ffn_chunk must be an int >= 0"):
         model.backbone.set_activation_checkpointing(mode, ffn_chunk=-1)
