@@ -120,7 +120,9 @@ def test_lock_names_the_holder():
 
 @pytest.mark.parametrize("flags", [("--resume",), ("--overwrite",)])
 def test_a_second_writer_fails_at_once_naming_the_first(tmp_path, flags):
-    config = write_config(tmp_path, steps=400, eval_every=0, checkpoint_every=50)
+    # far more steps than the test lasts: the first writer must still be training when
+    # it is stopped, however slow the second one's start is on this machine
+    config = write_config(tmp_path, steps=1_000_000, eval_every=0, checkpoint_every=50)
     first = subprocess.Popen(weirdnet_cmd("train", str(config), "--set", "run.name=busy",
                                           "--no-progress"),
                              cwd=tmp_path, env=subprocess_env(), stdout=subprocess.DEVNULL,
