@@ -135,20 +135,9 @@ def _clock_note(cells: Sequence, done: dict[str, dict]) -> list[str]:
     """Under an equal-minutes table: the machines whose calibrations set its steps (the
     minutes' clock), and a warning where they are more than one.  Under an equal-steps
     table whose runs trained on more than one machine: which models ran where."""
-    records = [done[c.key] for c in cells if c.key in done]
     if cells[0].equal_steps:
-        where: dict[str, list[str]] = {}
-        for cell in cells:
-            if cell.key in done:
-                models = where.setdefault(_machine_name(done[cell.key]), [])
-                if cell.variant.label not in models:
-                    models.append(cell.variant.label)
-        if len(where) < 2:
-            return []
-        return ["", "The runs trained on more than one machine, so steps/s, bytes/s and "
-                    "minutes compare only within one (test bits per byte depend on the "
-                    "steps alone): " + "; ".join(f"{m}: {', '.join(models)}"
-                                                 for m, models in where.items()) + "."]
+        return _where_steps_ran(cells, done)
+    records = [done[c.key] for c in cells if c.key in done]
     clocks = sorted({r.get("calibrated_on") or f"{_machine_name(r)} (its own run)"
                      for r in records})
     ran = sorted({_machine_name(r) for r in records})
@@ -159,6 +148,23 @@ def _clock_note(cells: Sequence, done: dict[str, dict]) -> list[str]:
         lines.append("The calibrations come from more than one machine: these minutes "
                      "are equal only between models calibrated on the same one.")
     return lines
+
+
+def _where_steps_ran(cells: Sequence, done: dict[str, dict]) -> list[str]:
+    """Under an equal-steps table whose runs trained on more than one machine: which
+    models ran where (their speeds compare only within one)."""
+    where: dict[str, list[str]] = {}
+    for cell in cells:
+        if cell.key in done:
+            models = where.setdefault(_machine_name(done[cell.key]), [])
+            if cell.variant.label not in models:
+                models.append(cell.variant.label)
+    if len(where) < 2:
+        return []
+    return ["", "The runs trained on more than one machine, so steps/s, bytes/s and "
+                "minutes compare only within one (test bits per byte depend on the "
+                "steps alone): " + "; ".join(f"{m}: {', '.join(models)}"
+                                             for m, models in where.items()) + "."]
 
 
 def _over_budget(cell, steps: int, rate: float) -> bool:
