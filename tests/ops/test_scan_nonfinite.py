@@ -29,6 +29,7 @@ from weirdnet.ops import (
     weird_scan_reference,
 )
 from weirdnet.ops.weird_scan import cpu as _cpu_kernel
+from weirdnet.ops.weird_scan import dispatch
 
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),
@@ -83,6 +84,8 @@ def backend(request, monkeypatch):
     if name == "cpu" and not _cpu_kernel.available():
         pytest.skip("no C compiler: the fused CPU kernel is unavailable")
     if name == "triton":
+        # the kernels themselves: no self-check that could swap in the PyTorch backend
+        monkeypatch.setenv(dispatch.ENV_SELFCHECK, "0")
         kernels = _triton_kernels()
         if kernels is None:
             pytest.skip("triton is not importable (or was built for a GPU this host lacks)")

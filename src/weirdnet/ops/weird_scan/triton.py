@@ -354,8 +354,7 @@ def _bwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, bi_m, b
         poison = tl.full((BLOCK_D,), 0.0, STATE)
     part = part_ptr + ((b * nq + q) * n_rb + pid_c % n_rb) * NL * D
     d_blk = d_lo + (pid_c // n_rb) * BLOCK_D + tl.arange(0, BLOCK_D)
-    for kk in tl.static_range(NL):
-        k: tl.constexpr = NL - 1 - kk
+    for k in tl.static_range(NL - 1, -1, -1):  # (no constexpr reassigned: Triton 3.6)
         fm, fh, fu = _forward_levels(fm0, fh0, fu0, seg, logw_ptr, D, lo, d, dmask, w, row,
                                      k, WIN, COLS, STATE, HAS_DOC)
         c = tl.load(logw_ptr + (lo + k) * D + d, mask=dmask, other=0).to(STATE)
