@@ -88,6 +88,10 @@ def test_a_step_past_its_time_box_is_recorded_and_the_next_runs(tmp_path):
     records = _records(out)
     assert records["env"]["status"] == "timed_out"
     assert "time box" in records["env"]["note"]
+    # the commit is read by the command itself, not only by the env step that timed out
+    commit = json.loads((out / "gpu.json").read_text())["commit"]
+    assert commit and len(commit) == 40
+    assert f"- commit: {commit}" in (out / "report.md").read_text()
     assert records["correctness"]["status"] == "passed"
     assert records["correctness"]["data"]["tests"]["passed"] == 1
     report = (out / "report.md").read_text()

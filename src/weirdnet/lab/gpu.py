@@ -47,8 +47,10 @@ OUT gets report.md (every step's results on one page), gpu.json (the run), recor
 (one per step), logs/ (each child's output) and the benchmarks' own folders, laid out as
 benchmarks/results/ is: scan/scan_cuda.*, speed/speed_cuda.*, decode-b1/decode_cuda.*,
 decode-b16/decode_cuda.*, suite/suite-gpu/ (the suite's run directories: suite-runs/).
-Time boxes in seconds (--quick's in brackets): env 60 [30], correctness 300 [120], scan
-300 [60], speed 300 [60], decode 180 [45], suite 360 [90]: 25 minutes at most [7].
+Time boxes in seconds (--quick's in brackets): env 60 [60], correctness 300 [120], scan
+300 [60], speed 300 [60], decode 180 [45], suite 360 [60]: 25 minutes at most [7]. On a
+fresh machine the env step alone took 23 to 30+ s (an H100, CUDA starting up), and each
+Triton kernel compiles on its first use, inside the step that first needs it.
 
 --dry-run-cpu runs the same steps on the CPU at tiny sizes (a few Triton-interpreter
 tests, TRITON_INTERPRET=1; the smoke suite budget) to check the control flow: its report
@@ -71,8 +73,8 @@ TITLES = {"env": "Environment", "correctness": "Correctness (GPU tests)",
 TIME_BOXES_S = {
     "full": {"env": 60, "correctness": 300, "scan": 300, "speed": 300, "decode": 180,
              "suite": 360},
-    "quick": {"env": 30, "correctness": 120, "scan": 60, "speed": 60, "decode": 45,
-              "suite": 90},
+    "quick": {"env": 60, "correctness": 120, "scan": 60, "speed": 60, "decode": 45,
+              "suite": 60},
     "dry-run": {"env": 60, "correctness": 120, "scan": 120, "speed": 120, "decode": 120,
                 "suite": 180},
 }
@@ -143,8 +145,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="folder for report.md, the records and every benchmark's output")
     parser.add_argument("--quick", action="store_true",
-                        help="every step smaller, time boxes adding up to 7 minutes (not yet "
-                             "timed on a GPU)")
+                        help="every step smaller, time boxes adding up to 7 minutes")
     parser.add_argument("--dry-run-cpu", action="store_true",
                         help="no GPU: the same steps on the CPU at tiny sizes (control flow "
                              "only; the report says so)")
@@ -282,6 +283,15 @@ def _repository() -> Path | None:
         if (root / "tests" / "ops" / "test_scan_triton.py").exists():
             return root
     return None
+
+
+def _code_version() -> dict:
+    """The checkout's commit and dirty flag, read by this process: the env step's child,
+    which reads them too, can time out on a fresh machine (CUDA starting up)."""
+    from weirdnet.lab.harness.machine import git_commit
+
+    root = _repository()
+    return git_commit(root) if root is not None else {"commit": None, "dirty": None}
 
 
 def _junit_counts(path: Path) -> dict:
@@ -546,7 +556,8 @@ def _run(plan: Plan, session: output.Writing) -> int:
     status = 1 if failed else 0
     summary = {"benchmark": "gpu", "mode": plan.mode, "quick": plan.mode != "full",
                "device": plan.device, "command": shlex.join(plan.command), "date": _now(),
-               "steps": {r["step"]: r["status"] for r in records}, "exit_status": status}
+               **_code_version(), "steps": {r["step"]: r["status"] for r in records},
+               "exit_status": status}
     with output.write_whole():
         write_atomic(plan.out / "gpu.json", json.dumps(summary, indent=2) + "\n")
         path = write_atomic(plan.out / "report.md", render_report(summary, records))
@@ -569,8 +580,10 @@ def render_report(summary: dict, records: list[dict]) -> str:
     if summary["mode"] == "dry-run":
         lines += [f"**{DRY_RUN_NOTE}.** Every step ran on the CPU at tiny sizes to check "
                   "the control flow; no number here says anything about a GPU.", ""]
+    dirty = " (with uncommitted changes)" if summary.get("dirty") else ""
     lines += [f"- date: {summary['date']}; mode: {summary['mode']}; device: "
               f"{summary['device']}; command: `{summary['command']}`",
+              f"- commit: {summary.get('commit') or 'unknown'}{dirty}",
               f"- exit status: {summary['exit_status']} ("
               f"{'a' if summary['exit_status'] else 'no'} correctness check failed)", "",
               "| # | step | status | seconds | time box s | note |", "|---|---|---|---|---|---|"]

@@ -74,9 +74,17 @@ the full pass's change of form every ``c`` levels, so its outputs are ``fwd``'s 
 (same combine, same order; checked under the interpreter).  The PyTorch step runs about
 20 small kernels per level, ~20 K launches per token on a GPU; this is one.
 
+Compile time.  The level loops are run-time loops (``range``), not unrolled
+(``tl.static_range``): unrolled, the backward's ``c (c + 1) / 2`` level steps made about
+81,000 lines of PTX and 32 s of compilation per specialization, 44 s for the four kernels a
+first step at L = 1024 needs; as loops, 5 s (``benchmarks/triton_compile_time.py``, sm_90,
+on a CPU).  Their effect on the run time has not been measured on a GPU yet.
+
 Not tuned: ``LEVELS_PER_PASS``, ``TILE_ELEMENTS``, ``MAX_BLOCK_D`` and ``NUM_WARPS`` are
-first guesses.  These kernels have been run only by the Triton interpreter
-(``TRITON_INTERPRET=1``) on CPU tensors, never compiled for a GPU.
+first guesses.  The tests run the kernels under the Triton interpreter
+(``TRITON_INTERPRET=1``) on CPU tensors, and compiled on a GPU where there is one: on an
+H100 (Triton 3.6, 2026-11-26) the unrolled kernels compiled and 31 of the Triton tests
+passed before their time box ended (benchmarks/results/gpu/).
 """
 from __future__ import annotations
 
@@ -224,11 +232,11 @@ def _load_doc(doc_ptr, b, pm, ok, L, HAS_DOC: tl.constexpr):
 
 
 @triton.jit
-def _forward_levels(m, h, u, seg, logw_ptr, D, lo, d, dmask, w, row, NL: tl.constexpr,
+def _forward_levels(m, h, u, seg, logw_ptr, D, lo, d, dmask, w, row, n,
                     WIN: tl.constexpr, COLS: tl.constexpr, STATE: tl.constexpr,
                     HAS_DOC: tl.constexpr):
-    """Levels lo .. lo+NL-1 of the pass, in order."""
-    for k in tl.static_range(NL):
+    """Levels lo .. lo+n-1 of the pass, in order."""
+    for k in range(n):
         c = tl.load(logw_ptr + (lo + k) * D + d, mask=dmask, other=0).to(STATE)
         m, h, u = _level_fwd(m, h, u, c, seg, w, row, 1 << k, WIN, COLS, HAS_DOC)
     return m, h, u
@@ -354,7 +362,8 @@ def _bwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, bi_m, b
         poison = tl.full((BLOCK_D,), 0.0, STATE)
     part = part_ptr + ((b * nq + q) * n_rb + pid_c % n_rb) * NL * D
     d_blk = d_lo + (pid_c // n_rb) * BLOCK_D + tl.arange(0, BLOCK_D)
-    for k in tl.static_range(NL - 1, -1, -1):  # (no constexpr reassigned: Triton 3.6)
+    for kk in range(NL):
+        k = NL - 1 - kk
         fm, fh, fu = _forward_levels(fm0, fh0, fu0, seg, logw_ptr, D, lo, d, dmask, w, row,
                                      k, WIN, COLS, STATE, HAS_DOC)
         c = tl.load(logw_ptr + (lo + k) * D + d, mask=dmask, other=0).to(STATE)

@@ -1,0 +1,158 @@
+"""How long the Triton scan kernels take to compile for a GPU, side by side with another
+revision of them.  Needs triton (its wheel carries ptxas), not a GPU: each kernel is
+compiled ahead of time for one target (default sm_90, an H100), with an empty cache.
+
+    python benchmarks/triton_compile_time.py                       # this checkout
+    python benchmarks/triton_compile_time.py --baseline e01cd49    # and that revision
+
+Prints one row per kernel specialization (seconds, lines of PTX) and, with --baseline,
+the ratio baseline / this checkout.  A first training step compiles each specialization
+it meets once (forward and backward, per pass shape, per dtype); Triton caches them on
+disk afterwards.  Timings drift between runs on a shared machine: compare within a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+KERNEL_FILE = "src/weirdnet/ops/weird_scan/triton.py"
+PACKAGE = "weirdnet.ops.weird_scan"
+# The passes of a first step at L = 1024 (10 levels): levels 0-7 over windows of 512 rows
+# (a tile and its halo), then levels 8-9 on whole columns.  (lo, levels, L, last pass?)
+PASSES = {"first pass, 8 levels": (0, 8, 1024, False), "last pass, 2 levels": (8, 2, 1024, True)}
+WIDTH = 1024  # channels: blocks of MAX_BLOCK_D
+
+
+def load_kernels(revision: str | None):
+    """The kernel module of this checkout, or of ``revision`` (its file, loaded under the
+    same package so that its relative imports resolve)."""
+    if revision is None:
+        return importlib.import_module(f"{PACKAGE}.triton")
+    root = Path(__file__).resolve().parents[1]
+    source = subprocess.run(["git", "show", f"{revision}:{KERNEL_FILE}"], cwd=root,
+                            check=True, capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / "triton_baseline.py"
+    path.write_text(source)
+    name = f"{PACKAGE}._triton_{revision}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def constants(kernels, passing: tuple, fn) -> dict:
+    """Every constexpr of ``fn`` for one pass, as the host code (``_common``) sets them."""
+    import triton.language as tl
+
+    lo, levels, length, last = passing
+    ps = kernels._Pass(lo, levels, length, last)
+    block_r, block_d = ps.blocks(WIDTH)
+    values = dict(NL=ps.nl, TILE=ps.tile, WIN=ps.win, HALO=ps.halo, BLOCK_R=block_r,
+                  BLOCK_D=block_d, REV=False, FIRST=lo == 0, LAST=last, TOP=last,
+                  HAS_MASK=False, HAS_DOC=False, STATE=tl.float32, NEG=-1e30)
+    return {p.name: values[p.name] for p in fn.params if p.is_constexpr}
+
+
+def signature(fn, consts: dict, io_dtype: str) -> dict:
+    """Argument types: pointers to the inputs/outputs in ``io_dtype``, float32 buffers
+    for the pass state, int32 for the scalars."""
+    sig = {}
+    for p in fn.params:
+        if p.name in consts:
+            sig[p.name] = "constexpr"
+        elif p.name in ("x1_ptr", "x2_ptr", "g_ptr", "y2_ptr", "mask_ptr", "doc_ptr",
+                        "bo_1", "bo_2"):
+            sig[p.name] = f"*{io_dtype}"
+        elif p.name.endswith("_ptr") or p.name.startswith(("bi_", "bo_")):
+            sig[p.name] = "*fp32"
+        else:
+            sig[p.name] = "i32"
+    return sig
+
+
+def compile_seconds(kernels, fn, passing: tuple, arch: int, warps: int) -> tuple[float, int]:
+    """(seconds, lines of PTX) to compile ``fn`` for one pass, bf16 inputs."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    consts = constants(kernels, passing, fn)
+    names = [p.name for p in fn.params]
+    src = ASTSource(fn=fn, signature=signature(fn, consts, "bf16"),
+                    constexprs={(names.index(k),): v for k, v in consts.items()})
+    start = time.perf_counter()
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                              options={"num_warps": warps})
+    return time.perf_counter() - start, len(compiled.asm["ptx"].splitlines())
+
+
+def measure(kernels, arch: int) -> dict:
+    """{(kernel, shape): (seconds, PTX lines)} with an empty Triton cache."""
+    rows = {}
+    for label, passing in PASSES.items():
+        for kind, fn in (("forward", kernels._fwd_pass_kernel),
+                         ("backward", kernels._bwd_pass_kernel)):
+            rows[(kind, label)] = compile_seconds(kernels, fn, passing, arch,
+                                                       kernels.NUM_WARPS)
+    return rows
+
+
+def main() -> int:
+    from weirdnet._atomic import write_atomic
+    from weirdnet.lab.harness.machine import cpu_model, git_commit
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", help="a git revision whose kernels to compile too")
+    parser.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90)")
+    parser.add_argument("--out", type=Path, help="also write the table to DIR/NAME.md")
+    parser.add_argument("--name", default="triton_compile_time_cpu")
+    args = parser.parse_args()
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        parser.error("unset TRITON_INTERPRET: the interpreter compiles nothing")
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cache-")
+    current = measure(load_kernels(None), args.arch)
+    base = None
+    if args.baseline:
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cache-")
+        base = measure(load_kernels(args.baseline), args.arch)
+    import triton
+
+    tree = git_commit(Path(__file__).resolve().parents[1])
+    lines = [f"# Compile time of the Triton scan kernels (this tree: {tree['commit']}"
+             f"{', with uncommitted changes' if tree['dirty'] else ''})", "",
+             f"- command: `python benchmarks/triton_compile_time.py {' '.join(sys.argv[1:])}`",
+             f"- compiled on: {cpu_model()}, for sm_{args.arch}; Triton {triton.__version__}; "
+             "bf16 inputs, D = 1024, an empty cache; wall clock, one compilation each", ""]
+    head = "| kernel | pass | this tree s | PTX lines |"
+    if base:
+        head += f" {args.baseline} s | PTX lines | {args.baseline} / this tree |"
+    lines += [head, "|" + "---|" * (head.count("|") - 1)]
+    for (kind, label), (sec, ptx) in current.items():
+        row = f"| {kind} | {label} | {sec:.1f} | {ptx:,} |"
+        if base:
+            bsec, bptx = base[(kind, label)]
+            row += f" {bsec:.1f} | {bptx:,} | {bsec / sec:.1f}x |"
+        lines.append(row)
+    total = sum(s for s, _ in current.values())
+    summary = f"total: {total:.1f} s"
+    if base:
+        btotal = sum(s for s, _ in base.values())
+        summary += f"; {args.baseline}: {btotal:.1f} s ({btotal / total:.1f}x)"
+    text = "\n".join([*lines, "", summary]) + "\n"
+    print(text, end="")
+    if args.out:
+        write_atomic(args.out / f"{args.name}.md", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
