@@ -76,7 +76,7 @@ the full pass's change of form every ``c`` levels, so its outputs are ``fwd``'s 
 
 Compile time.  The level loops are run-time loops (``range``), not unrolled
 (``tl.static_range``): unrolled, the backward's ``c (c + 1) / 2`` level steps made about
-81,000 lines of PTX and 32 s of compilation per specialization, 44 s for the four kernels a
+81,000 lines of PTX and 31 s of compilation per specialization, 42 s for the four kernels a
 first step at L = 1024 needs; as loops, 5 s (``benchmarks/triton_compile_time.py``, sm_90,
 on a CPU).  Their effect on the run time has not been measured on a GPU yet.
 
