@@ -135,3 +135,21 @@ def test_copy_fractions_and_the_report_targets():
     text = "\n".join(gpu._scan_section(data))
     assert "at L=4096: 0.50 — FAIL" in text  # the target is L >= 4K only
     assert "at L=1024" not in text
+
+
+def test_the_gpu_tests_run_in_parallel_only_where_they_can(monkeypatch):
+    """pytest-xdist workers: half the cores up to 8 with xdist installed, else one."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(gpu.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "xdist" else real_find_spec(name, *a))
+    assert gpu.parallel_test_workers(dry=False) == 8
+    assert gpu.parallel_test_workers(dry=True) == 1  # the interpreter's few tests: not worth it
+    monkeypatch.setattr(gpu.os, "cpu_count", lambda: 2)
+    assert gpu.parallel_test_workers(dry=False) == 1
+    monkeypatch.setattr(gpu.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "xdist" else real_find_spec(name, *a))
+    assert gpu.parallel_test_workers(dry=False) == 1

@@ -318,6 +318,19 @@ def _test_env(plan: Plan) -> dict[str, str]:
     return env
 
 
+def parallel_test_workers(dry: bool) -> int:
+    """pytest-xdist workers for the GPU tests: each Triton specialization compiles on one
+    CPU core on first use, and compiling is most of a fresh machine's test time; several
+    processes compile side by side (they share Triton's disk cache).  1 (no xdist) in a
+    dry run, without pytest-xdist, or on fewer than 4 cores."""
+    import importlib.util
+
+    cores = os.cpu_count() or 1
+    if dry or cores < 4 or importlib.util.find_spec("xdist") is None:
+        return 1
+    return min(8, cores // 2)
+
+
 def _step_correctness(step: Step) -> tuple[str, str]:
     plan = step.plan
     if plan.tests is not None:
@@ -331,11 +344,14 @@ def _step_correctness(step: Step) -> tuple[str, str]:
         tests = [str(root / name) for name in names]
     junit = plan.out / "logs" / "correctness-junit.xml"
     junit.unlink(missing_ok=True)
+    workers = parallel_test_workers(plan.dry)
+    parallel = ["-n", str(workers)] if workers > 1 else []
     done = step.child([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                       "-o", "addopts=-ra", f"--junitxml={junit}", *tests], "pytest",
-                      _test_env(plan))
+                       "-o", "addopts=-ra", *parallel, f"--junitxml={junit}", *tests],
+                      "pytest", _test_env(plan))
     counts = _junit_counts(junit) if junit.exists() else {}
-    step.data["tests"] = {"paths": tests, "exit_status": done.returncode, **counts}
+    step.data["tests"] = {"paths": tests, "exit_status": done.returncode, "workers": workers,
+                          **counts}
     passed = done.returncode == 0 and counts.get("passed", 0) > 0
     if done.returncode == 0 and counts.get("passed", 0) == 0 and plan.dry:
         return "skipped", "every test was skipped (is triton installed?)"
@@ -614,7 +630,8 @@ def _correctness_section(data: dict) -> list[str]:
         return []
     lines = ["", f"- pytest: {tests.get('passed', '?')} passed, {tests.get('failures', '?')} "
                  f"failed, {tests.get('errors', '?')} errors, {tests.get('skipped', '?')} "
-                 f"skipped (exit status {tests['exit_status']})",
+                 f"skipped (exit status {tests['exit_status']}; "
+                 f"{tests.get('workers', 1)} pytest process(es))",
              "- tests: " + ", ".join(f"`{_short(p)}`" for p in tests["paths"][:10])]
     lines += [f"  - FAILED `{name}`" for name in tests.get("failed_tests", [])]
     if "selfcheck" in data:
