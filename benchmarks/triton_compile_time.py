@@ -31,15 +31,15 @@ PASSES = {"first pass, 8 levels": (0, 8, 1024, False), "last pass, 2 levels": (8
 WIDTH = 1024  # channels: blocks of MAX_BLOCK_D
 
 
-def load_kernels(revision: str | None):
-    """The kernel module of this checkout, or of ``revision`` (its file, loaded under the
-    same package so that its relative imports resolve)."""
+def load_kernels(revision: str | None, scratch: Path):
+    """The kernel module of this checkout, or of ``revision`` (its file, written under
+    ``scratch`` and loaded under the same package so that its relative imports resolve)."""
     if revision is None:
         return importlib.import_module(f"{PACKAGE}.triton")
     root = Path(__file__).resolve().parents[1]
     source = subprocess.run(["git", "show", f"{revision}:{KERNEL_FILE}"], cwd=root,
                             check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / "triton_baseline.py"
+    path = scratch / "triton_baseline.py"
     path.write_text(source)
     name = f"{PACKAGE}._triton_{revision}"
     spec = importlib.util.spec_from_file_location(name, path)
@@ -49,17 +49,18 @@ def load_kernels(revision: str | None):
     return module
 
 
-def constants(kernels, passing: tuple, fn) -> dict:
-    """Every constexpr of ``fn`` for one pass, as the host code (``_common``) sets them."""
-    import triton.language as tl
+def constants(kernels, passing: tuple, fn) -> tuple[dict, int]:
+    """(every constexpr of ``fn``, num_warps) for one causal pass over bf16 inputs without
+    a mask or documents, from the host code's own ``_common`` (on meta tensors)."""
+    import torch
 
     lo, levels, length, last = passing
     ps = kernels._Pass(lo, levels, length, last)
-    block_r, block_d = ps.blocks(WIDTH)
-    values = dict(NL=ps.nl, TILE=ps.tile, WIN=ps.win, HALO=ps.halo, BLOCK_R=block_r,
-                  BLOCK_D=block_d, REV=False, FIRST=lo == 0, LAST=last, TOP=last,
-                  HAS_MASK=False, HAS_DOC=False, STATE=tl.float32, NEG=-1e30)
-    return {p.name: values[p.name] for p in fn.params if p.is_constexpr}
+    x = torch.empty(1, length, WIDTH, dtype=torch.bfloat16, device="meta")
+    log_w = torch.empty(lo + levels, WIDTH, dtype=torch.float32, device="meta")
+    *_, consts = kernels._common(ps, (x, x), slice(0, WIDTH), None, None, log_w, lo == 0)
+    values = {**consts, "REV": False, "FIRST": lo == 0, "LAST": last, "TOP": last}
+    return {p.name: values[p.name] for p in fn.params if p.is_constexpr}, consts["num_warps"]
 
 
 def signature(fn, consts: dict, io_dtype: str) -> dict:
@@ -79,13 +80,13 @@ def signature(fn, consts: dict, io_dtype: str) -> dict:
     return sig
 
 
-def compile_seconds(kernels, fn, passing: tuple, arch: int, warps: int) -> tuple[float, int]:
+def compile_seconds(kernels, fn, passing: tuple, arch: int) -> tuple[float, int]:
     """(seconds, lines of PTX) to compile ``fn`` for one pass, bf16 inputs."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    consts = constants(kernels, passing, fn)
+    consts, warps = constants(kernels, passing, fn)
     names = [p.name for p in fn.params]
     src = ASTSource(fn=fn, signature=signature(fn, consts, "bf16"),
                     constexprs={(names.index(k),): v for k, v in consts.items()})
@@ -101,8 +102,7 @@ def measure(kernels, arch: int) -> dict:
     for label, passing in PASSES.items():
         for kind, fn in (("forward", kernels._fwd_pass_kernel),
                          ("backward", kernels._bwd_pass_kernel)):
-            rows[(kind, label)] = compile_seconds(kernels, fn, passing, arch,
-                                                       kernels.NUM_WARPS)
+            rows[(kind, label)] = compile_seconds(kernels, fn, passing, arch)
     return rows
 
 
@@ -118,12 +118,14 @@ def main() -> int:
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         parser.error("unset TRITON_INTERPRET: the interpreter compiles nothing")
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cache-")
-    current = measure(load_kernels(None), args.arch)
-    base = None
-    if args.baseline:
-        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cache-")
-        base = measure(load_kernels(args.baseline), args.arch)
+    with tempfile.TemporaryDirectory(prefix="triton-compile-time-") as folder:
+        scratch = Path(folder)
+        os.environ["TRITON_CACHE_DIR"] = str(scratch / "cache-this-tree")  # empty caches
+        current = measure(load_kernels(None, scratch), args.arch)
+        base = None
+        if args.baseline:
+            os.environ["TRITON_CACHE_DIR"] = str(scratch / "cache-baseline")
+            base = measure(load_kernels(args.baseline, scratch), args.arch)
     import triton
 
     tree = git_commit(Path(__file__).resolve().parents[1])
