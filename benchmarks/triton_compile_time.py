@@ -5,8 +5,9 @@ compiled ahead of time for one target (default sm_90, an H100), with an empty ca
     python benchmarks/triton_compile_time.py                       # this checkout
     python benchmarks/triton_compile_time.py --baseline e01cd49    # and that revision
 
-Prints one row per kernel specialization (seconds, lines of PTX) and, with --baseline,
-the ratio baseline / this checkout.  A first training step compiles each specialization
+Prints one row per kernel specialization of a first step at L = 1024 (seconds, lines of
+PTX), in the passes each revision's own ``plan`` makes, and with --baseline that
+revision's rows and the ratio of the totals.  A first training step compiles each specialization
 it meets once (forward and backward, per pass shape, per dtype); Triton caches them on
 disk afterwards.  Timings drift between runs on a shared machine: compare within a run.
 """
@@ -25,9 +26,8 @@ from pathlib import Path
 
 KERNEL_FILE = "src/weirdnet/ops/weird_scan/triton.py"
 PACKAGE = "weirdnet.ops.weird_scan"
-# The passes of a first step at L = 1024 (10 levels): levels 0-7 over windows of 512 rows
-# (a tile and its halo), then levels 8-9 on whole columns.  (lo, levels, L, last pass?)
-PASSES = {"first pass, 8 levels": (0, 8, 1024, False), "last pass, 2 levels": (8, 2, 1024, True)}
+# A first step at L = 1024 (10 levels), in the passes each module's own ``plan`` makes.
+LENGTH, LEVELS = 1024, 10
 WIDTH = 1024  # channels: blocks of MAX_BLOCK_D
 
 
@@ -49,17 +49,17 @@ def load_kernels(revision: str | None, scratch: Path):
     return module
 
 
-def constants(kernels, passing: tuple, fn) -> tuple[dict, int]:
-    """(every constexpr of ``fn``, num_warps) for one causal pass over bf16 inputs without
-    a mask or documents, from the host code's own ``_common`` (on meta tensors)."""
+def constants(kernels, ps, fn) -> tuple[dict, int]:
+    """(every constexpr of ``fn``, num_warps) for one causal pass ``ps`` (a ``_Pass``) over
+    bf16 inputs without a mask or documents, from the host code's own ``_common`` (on meta
+    tensors)."""
     import torch
 
-    lo, levels, length, last = passing
-    ps = kernels._Pass(lo, levels, length, last)
-    x = torch.empty(1, length, WIDTH, dtype=torch.bfloat16, device="meta")
-    log_w = torch.empty(lo + levels, WIDTH, dtype=torch.float32, device="meta")
-    *_, consts = kernels._common(ps, (x, x), slice(0, WIDTH), None, None, log_w, lo == 0)
-    values = {**consts, "REV": False, "FIRST": lo == 0, "LAST": last, "TOP": last}
+    x = torch.empty(1, LENGTH, WIDTH, dtype=torch.bfloat16, device="meta")
+    log_w = torch.empty(LEVELS, WIDTH, dtype=torch.float32, device="meta")
+    first, last = ps.lo == 0, ps.halo == 0
+    *_, consts = kernels._common(ps, (x, x), slice(0, WIDTH), None, None, log_w, first)
+    values = {**consts, "REV": False, "FIRST": first, "LAST": last, "TOP": last}
     return {p.name: values[p.name] for p in fn.params if p.is_constexpr}, consts["num_warps"]
 
 
@@ -80,13 +80,13 @@ def signature(fn, consts: dict, io_dtype: str) -> dict:
     return sig
 
 
-def compile_seconds(kernels, fn, passing: tuple, arch: int) -> tuple[float, int]:
+def compile_seconds(kernels, fn, ps, arch: int) -> tuple[float, int]:
     """(seconds, lines of PTX) to compile ``fn`` for one pass, bf16 inputs."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    consts, warps = constants(kernels, passing, fn)
+    consts, warps = constants(kernels, ps, fn)
     names = [p.name for p in fn.params]
     src = ASTSource(fn=fn, signature=signature(fn, consts, "bf16"),
                     constexprs={(names.index(k),): v for k, v in consts.items()})
@@ -96,13 +96,16 @@ def compile_seconds(kernels, fn, passing: tuple, arch: int) -> tuple[float, int]
     return time.perf_counter() - start, len(compiled.asm["ptx"].splitlines())
 
 
-def measure(kernels, arch: int) -> dict:
-    """{(kernel, shape): (seconds, PTX lines)} with an empty Triton cache."""
-    rows = {}
-    for label, passing in PASSES.items():
+def measure(kernels, arch: int) -> list[tuple[str, str, float, int]]:
+    """(kernel, pass, seconds, PTX lines) for each kernel of each pass of the module's own
+    plan, with an empty Triton cache."""
+    rows = []
+    passes = kernels.plan(LENGTH, LEVELS)
+    for i, ps in enumerate(passes):
+        label = f"{i + 1} of {len(passes)}: levels {ps.lo}-{ps.lo + ps.nl - 1}"
         for kind, fn in (("forward", kernels._fwd_pass_kernel),
                          ("backward", kernels._bwd_pass_kernel)):
-            rows[(kind, label)] = compile_seconds(kernels, fn, passing, arch)
+            rows.append((kind, label, *compile_seconds(kernels, fn, ps, arch)))
     return rows
 
 
@@ -134,22 +137,19 @@ def main() -> int:
              f"- command: `python benchmarks/triton_compile_time.py {' '.join(sys.argv[1:])}`",
              f"- compiled on: {cpu_model()}, for sm_{args.arch}; Triton {triton.__version__}; "
              "bf16 inputs, D = 1024, an empty cache; wall clock, one compilation each", ""]
-    head = "| kernel | pass | this tree s | PTX lines |"
+    for name, rows in (("this tree", current), (args.baseline, base)):
+        if rows is None:
+            continue
+        lines += [f"{name}:", "", "| kernel | pass | s | PTX lines |", "|---|---|---|---|"]
+        lines += [f"| {kind} | {label} | {sec:.1f} | {ptx:,} |"
+                  for kind, label, sec, ptx in rows]
+        lines.append("")
+    total = sum(row[2] for row in current)
+    summary = f"total, the kernels of a first step at L = {LENGTH}: {total:.1f} s"
     if base:
-        head += f" {args.baseline} s | PTX lines | {args.baseline} / this tree |"
-    lines += [head, "|" + "---|" * (head.count("|") - 1)]
-    for (kind, label), (sec, ptx) in current.items():
-        row = f"| {kind} | {label} | {sec:.1f} | {ptx:,} |"
-        if base:
-            bsec, bptx = base[(kind, label)]
-            row += f" {bsec:.1f} | {bptx:,} | {bsec / sec:.1f}x |"
-        lines.append(row)
-    total = sum(s for s, _ in current.values())
-    summary = f"total: {total:.1f} s"
-    if base:
-        btotal = sum(s for s, _ in base.values())
+        btotal = sum(row[2] for row in base)
         summary += f"; {args.baseline}: {btotal:.1f} s ({btotal / total:.1f}x)"
-    text = "\n".join([*lines, "", summary]) + "\n"
+    text = "\n".join([*lines, summary]) + "\n"
     print(text, end="")
     if args.out:
         write_atomic(args.out / f"{args.name}.md", text)

@@ -493,9 +493,15 @@ def test_packed_documents_match_reference_and_torch(passes, L, levels, reverse):
     (out, grads), (want, want_grads) = results
     assert torch.isfinite(out).all()
     assert rel_err(out, want) <= 1e-5
+    # A gradient that is zero in exact arithmetic (dA of a position alone in its reach: at
+    # L = 2 every one) is float32 rounding noise in both backends, so its relative error
+    # means nothing; the error is measured against at least 1e-3 of the output gradient's
+    # norm (found on an H100: 0.90 "relative" error between two noises of 1e-8).
+    floor = 1e-3 * grad.norm().item()
     for name, got, want in zip(("a", "v", "log_w"), grads, want_grads):
         assert torch.isfinite(got).all(), name
-        assert rel_err(got, want) <= 1e-4, name
+        err = (got.double() - want.double()).norm() / max(want.double().norm().item(), floor)
+        assert err <= 1e-4, name
 
 
 @pytest.mark.parametrize("levels", [2, 8])
@@ -537,5 +543,5 @@ def test_the_compile_time_script_compiles_every_kernel_for_a_gpu(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| forward")
             or line.startswith("| backward")]
-    assert len(rows) == 4  # forward and backward, first and last pass
+    assert len(rows) == 4  # forward and backward, two passes at L = 1024
     assert (tmp_path / "triton_compile_time_cpu.md").read_text() == done.stdout

@@ -43,9 +43,10 @@ recomputed forward all go through the gated levels.  The ids are loaded once per
 (every pass, not only the first), as a (rows, columns) tensor gathered like the state.
 Without ``doc`` the gate is compiled out (``HAS_DOC``).
 
-Memory traffic.  ``L <= 2^c`` (256 by default) is one pass: one read of A and V, one write
-of O.  Up to ``2^(2c)`` (65,536) it is two passes, plus one float32 intermediate
-``(log U, O)`` written and read once (8 bytes per element each way).  The halo is read
+Memory traffic.  ``L <= 2^c`` (32 by default) is one pass: one read of A and V, one write
+of O.  Each further pass (up to ``2^(2c)`` = 1,024 two, up to 32,768 three, up to 2^20
+four) adds one float32 intermediate ``(log U, O)`` written and read once (8 bytes per
+element each way).  The halo is read
 twice; tiles of a column are consecutive in the grid so that the second read can come
 from L2 (not measured).  The intermediate loads as ``(m, h, u) = (log U, O, 1)``, exactly
 like ``(A, V)``: every pass is the same kernel.
@@ -78,10 +79,18 @@ Compile time.  The level loops are run-time loops (``range``), not unrolled
 (``tl.static_range``): unrolled, the backward's ``c (c + 1) / 2`` level steps made about
 81,000 lines of PTX and 31 s of compilation per specialization, 42 s for the four kernels a
 first step at L = 1024 needs; as loops, 5 s (``benchmarks/triton_compile_time.py``, sm_90,
-on a CPU).  Their effect on the run time has not been measured on a GPU yet.
+on a CPU).  On an H200 the loops cost run time at c = 8 (the unrolled e01cd49 kernels:
+forward 0.76 against 1.88 ms, forward + backward 11.4 against 15.2 ms at L = 1024, B = 8,
+D = 1024, bf16), a cost that the choice of c below outweighs many times.
 
-Not tuned: ``LEVELS_PER_PASS``, ``TILE_ELEMENTS``, ``MAX_BLOCK_D`` and ``NUM_WARPS`` are
-first guesses.  The tests run the kernels under the Triton interpreter
+Tuning (``benchmarks/scan_kernel_variants.py``, one run on an H200, Triton 3.6, 2026-11-27;
+``benchmarks/results/gpu/h200-2026-11-27-variants/``).  ``LEVELS_PER_PASS`` is the knob
+that matters: a window of ``2^(c+1)`` rows is the state the ``tl.gather`` shifts move
+around, and at c = 8 (512 rows x 16 channels, three state tensors) the kernels ran at 1%
+of the copy bandwidth.  Forward + backward, L = 1024 / 16384: c = 8 15.2 / 214 ms, c = 6
+2.41 / 67.5, c = 5 1.41 / 37.9, c = 4 1.91 / 40.9; so c = 5.  Fewer warps (4) or wider
+channel blocks (32) made c = 8 10-20x slower still; ``TILE_ELEMENTS`` and the other
+combinations were not reached in that run.  The tests run the kernels under the Triton interpreter
 (``TRITON_INTERPRET=1``) on CPU tensors, and compiled on a GPU where there is one: on an
 H100 (Triton 3.6, 2026-11-26) the unrolled kernels compiled and 31 of the Triton tests
 passed before their time box ended (benchmarks/results/gpu/).
@@ -97,7 +106,7 @@ import triton.language as tl
 
 from .pytorch import _parts  # (channel slice, reverse?) of the causal/anti-causal ranges
 
-LEVELS_PER_PASS = 8  # c: levels per pass; a tile is 2^c rows (and 2^c more of halo)
+LEVELS_PER_PASS = 5  # c: levels per pass; a tile is 2^c rows (and 2^c more of halo)
 TILE_ELEMENTS = 4096  # target rows x columns of one state tensor in a program
 MAX_BLOCK_D = 16  # channels per program (16 bf16 channels = one 32-byte sector per row)
 NUM_WARPS = 8
