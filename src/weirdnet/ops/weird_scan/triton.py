@@ -79,9 +79,10 @@ Compile time.  The level loops are run-time loops (``range``), not unrolled
 (``tl.static_range``): unrolled, the backward's ``c (c + 1) / 2`` level steps made about
 81,000 lines of PTX and 31 s of compilation per specialization, 42 s for the four kernels a
 first step at L = 1024 needs; as loops, 5 s (``benchmarks/triton_compile_time.py``, sm_90,
-on a CPU); with the passes of 5 levels below, 1.7 s.  On an H200 the loops cost run time at c = 8 (the unrolled e01cd49 kernels:
-forward 0.76 against 1.88 ms, forward + backward 11.4 against 15.2 ms at L = 1024, B = 8,
-D = 1024, bf16), a cost that the choice of c below outweighs many times.
+on a CPU); with the passes of 5 levels below, 1.7 s.  On an H200 the loops cost run
+time at c = 8 (the unrolled e01cd49 kernels: forward 0.76 against 1.88 ms, forward +
+backward 11.4 against 15.2 ms at L = 1024, B = 8, D = 1024, bf16), a cost that the choice
+of c below outweighs many times.
 
 Tuning (``benchmarks/scan_kernel_variants.py``, one run on an H200, Triton 3.6, 2026-11-27;
 ``benchmarks/results/gpu/h200-2026-11-27-variants/``).  ``LEVELS_PER_PASS`` is the knob
