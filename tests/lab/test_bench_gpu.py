@@ -63,7 +63,7 @@ def test_dry_run_writes_every_record_and_the_report(tmp_path):
     assert [f["L"] for f in scan["fractions"]] == [64, 128]
     assert all(f["fraction"] > 0 for f in scan["fractions"])
     assert {r["mechanism"] for r in records["speed"]["data"]["rows"]} == \
-        set(gpu.SPEED_MECHANISMS.split(","))
+        set(gpu.SPEED_MECHANISMS["dry-run"].split(","))
     assert [r["batch"] for r in records["decode"]["data"]["runs"]] == list(gpu.DECODE_BATCHES)
     cells = records["suite"]["data"]["cells"]
     assert sorted(c["variant"] for c in cells) == ["softmax", "weird-a"]
