@@ -270,3 +270,25 @@ def test_a_stop_signal_while_a_child_starts_reports_it_started(monkeypatch):
         STOP.reset()
     assert seen == [0]
     assert not children._LIVE  # and the child was stopped
+
+
+def test_a_killed_cell_records_how_it_ended(tmp_path):
+    """A cell whose process the kernel killed (SIGKILL, the out-of-memory killer's signal)
+    is a failed cell whose record says so first, above the log's tail (which held only
+    warnings when it happened to a Mamba cell); a plain exit status reads as one."""
+    from types import SimpleNamespace
+
+    from weirdnet.lab.sweep.engine import cell_outcome, exit_reason
+
+    assert exit_reason(-signal.SIGKILL) == exit_reason(128 + signal.SIGKILL)
+    assert "out-of-memory" in exit_reason(-signal.SIGKILL)
+    assert exit_reason(1) == "the cell's process exited with status 1"
+    assert "SIGSEGV" in exit_reason(-signal.SIGSEGV)
+    store = CellStore(tmp_path / "results", tmp_path / "work")
+    cell = SimpleNamespace(key="c", info={"variant": "mamba"})
+    log = tmp_path / "c.log"
+    log.write_text("[transformers] a warning\n")
+    assert not cell_outcome(cell, {"config_hash": "h"}, -signal.SIGKILL, log, store)
+    record = store.read(cell)
+    assert record["status"] == "failed" and record["exit_status"] == -signal.SIGKILL
+    assert record["error"].startswith("the cell's process was killed by SIGKILL")

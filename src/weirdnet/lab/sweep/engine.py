@@ -130,9 +130,25 @@ def cell_outcome(cell, spec: dict, code: int, log_path: Path, store: CellStore) 
     if code in SIGNAL_EXITS:  # stopped from outside: unfinished, not failed
         raise Interrupted(SIGNAL_EXITS[code])
     tail = log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
-    store.write(cell, {**cell.info, "status": "failed", "error": tail,
+    store.write(cell, {**cell.info, "status": "failed", "exit_status": code,
+                       "error": f"{exit_reason(code)}\n{tail}",
                        "config_hash": spec["config_hash"], "log": str(log_path)})
     return False
+
+
+def exit_reason(code: int) -> str:
+    """One line on how a cell's process ended: its exit status, or the signal that killed
+    it (SIGKILL with no message of its own is, on Linux, usually the out-of-memory
+    killer: a 2026-11-27 Mamba cell beside a 16K-context cell left only warnings)."""
+    number = -code if code < 0 else code - 128 if code > 128 else 0
+    try:
+        name = signal.Signals(number).name if number else None
+    except ValueError:
+        name = None
+    if name is None:
+        return f"the cell's process exited with status {code}"
+    hint = " (on Linux usually the out-of-memory killer)" if number == signal.SIGKILL else ""
+    return f"the cell's process was killed by {name}{hint}"
 
 
 def print_plan(cells: list, states: dict[str, str], store: CellStore) -> None:
