@@ -49,6 +49,28 @@ def test_op_matches_reference(L, causal):
             [q, k, v])
 
 
+@pytest.mark.parametrize("L", LENGTHS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_op_in_query_blocks_matches_reference(L, causal, monkeypatch):
+    """With an explicit mask, long query ranges run in blocks of rows (each call within
+    MASKED_SCORES_LIMIT score elements): forward and all gradients still match the float64
+    reference, also for cached decoding's Lq < Lk."""
+    import importlib
+
+    op_module = importlib.import_module("weirdnet.ops.softmax_attention")  # the module
+    monkeypatch.setattr(op_module, "MASKED_SCORES_LIMIT", 3 * 2 * 2 * L)  # 3 rows a call
+    q, k, v = random_qkv(2, 2, L, 8, seed=L)
+    mask = random_mask(2, L, seed=L)
+    check_against_reference(
+        lambda q, k, v: softmax_attention(q, k, v, causal=causal, mask=mask),
+        lambda q, k, v: softmax_attention_reference(q, k, v, causal=causal, mask=mask),
+        [q, k, v])
+    if causal and L > 1:
+        full = softmax_attention_reference(q, k, v, causal=True, mask=mask)
+        tail = softmax_attention(q[:, :, 1:], k, v, causal=True, mask=mask)
+        assert rel_err(tail, full[:, :, 1:]) <= 1e-12
+
+
 @pytest.mark.parametrize("Lq,Lk", [(1, 9), (5, 9), (9, 9)])
 def test_op_causal_queries_are_the_last_positions(Lq, Lk):
     q, k, v = random_qkv(2, 3, Lk, 4, seed=Lq)

@@ -120,7 +120,35 @@ def softmax_attention(q, k, v, *, causal: bool = False, mask=None, dropout_p: fl
         return masked_sdpa(q, k, v, dropout_p=dropout_p)
     if causal and mask is None and Lq == Lk:
         return masked_sdpa(q, k, v, dropout_p=dropout_p, is_causal=True)
-    return masked_sdpa(q, k, v, attention_mask(mask, Lq, Lk, causal, q.device), dropout_p)
+    return _masked_in_query_blocks(q, k, v, mask, causal, dropout_p)
+
+
+MASKED_SCORES_LIMIT = 2**26
+"""Most score elements (all batch rows and heads together) that one call with an explicit
+mask may hold.  SDPA falls back to its math path for a boolean mask on a CPU and holds
+the whole (B, H, Lq, Lk) score matrix: a Transformer++ scored in 64K-byte windows was
+killed by the out-of-memory killer at 21.7 GB.  Longer query ranges go in blocks of
+rows (each row's softmax is its own, so the result is the same up to rounding)."""
+
+
+def _masked_in_query_blocks(q, k, v, mask, causal: bool, dropout_p: float):
+    """:func:`masked_sdpa` with the explicit mask of (``mask``, ``causal``), in blocks of
+    query rows that keep each call within :data:`MASKED_SCORES_LIMIT` score elements;
+    with ``causal`` a block sees only the keys its last row reaches."""
+    B, H, Lq, _ = q.shape
+    Lk = k.shape[2]
+    rows = max(1, MASKED_SCORES_LIMIT // max(1, B * H * Lk))
+    if rows >= Lq:
+        return masked_sdpa(q, k, v, attention_mask(mask, Lq, Lk, causal, q.device), dropout_p)
+    blocks = []
+    for start in range(0, Lq, rows):
+        stop = min(Lq, start + rows)
+        keys = Lk - Lq + stop if causal else Lk  # bottom-right alignment: see the docstring
+        allowed = attention_mask(None if mask is None else mask[:, :keys], stop - start,
+                                 keys, causal, q.device)
+        blocks.append(masked_sdpa(q[:, :, start:stop], k[:, :, :keys], v[:, :, :keys],
+                                  allowed, dropout_p))
+    return torch.cat(blocks, 2)
 
 
 def reference_attention(q, k, v, allowed: torch.Tensor) -> torch.Tensor:
