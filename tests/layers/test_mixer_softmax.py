@@ -71,6 +71,37 @@ def test_op_in_query_blocks_matches_reference(L, causal, monkeypatch):
         assert rel_err(tail, full[:, :, 1:]) <= 1e-12
 
 
+@pytest.mark.parametrize("L", LENGTHS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_packed_op_in_query_blocks_matches_reference(L, causal, monkeypatch):
+    """Block-diagonal attention over packed documents, its mask built a block of 3 query
+    rows at a time: forward and all gradients match the float64 reference with the whole
+    (B, 1, L, L) mask; a bad ``segments`` is refused."""
+    import importlib
+
+    from weirdnet.ops.packing import segment_ids
+    from weirdnet.ops.softmax_attention import packed_softmax_attention, reference_attention
+
+    op_module = importlib.import_module("weirdnet.ops.softmax_attention")
+    monkeypatch.setattr(op_module, "MASKED_SCORES_LIMIT", 3 * 2 * 2 * L)
+    q, k, v = random_qkv(2, 2, L, 8, seed=L)
+    mask = random_mask(2, L, seed=L)
+    doc_ids = torch.zeros(2, L, dtype=torch.long)
+    for b, starts in enumerate(([1, 3, L // 2], [L - L // 3])):
+        for s in starts:
+            if 0 < s < L:
+                doc_ids[b, s:] += 1
+    seg = segment_ids(doc_ids)
+    allowed = (seg[:, :, None] == seg[:, None, :]).unsqueeze(1) & mask[:, None, None, :]
+    if causal:
+        allowed = allowed & torch.ones(L, L, dtype=torch.bool).tril()
+    check_against_reference(
+        lambda q, k, v: packed_softmax_attention(q, k, v, seg, causal=causal, mask=mask),
+        lambda q, k, v: reference_attention(q, k, v, allowed), [q, k, v])
+    with pytest.raises(ValueError, match="segments must be"):
+        packed_softmax_attention(q, k, v, seg[:, :-1] if L > 1 else seg[:1], mask=mask)
+
+
 @pytest.mark.parametrize("Lq,Lk", [(1, 9), (5, 9), (9, 9)])
 def test_op_causal_queries_are_the_last_positions(Lq, Lk):
     q, k, v = random_qkv(2, 3, Lk, 4, seed=Lq)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from ..ops.checks import check_mask, on_host
 from ..ops.packing import positions_in_document, segment_ids
 from ..ops.rotary import rotary, rotary_angles, token_positions
-from ..ops.softmax_attention import attention_mask, masked_sdpa, softmax_attention
+from ..ops.softmax_attention import packed_softmax_attention, softmax_attention
 from .base import MultiHeadMixer, clear_rows, select_rows
 from .registry import register
 
@@ -116,16 +116,13 @@ class SoftmaxAttention(MultiHeadMixer):
 
     def _mix_packed(self, x, mask, doc_ids):
         """Block-diagonal attention: a query sees the keys of its own document only, and
-        rotary positions restart at each document.  The (B, 1, L, L) mask costs what the
-        attention matrix costs."""
+        rotary positions restart at each document (the mask is built a block of query
+        rows at a time: :func:`packed_softmax_attention`)."""
         q, k, v = self.project_qkv(x)
         q, k = self._rotate(q, k, mask, positions=positions_in_document(doc_ids, mask))
-        L = x.shape[1]
-        segments = segment_ids(doc_ids)
-        allowed = (segments[:, :, None] == segments[:, None, :]).unsqueeze(1)
-        rules = attention_mask(mask, L, L, self.causal, x.device)
-        allowed = allowed if rules is None else allowed & rules
-        return self.project_out(masked_sdpa(q, k, v, allowed, self.dropout_p))
+        return self.project_out(packed_softmax_attention(
+            q, k, v, segment_ids(doc_ids), causal=self.causal, mask=mask,
+            dropout_p=self.dropout_p))
 
     def _new_cache(self, batch_size: int, max_len: int | None) -> SoftmaxKVCache:
         """Buffers of ``max_len`` positions, or growable ones when ``max_len`` is None."""

@@ -9,7 +9,8 @@ KV cache when Lq < Lk.
 A query row with no real key in reach gets output 0 (never NaN), with zero gradient.
 
 This module also holds the helpers every attention op and layer of weirdnet shares:
-:func:`split_heads` / :func:`merge_heads`, :func:`check_qkv` and :func:`masked_sdpa`.
+:func:`split_heads` / :func:`merge_heads`, :func:`check_qkv` and :func:`masked_sdpa`, and
+:func:`packed_softmax_attention` (block-diagonal over packed documents).
 """
 
 from __future__ import annotations
@@ -131,24 +132,43 @@ killed by the out-of-memory killer at 21.7 GB.  Longer query ranges go in blocks
 rows (each row's softmax is its own, so the result is the same up to rounding)."""
 
 
-def _masked_in_query_blocks(q, k, v, mask, causal: bool, dropout_p: float):
-    """:func:`masked_sdpa` with the explicit mask of (``mask``, ``causal``), in blocks of
-    query rows that keep each call within :data:`MASKED_SCORES_LIMIT` score elements;
-    with ``causal`` a block sees only the keys its last row reaches."""
+def _masked_in_query_blocks(q, k, v, mask, causal: bool, dropout_p: float, segments=None):
+    """:func:`masked_sdpa` with the explicit mask of (``mask``, ``causal``, and with
+    ``segments`` (B, L) the same-document rule), in blocks of query rows that keep each
+    call within :data:`MASKED_SCORES_LIMIT` score elements; with ``causal`` a block sees
+    only the keys its last row reaches."""
     B, H, Lq, _ = q.shape
     Lk = k.shape[2]
-    rows = max(1, MASKED_SCORES_LIMIT // max(1, B * H * Lk))
-    if rows >= Lq:
-        return masked_sdpa(q, k, v, attention_mask(mask, Lq, Lk, causal, q.device), dropout_p)
+    rows = max(1, min(Lq, MASKED_SCORES_LIMIT // max(1, B * H * Lk)))
     blocks = []
     for start in range(0, Lq, rows):
         stop = min(Lq, start + rows)
         keys = Lk - Lq + stop if causal else Lk  # bottom-right alignment: see the docstring
         allowed = attention_mask(None if mask is None else mask[:, :keys], stop - start,
                                  keys, causal, q.device)
+        if segments is not None:
+            same = (segments[:, start:stop, None] == segments[:, None, :keys]).unsqueeze(1)
+            allowed = same if allowed is None else allowed & same
         blocks.append(masked_sdpa(q[:, :, start:stop], k[:, :, :keys], v[:, :, :keys],
                                   allowed, dropout_p))
-    return torch.cat(blocks, 2)
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, 2)
+
+
+def packed_softmax_attention(q, k, v, segments, *, causal: bool = False, mask=None,
+                             dropout_p: float = 0.0):
+    """Block-diagonal softmax attention over packed documents: (B, H, L, dv).
+
+    q, k, v: (B, H, L, d | dv) of one sequence of length L; ``segments`` (B, L) int
+    document ids (equal = same document, e.g. ``ops.packing.segment_ids``): a query sees
+    the keys of its own document only, with ``mask`` (B, L) and ``causal`` as in
+    :func:`softmax_attention`.  The mask is built a block of query rows at a time
+    (:data:`MASKED_SCORES_LIMIT`), never as a whole (B, 1, L, L) tensor.
+    """
+    _, _, Lq, Lk = check_qkv(q, k, v, mask, same_length=True)
+    if not isinstance(segments, torch.Tensor) or tuple(segments.shape) != (q.shape[0], Lq):
+        got = tuple(segments.shape) if isinstance(segments, torch.Tensor) else segments
+        raise ValueError(f"segments must be a (B, L) = ({q.shape[0]}, {Lq}) tensor, got {got}")
+    return _masked_in_query_blocks(q, k, v, mask, causal, dropout_p, segments)
 
 
 def reference_attention(q, k, v, allowed: torch.Tensor) -> torch.Tensor:
