@@ -139,19 +139,26 @@ def _masked_in_query_blocks(q, k, v, mask, causal: bool, dropout_p: float, segme
     only the keys its last row reaches."""
     B, H, Lq, _ = q.shape
     Lk = k.shape[2]
-    rows = max(1, min(Lq, MASKED_SCORES_LIMIT // max(1, B * H * Lk)))
-    blocks = []
-    for start in range(0, Lq, rows):
-        stop = min(Lq, start + rows)
-        keys = Lk - Lq + stop if causal else Lk  # bottom-right alignment: see the docstring
-        allowed = attention_mask(None if mask is None else mask[:, :keys], stop - start,
-                                 keys, causal, q.device)
-        if segments is not None:
-            same = (segments[:, start:stop, None] == segments[:, None, :keys]).unsqueeze(1)
-            allowed = same if allowed is None else allowed & same
-        blocks.append(masked_sdpa(q[:, :, start:stop], k[:, :, :keys], v[:, :, :keys],
-                                  allowed, dropout_p))
-    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, 2)
+    if B * H * Lq * Lk <= MASKED_SCORES_LIMIT:  # one call (straight-line code for tracers)
+        return _masked_block(q, k, v, mask, causal, dropout_p, segments, 0, Lq)
+    rows = max(1, MASKED_SCORES_LIMIT // (B * H * Lk))
+    return torch.cat([_masked_block(q, k, v, mask, causal, dropout_p, segments, start,
+                                    min(Lq, start + rows))
+                      for start in range(0, Lq, rows)], 2)
+
+
+def _masked_block(q, k, v, mask, causal: bool, dropout_p: float, segments, start: int,
+                  stop: int):
+    """Query rows [start, stop) of :func:`_masked_in_query_blocks`: (B, H, stop - start, dv)."""
+    Lq, Lk = q.shape[2], k.shape[2]
+    keys = Lk - Lq + stop if causal else Lk  # bottom-right alignment: see the docstring
+    allowed = attention_mask(None if mask is None else mask[:, :keys], stop - start, keys,
+                             causal, q.device)
+    if segments is not None:
+        same = (segments[:, start:stop, None] == segments[:, None, :keys]).unsqueeze(1)
+        allowed = same if allowed is None else allowed & same
+    return masked_sdpa(q[:, :, start:stop], k[:, :, :keys], v[:, :, :keys], allowed,
+                       dropout_p)
 
 
 def packed_softmax_attention(q, k, v, segments, *, causal: bool = False, mask=None,
