@@ -2,8 +2,9 @@
 points (a memory child running, a ``bench speed`` cell running, a suite cell's process
 started or training).  Every case must end with exit status 130/143, one last line
 ``weirdnet bench: ...`` on stderr saying what was kept, no traceback, no child process
-left, and the output folder as it was (no half-written report); an interrupted suite
-cell is unfinished (not failed) and a rerun completes it."""
+left, and the output folder as it was or with whole files added (no half-written report:
+``bench speed`` keeps its measured cells as a partial report); an interrupted suite cell
+is unfinished (not failed) and a rerun completes it."""
 
 from __future__ import annotations
 
@@ -149,6 +150,30 @@ def test_sigterm_while_a_speed_cell_runs(tmp_path):
     _assert_clean_end(bench, signal.SIGTERM, status, children)
     assert took < 10
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".lock"]
+
+
+def test_sigterm_after_a_speed_cell_keeps_it_as_a_partial_report(tmp_path):
+    """The first cell (the reference at the first length) has been measured, the second
+    runs: the first is written as a partial report, beside no full one."""
+    out = tmp_path / "out"
+    bench = Bench(tmp_path, "speed", "--lengths", "64", "128", "--mechanisms", "weird-a",
+                  "--dim", "16", "--depth", "1", "--d-ff", "32", "--heads", "2", "--batch",
+                  "2", "--steps", "1", "--warmup", "0", "--out", str(out))
+    first = bench.wait_for(lambda: bench.children("weirdnet.lab.harness.child speed"),
+                           "the first speed cell", timeout=120)
+    second = bench.wait_for(lambda: {pid: command for pid, command in bench.children(
+        "weirdnet.lab.harness.child speed").items() if pid not in first},
+        "the second speed cell", timeout=120)
+    status, took = bench.stop(signal.SIGTERM)
+    line = _assert_clean_end(bench, signal.SIGTERM, status, {**first, **second})
+    assert took < 20
+    assert "the 1 cell(s) measured before it were written to" in line
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "speed_cpu.partial.json",
+                                                     "speed_cpu.partial.md"]
+    rows = json.loads((out / "speed_cpu.partial.json").read_text())["rows"]
+    assert [r["status"] for r in rows if r["mechanism"] == "softmax"] == \
+        ["ok", "not run (stopped by SIGTERM)"]
+    _no_temporaries(out)
 
 
 def test_sigint_while_generate_measures(tmp_path):

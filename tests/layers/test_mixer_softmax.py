@@ -100,6 +100,8 @@ def test_packed_op_in_query_blocks_matches_reference(L, causal, monkeypatch):
         lambda q, k, v: reference_attention(q, k, v, allowed), [q, k, v])
     with pytest.raises(ValueError, match="segments must be"):
         packed_softmax_attention(q, k, v, seg[:, :-1] if L > 1 else seg[:1], mask=mask)
+    with pytest.raises(TypeError, match="integer .* document ids, got torch.float"):
+        packed_softmax_attention(q, k, v, seg.float(), mask=mask)
 
 
 @pytest.mark.parametrize("Lq,Lk", [(1, 9), (5, 9), (9, 9)])

@@ -437,14 +437,27 @@ def copy_fractions(rows: list[dict], copies: list[dict]) -> list[dict]:
 
 
 def _step_speed(step: Step) -> tuple[str, str]:
+    """``bench speed``; when the time box stops it, the cells it measured before (its
+    partial report, ``speed_<device>.partial.json``) are kept in the record."""
     plan = step.plan
-    done = step.child(plan.bench("speed", "--device", plan.device, "--mechanisms",
-                                 SPEED_MECHANISMS[plan.mode], "--out", str(plan.out / "speed"),
-                                 *SPEED[plan.mode]), "speed")
-    doc = _read_json(plan.out / "speed" / f"speed_{_device_type(plan)}.json")
+    name = f"speed_{_device_type(plan)}"
+    try:
+        done = step.child(plan.bench("speed", "--device", plan.device, "--mechanisms",
+                                     SPEED_MECHANISMS[plan.mode], "--out",
+                                     str(plan.out / "speed"), *SPEED[plan.mode]), "speed")
+    except StepTimeout as timeout:
+        doc = _read_json(plan.out / "speed" / f"{name}.partial.json")
+        if doc is None:
+            raise
+        step.data.update({"file": f"speed/{name}.partial.json", "partial": True,
+                          "settings": doc["settings"], "rows": doc["rows"]})
+        measured = sum(r.get("status") == "ok" for r in doc["rows"])
+        return "timed_out", (f"{timeout}; the {measured} cell(s) measured before it are "
+                             "kept (a partial report)")
+    doc = _read_json(plan.out / "speed" / f"{name}.json")
     if done.returncode != 0 or doc is None:
         return "failed", f"weirdnet bench speed exited with {done.returncode}"
-    step.data.update({"file": f"speed/speed_{_device_type(plan)}.json",
+    step.data.update({"file": f"speed/{name}.json",
                       "settings": doc["settings"], "rows": doc["rows"]})
     bad = [r for r in doc["rows"] if r.get("status") != "ok"]
     return "ok", (f"{len(bad)} cell(s) not ok (skipped or failed)" if bad else "")

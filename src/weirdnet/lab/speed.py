@@ -16,6 +16,9 @@ One training step = forward, loss, backward, optimizer step.
 
 A mechanism whose step took longer than ``--max-step-seconds`` at one length is not run
 at longer ones (marked in the table), so the quadratic Transformer cannot stall the run.
+The cells run one length at a time, the reference first.  A stop signal after some cells
+keeps them as ``<stem>.partial.{json,md}`` (marked partial; a full report there is left
+as it was, and the next full report removes the partial one).
 
 ``--task lm`` measures byte-level language models instead (vocabulary 256, next-byte
 loss), the models of ``weirdnet bench lm`` and its ``transformers`` peers (Llama, Mamba,
@@ -41,12 +44,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from weirdnet._signals import Interrupted, signal_name
 from weirdnet.lab.harness import output
 from weirdnet.lab.harness.alloc import return_freed_memory, reuse_freed_memory
 
@@ -303,38 +308,70 @@ def _resolve(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def measure_all(base: dict[str, Any], mechanisms: list[str], lengths: list[int],
-                max_step_s: float) -> list[dict[str, Any]]:
-    """Measure every (mechanism, length), shortest first, skipping the lengths after a
-    step slower than ``max_step_s`` or after a failure, and those predicted (from the
-    growth between the last two lengths) to be slower or to exceed the memory budget."""
+                max_step_s: float, rows: list[dict[str, Any]] | None = None
+                ) -> list[dict[str, Any]]:
+    """Measure every (mechanism, length): one length at a time, shortest first, the
+    reference first at each (so a run stopped part-way holds whole ratios), skipping a
+    mechanism's longer lengths after a step slower than ``max_step_s`` or after a
+    failure, and those predicted (from the growth between its last two lengths) to be
+    slower or to exceed the memory budget.
+
+    Each row is appended to ``rows`` (a new list if None) as soon as it is known, so the
+    caller keeps the measured ones when a stop signal ends the loop; returns ``rows``.
+    """
     from tqdm.auto import tqdm
 
-    rows = []
+    rows = [] if rows is None else rows
+    order = sorted(mechanisms, key=lambda name: name != base["reference"])
     stopped: dict[str, str] = {}
-    with tqdm(total=len(mechanisms) * len(lengths), unit="cell", dynamic_ncols=True) as bar:
-        for mechanism in mechanisms:
-            done: list[dict[str, Any]] = []
-            for length in sorted(lengths):
+    done: dict[str, list[dict[str, Any]]] = {name: [] for name in order}
+    with tqdm(total=len(order) * len(lengths), unit="cell", dynamic_ncols=True) as bar:
+        for length in sorted(lengths):
+            for mechanism in order:
                 bar.set_postfix_str(f"{mechanism} L={length}")
-                why = stopped.get(mechanism) or _predicted_over(done, length, max_step_s,
-                                                                base["memory_budget_gib"])
-                if why:
-                    stopped[mechanism] = stopped.get(mechanism) or why
-                    rows.append({"mechanism": mechanism, "length": length,
-                                 "status": f"skipped ({why})"})
-                else:
-                    timeout = 60 + max_step_s * (base["steps"] + base["warmup"] + 2) * 4
-                    row = _run_child({**base, "mechanism": mechanism, "length": length},
-                                     timeout)
-                    rows.append(row)
-                    if row["status"] != "ok":
-                        stopped[mechanism] = f"{row['status'].split(' (')[0]} at L={length}"
-                    elif row["step_s"] > max_step_s:
-                        stopped[mechanism] = f"> {max_step_s:g} s/step at L={length}"
-                    else:
-                        done.append(row)
+                rows.append(_measure_or_skip(base, mechanism, length, max_step_s,
+                                             stopped, done[mechanism]))
                 bar.update(1)
     return rows
+
+
+def _measure_or_skip(base: dict[str, Any], mechanism: str, length: int, max_step_s: float,
+                     stopped: dict[str, str], done: list[dict[str, Any]]) -> dict[str, Any]:
+    """One cell's row: measured in a child, or skipped (why in its status).  Updates
+    ``stopped`` (mechanism -> why its longer lengths are skipped) and ``done`` (the
+    mechanism's measured rows)."""
+    why = stopped.get(mechanism) or _predicted_over(done, length, max_step_s,
+                                                    base["memory_budget_gib"])
+    if why:
+        stopped.setdefault(mechanism, why)
+        return {"mechanism": mechanism, "length": length, "status": f"skipped ({why})"}
+    timeout = 60 + max_step_s * (base["steps"] + base["warmup"] + 2) * 4
+    row = _run_child({**base, "mechanism": mechanism, "length": length}, timeout)
+    if row["status"] != "ok":
+        stopped[mechanism] = f"{row['status'].split(' (')[0]} at L={length}"
+    elif row["step_s"] > max_step_s:
+        stopped[mechanism] = f"> {max_step_s:g} s/step at L={length}"
+    else:
+        done.append(row)
+    return row
+
+
+def in_report_order(rows: list[dict[str, Any]], mechanisms: list[str],
+                    lengths: list[int], unmeasured: str | None = None
+                    ) -> list[dict[str, Any]]:
+    """``rows`` by mechanism (in ``mechanisms``' order), then length.  ``unmeasured``:
+    the status of a row added for each (mechanism, length) without one (a stopped run),
+    else those are left out."""
+    have = {(r["mechanism"], r["length"]): r for r in rows}
+    out = []
+    for mechanism in mechanisms:
+        for length in sorted(lengths):
+            row = have.get((mechanism, length))
+            if row is None and unmeasured is not None:
+                row = {"mechanism": mechanism, "length": length, "status": unmeasured}
+            if row is not None:
+                out.append(row)
+    return out
 
 
 def _predicted_over(done: list[dict[str, Any]], length: int, max_step_s: float,
@@ -397,7 +434,6 @@ def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: 
     import torch
 
     from weirdnet._atomic import write_atomic
-    from weirdnet.lab.harness.machine import machine_info
     from weirdnet.lab.speed_report import draw, markdown
 
     try:
@@ -416,13 +452,18 @@ def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: 
         except (ValueError, ImportError) as error:
             print(f"weirdnet bench speed: {error}", file=sys.stderr)
             return 2
-    rows = measure_all(base, mechanisms, args.lengths, base["max_step_seconds"])
+    rows: list[dict[str, Any]] = []
     command = ["weirdnet", *argv]
-    allocator = reuse_freed_memory() if base["memory"] == "trace" else \
-        "in each measuring process: " + next(
-            (r["allocator"] for r in rows if r.get("allocator")), "none ran")
-    info = machine_info(torch.device(base["device"]), command, allocator)
-    result = {"settings": base, "machine": info, "rows": rows}
+    try:
+        measure_all(base, mechanisms, args.lengths, base["max_step_seconds"], rows)
+    except (Interrupted, KeyboardInterrupt) as stop:
+        signum = stop.signum if isinstance(stop, Interrupted) else signal.SIGINT
+        if any(row["status"] == "ok" for row in rows):
+            _write_partial(base, command, in_report_order(
+                rows, mechanisms, args.lengths,
+                unmeasured=f"not run (stopped by {signal_name(signum)})"), out, session)
+        raise
+    result = _result(base, command, in_report_order(rows, mechanisms, args.lengths))
     stem = TASKS[base["task"]].stem + torch.device(base["device"]).type
     text = markdown(result, f"{stem}.png")
     paths = [out / f"{stem}.json", out / f"{stem}.md"]
@@ -436,8 +477,62 @@ def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: 
             print("plot skipped: matplotlib is not installed (pip install matplotlib)",
                   file=sys.stderr)
         write_atomic(paths[1], text)
+        _remove_stale_partial(out, stem)
         session.kept = "the report was written whole: " + ", ".join(map(str, paths))
     print(text, flush=True)
     output.print_written(paths)
     return 0
 
+
+def _result(base: dict[str, Any], command: list[str], rows: list[dict[str, Any]]
+            ) -> dict[str, Any]:
+    """The report's JSON: settings, machine (this process's) and rows."""
+    import torch
+
+    from weirdnet.lab.harness.machine import machine_info
+
+    allocator = reuse_freed_memory() if base["memory"] == "trace" else \
+        "in each measuring process: " + next(
+            (r["allocator"] for r in rows if r.get("allocator")), "none ran")
+    info = machine_info(torch.device(base["device"]), command, allocator)
+    return {"settings": base, "machine": info, "rows": rows}
+
+
+PARTIAL = ".partial"
+"""A stopped run's report is ``<stem>.partial.{json,md}`` beside the full one's names, so
+it never replaces a full report."""
+
+
+def _write_partial(base: dict[str, Any], command: list[str], rows: list[dict[str, Any]],
+                   out: Path, session: output.Writing) -> None:
+    """Write the cells measured before a stop signal as ``<stem>.partial.{json,md}``
+    (written whole; no plot), marked partial, and say so in ``session.kept``."""
+    import torch
+
+    from weirdnet._atomic import write_atomic
+    from weirdnet.lab.speed_report import markdown
+
+    with output.write_whole():
+        result = {**_result(base, command, rows), "partial": True}
+        measured = sum(row["status"] == "ok" for row in rows)
+        stem = TASKS[base["task"]].stem + torch.device(base["device"]).type + PARTIAL
+        text = markdown(result, None)
+        paths = [out / f"{stem}.json", out / f"{stem}.md"]
+        write_atomic(paths[0], json.dumps(result, indent=2) + "\n")
+        write_atomic(paths[1], text)
+        session.kept = (f"the {measured} cell(s) measured before it were written to "
+                        f"{paths[0]} and {paths[1]} (a partial report; any full report "
+                        "there is unchanged); run the same command again for all")
+
+
+def _remove_stale_partial(out: Path, stem: str) -> None:
+    """Delete an earlier stopped run's ``<stem>.partial.*`` once a full report replaces it
+    (only files this command wrote: a JSON marked partial, and its Markdown)."""
+    json_path = out / f"{stem}{PARTIAL}.json"
+    try:
+        ours = json.loads(json_path.read_text(encoding="utf-8")).get("partial") is True
+    except (OSError, ValueError, AttributeError):
+        return
+    if ours:
+        (out / f"{stem}{PARTIAL}.md").unlink(missing_ok=True)
+        json_path.unlink()

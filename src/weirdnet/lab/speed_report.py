@@ -205,13 +205,14 @@ _SLOW_NOTE = ("¹ `transformers` runs this peer's layers on its pure-PyTorch pat
               "gives.")
 
 
-def markdown(result: dict[str, Any], plot: str) -> str:
-    """The report: settings, relative speed, relative memory, absolute numbers, papers'."""
+def markdown(result: dict[str, Any], plot: str | None) -> str:
+    """The report: settings, relative speed, relative memory, absolute numbers, papers'.
+    ``plot``: the PNG's file name, or None (no plot)."""
     m, ref = result["machine"], VARIANTS[reference(result)].label
     lm = _is_lm(result)
     versions = f"; transformers {m['transformers']}" if m.get("transformers") else ""
     out = [f"# Training speed and memory vs the {ref} ({m['device']})", "",
-           _setting(result),
+           *_partial_note(result), _setting(result),
            f"- machine: {m['cpu_model']} ({m['usable_cores']} usable cores"
            + (f", {m['memory_gib']:.1f} GiB" if m.get("memory_gib") else "") + ")"
            + (f", {m['gpu']}" if m.get("gpu") else "") + f"; torch {m['torch']}{versions}; "
@@ -228,13 +229,24 @@ def markdown(result: dict[str, Any], plot: str) -> str:
            "smaller)", "", _memory_note(result), "",
            *_table(result, "memory_mib"), "", *_rss_section(result),
            *(_long_sections(result) if _is_long(result) else []),
-           f"![speed and memory]({plot})", "",
+           *([f"![speed and memory]({plot})", ""] if plot else []),
            f"## Absolute: {'training tokens/s, ' if lm else ''}time per training step / "
            "peak extra memory (ours)", "", *_absolute(result), ""]
     if not lm:
         out += ["## The papers' numbers (their GPUs and their baselines' implementations)",
                 "", *_paper(result), ""]
     return "\n".join(out) + "\n"
+
+
+def _partial_note(result: dict[str, Any]) -> list[str]:
+    """The warning heading a stopped run's report (none for a full one)."""
+    if not result.get("partial"):
+        return []
+    cells = result["rows"]
+    measured = sum(c["status"] == "ok" for c in cells)
+    return [f"**Partial report: the run was stopped; {measured} of its {len(cells)} cells "
+            "were measured** (the others say `not run`). Rerun the command for the full "
+            "report.", ""]
 
 
 def draw(result: dict[str, Any], out: Path) -> Path:

@@ -175,6 +175,11 @@ def packed_softmax_attention(q, k, v, segments, *, causal: bool = False, mask=No
     if not isinstance(segments, torch.Tensor) or tuple(segments.shape) != (q.shape[0], Lq):
         got = tuple(segments.shape) if isinstance(segments, torch.Tensor) else segments
         raise ValueError(f"segments must be a (B, L) = ({q.shape[0]}, {Lq}) tensor, got {got}")
+    if segments.dtype.is_floating_point or segments.dtype.is_complex:
+        raise TypeError(f"segments must hold integer (or bool) document ids, got "
+                        f"{segments.dtype}")
+    if segments.device != q.device:
+        raise ValueError(f"segments are on {segments.device}, q on {q.device}")
     return _masked_in_query_blocks(q, k, v, mask, causal, dropout_p, segments)
 
 
