@@ -21,14 +21,14 @@ OUT=(--out benchmarks/results)
 
 ZOOLOGY=(--recipe zoology --widths 64 --epochs 8 "${OUT[@]}")
 lane_zoology() {  # about 10-25 min a cell at L = 64, 20-60 at L = 128
+    # the rate validation picked for most mechanisms at L = 64 (1e-2) first, at both
+    # lengths, then the other rate
     for lr in 1e-2 2.2e-3; do
         for mech in linear local relation; do
             for conv in 0 4; do
                 echo "weirdnet bench recall ${ZOOLOGY[*]} --lrs $lr --lengths 64 --mechanisms $mech --short-convs $conv"
             done
         done
-    done
-    for lr in 1e-2 2.2e-3; do
         for mech in transformerpp weird-b softmax weird-a ps linear local relation; do
             for conv in 0 4; do
                 echo "weirdnet bench recall ${ZOOLOGY[*]} --lrs $lr --lengths 128 --mechanisms $mech --short-convs $conv"
