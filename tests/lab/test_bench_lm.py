@@ -135,6 +135,42 @@ def test_equal_compute_lm_evaluation_interval_does_not_depend_on_the_models_name
     assert timed_cells(every[:1], rates, 10.0, 1)[0].eval_every == 60
 
 
+def test_timed_runs_evaluate_on_a_doubling_grid_unless_their_context_has_even_runs(
+        tmp_path):
+    """A context's timed runs take the evaluation spacing of the runs stored there (those
+    made before ``train.eval_spacing`` are even, and keep their config hashes), else the
+    doubling grid; the report compares them at the last step every run evaluated."""
+    from weirdnet.lab.lm.command import calibration_cells, stored_spacing, timed_cells
+    from weirdnet.lab.lm.report import last_common_step
+    from weirdnet.lab.sweep.store import CellStore
+    from weirdnet.train.config import eval_due
+
+    store = CellStore(tmp_path, tmp_path / "runs")
+    assert stored_spacing(store, {1024, 4096}, 10.0) == {1024: "doubling", 4096: "doubling"}
+    every = calibration_cells(["weird-a", "softmax"], [1024, 4096])
+    rates = {c.key: 0.8 if c.variant.name == "weird-a" else 0.2 for c in every}
+    cells = timed_cells(every, rates, 10.0, 1, every, {1024: "even", 4096: "doubling"})
+    by_context = {c.context: c for c in cells if c.variant.name == "weird-a"}
+    even = by_context[1024].config_dict(tmp_path)["train"]
+    doubling = by_context[4096].config_dict(tmp_path)["train"]
+    assert "eval_spacing" not in even and (even["eval_every"], even["steps"]) == (15, 480)
+    assert doubling["eval_spacing"] == "doubling" and doubling["eval_every"] == 15
+    (tmp_path / "cells").mkdir()
+    (tmp_path / "cells" / "x.json").write_text(json.dumps(
+        {"kind": "minutes", "minutes": 10.0, "context": 1024, "config": {"train": even}}))
+    assert stored_spacing(store, {1024, 4096}, 10.0) == {1024: "even", 4096: "doubling"}
+    assert stored_spacing(store, {1024}, 5.0) == {1024: "doubling"}  # other minutes
+
+    def record(steps):  # a run's evaluations on the doubling grid of E = 15
+        return {"cpu_steps_per_s": 1.0, "evaluations": [
+            {"step": s, "metrics": {"bpc": 1.0}} for s in range(1, steps + 1)
+            if eval_due(s, steps, 15, "doubling")]}
+
+    # 121 steps (its last, 121, evaluated by it alone) and 480: compared at step 120
+    assert last_common_step([record(121), record(480)]) == 120
+    assert last_common_step([]) == 0
+
+
 def test_equal_compute_lm_report_decides_only_outside_the_intervals():
     """The lm report's comparisons: decided with seeds whose spread is small against
     the gap, undecided with one seed."""

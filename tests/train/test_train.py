@@ -80,6 +80,15 @@ def test_generate_cli_is_greedy_and_reproducible(lm_run, capsys):
     assert first.rstrip("\n") == bytes(ids[0].tolist()).decode("utf-8", errors="replace")
 
 
+def test_doubling_eval_spacing_evaluates_on_its_grid_and_at_the_last_step(tmp_path):
+    _train(tmp_path, "run.name=d", "train.eval_spacing=\"doubling\"", steps=23, eval_every=1,
+           checkpoint_every=0)
+    events = [json.loads(line) for line in
+              (tmp_path / "runs" / "d" / "log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in events if e["event"] == "eval"] == [
+        1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 23]
+
+
 def test_plot_cli(lm_run, capsys):
     run_dir, _ = lm_run
     pytest.importorskip("matplotlib")

@@ -4,7 +4,7 @@ import pytest
 
 from helpers.train import write_config
 from weirdnet.data.registry import DatasetInfo
-from weirdnet.train.config import apply_overrides, load_config, parse_value
+from weirdnet.train.config import apply_overrides, eval_due, load_config, parse_value
 from weirdnet.train.schedule import lr_multiplier
 from weirdnet.train.tasks import best_metric, build_model_config
 from weirdnet.typed_config import ConfigError
@@ -197,3 +197,26 @@ def test_items_longer_than_max_len_are_refused():
     check_lengths(s2s, DatasetInfo(task="seq2seq", max_len=12), "'train'")
     with pytest.raises(ConfigError, match="model.encoder.max_len=8 / model.decoder.max_len=11"):
         check_lengths(s2s, DatasetInfo(task="seq2seq", max_len=13), "'train'")
+
+
+@pytest.mark.parametrize("steps,every,spacing,due", [
+    (20, 5, "even", [5, 10, 15, 20]),
+    (23, 5, "even", [5, 10, 15, 20]),  # the last step is not an even one's
+    (20, 0, "doubling", []),
+    (100, 2, "doubling", [2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80,
+                          96, 100]),
+    (7, 3, "doubling", [3, 6, 7]),
+])
+def test_eval_due(steps, every, spacing, due):
+    assert [s for s in range(1, steps + 1) if eval_due(s, steps, every, spacing)] == due
+
+
+def test_eval_spacing_doubling_costs_log_steps_and_shares_its_grid():
+    """4 evaluations per doubling; two runs of one ``eval_every`` evaluate at the same
+    steps up to the shorter one's end (equal-step comparisons)."""
+    def grid(steps):
+        return [s for s in range(1, steps + 1) if eval_due(s, steps, 3, "doubling")]
+
+    assert len(grid(3 * 8 * 2 ** 10)) == 8 + 4 * 10
+    short, long = grid(200), grid(5000)
+    assert short[:-1] == [s for s in long if s < 200]

@@ -31,8 +31,9 @@ Config tables and keys (defaults and meanings: weirdnet/train/config.py):
   [optim]     name (adamw|adam), lr, betas, eps, weight_decay
   [schedule]  name (cosine|rsqrt|constant), warmup_steps, min_lr_ratio
   [train]     steps, batch_size (global), grad_accum, clip, precision
-              (auto|fp32|bf16|fp16), eval_every, eval_batches, final_eval_batches,
-              checkpoint_every, keep_last, early_stop_patience, early_stop_at,
+              (auto|fp32|bf16|fp16), eval_every, eval_spacing (even|doubling),
+              eval_batches, final_eval_batches, checkpoint_every, keep_last,
+              early_stop_patience, early_stop_at,
               best_metric, log_every, num_workers, distributed (auto|ddp|fsdp), compile
               (true: torch.compile the training step), activation_checkpointing
               (none|blocks|every_k), activation_checkpointing_k

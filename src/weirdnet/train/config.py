@@ -11,8 +11,8 @@ A config file has up to six tables; every key has a default except ``data.datase
     [optim]     name ("adamw" | "adam"), lr, betas, eps, weight_decay
     [schedule]  name ("cosine" | "rsqrt" | "constant"), warmup_steps, min_lr_ratio,
                 extend ("keep" | "rewarm" | "stretch")
-    [train]     steps, batch_size, grad_accum, clip, precision, eval_every, eval_batches,
-                final_eval_batches, checkpoint_every, keep_last, early_stop_patience,
+    [train]     steps, batch_size, grad_accum, clip, precision, eval_every, eval_spacing,
+                eval_batches, final_eval_batches, checkpoint_every, keep_last, early_stop_patience,
                 early_stop_at, best_metric, log_every, num_workers, distributed, compile,
                 activation_checkpointing, activation_checkpointing_k, ffn_chunk
 
@@ -60,6 +60,7 @@ MAX_WORKERS = 64
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DISTRIBUTED = ("auto", "ddp", "fsdp")
 ACTIVATION_CHECKPOINTING = ("none", "blocks", "every_k")
+EVAL_SPACINGS = ("even", "doubling")
 
 
 @dataclass
@@ -140,6 +141,11 @@ class TrainSection:
     "fp16" (CUDA only, with loss scaling);
     eval_every: evaluate every N steps (0 = only at the end) on the first
     eval_batches x batch_size items of the split (0 = the whole split);
+    eval_spacing: "even" (every eval_every steps) or "doubling" (every eval_every steps up
+    to 8 x eval_every, then the gap doubles each time the step count does, 4 evaluations
+    per doubling, and the last step too: a curve on a log-step axis at a cost that grows
+    as log(steps); the steps are the same for every run of the same eval_every, so runs
+    of different lengths are compared at equal steps; :func:`eval_due`);
     final_eval_batches: the same for the evaluation of the best model on the evaluation
     and test splits at the end (0 = whole splits);
     checkpoint_every: steps between checkpoints (0 = only
@@ -168,6 +174,7 @@ class TrainSection:
     clip: float = 1.0
     precision: str = "auto"
     eval_every: int = 200
+    eval_spacing: str = "even"
     eval_batches: int = 50
     final_eval_batches: int = 0
     checkpoint_every: int = 0
@@ -209,6 +216,26 @@ class TrainConfig:
         return from_dict(cls, data, where="config")
 
 
+def eval_due(step: int, steps: int, every: int, spacing: str = "even") -> bool:
+    """Whether the periodic evaluation runs after optimizer step ``step`` (1-based) of a
+    run of ``steps``: see ``train.eval_spacing``.  ``every`` 0: never (the run is
+    evaluated once, at the end).
+
+    "doubling": the gap is ``every`` up to step 8·every, then 2·every up to 16·every,
+    4·every up to 32·every, ... (4 evaluations per doubling), and the last step.
+    """
+    if not every:
+        return False
+    if spacing == "even":
+        return step % every == 0
+    if step == steps:
+        return True
+    gap = every
+    while step > 8 * gap:
+        gap *= 2
+    return step % gap == 0
+
+
 def check(config: TrainConfig) -> None:
     """Value checks beyond types; raise :class:`ConfigError` naming the key."""
     if not config.data.dataset:
@@ -225,6 +252,7 @@ def check(config: TrainConfig) -> None:
             raise ConfigError(str(error)) from None
     _choice("train.precision", config.train.precision, PRECISIONS)
     _choice("train.distributed", config.train.distributed, DISTRIBUTED)
+    _choice("train.eval_spacing", config.train.eval_spacing, EVAL_SPACINGS)
     _choice("train.activation_checkpointing", config.train.activation_checkpointing,
             ACTIVATION_CHECKPOINTING)
     train = config.train

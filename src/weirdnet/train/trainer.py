@@ -3,7 +3,8 @@
 :func:`train` builds everything from a :class:`~weirdnet.train.config.TrainConfig`:
 datasets (``weirdnet.data.get``), the model (:mod:`weirdnet.train.tasks`), AdamW/Adam,
 the schedule, then runs the optimizer steps with gradient accumulation, clipping and
-autocast, evaluates every ``eval_every`` steps, keeps the best model in ``RUN/best``,
+autocast, evaluates every ``eval_every`` steps (or on the doubling grid of
+``eval_spacing``), keeps the best model in ``RUN/best``,
 checkpoints (:mod:`weirdnet.train.checkpoint`), and finally evaluates the best model on
 the evaluation and test splits and prints a results table.  Only rank 0 logs and writes.
 
@@ -42,7 +43,7 @@ from weirdnet.models.safetensors_io import load_file
 from weirdnet.train import checkpoint as ckpt
 from weirdnet.train import distributed as dist_util
 from weirdnet.train import tasks
-from weirdnet.train.config import TrainConfig
+from weirdnet.train.config import TrainConfig, eval_due
 from weirdnet.train.loading import EvalBatches, ResumableSampler, train_loader
 from weirdnet.train.rundir import RunDirError, check_run_dir, claim_run_dir
 from weirdnet.train.runlog import RunLog, results_table
@@ -613,7 +614,8 @@ class Trainer:
                     self._log_train(window, bar)
                 if bar is not None:
                     bar.update(1)
-                at_eval = cfg.eval_every and self.state.step % cfg.eval_every == 0
+                at_eval = eval_due(self.state.step, cfg.steps, cfg.eval_every,
+                                   cfg.eval_spacing)
                 if at_eval:
                     self.phase = "eval"
                     stopped_early = self._evaluate_and_track()

@@ -20,7 +20,10 @@ bytes per step (16,384: batch 16 at 1K, 4 at 4K) of the offline Wikipedia XML co
 
 Every run evaluates validation bits per byte every E steps (equal minutes: E the same for
 every model of a context, an eighth of the slowest model's steps among every model
-calibrated in the folder; equal steps: N / 8), then the test split at the end.
+calibrated in the folder, on the doubling grid of ``train.eval_spacing``: every E steps
+up to 8E, then 4 evaluations each time the step count doubles, and the last step, the
+same steps for every model; a context whose runs were stored before that keeps even
+spacing; equal steps: every N / 8), then the test split at the end.
 
 The report (``lm.md``, ``lm.png``): per context, the parameters, test bits per byte after
 the same minutes or steps, tokens/s, and validation bits per byte at the same step; the
@@ -106,7 +109,8 @@ def model_table(name: str) -> tuple[dict[str, Any], int]:
 class LMCell:
     """One run: a calibration (``steps`` = CALIBRATION_STEPS, no evaluation), a run of
     ``minutes`` (``steps`` from the calibration), or with ``equal_steps`` a run of
-    ``steps`` every model shares; timed runs are evaluated every ``eval_every``."""
+    ``steps`` every model shares; timed runs are evaluated every ``eval_every`` steps
+    with ``eval_spacing`` ("even", or "doubling": ``train.eval_spacing``)."""
 
     variant: Variant
     context: int
@@ -116,6 +120,7 @@ class LMCell:
     minutes: float | None = None
     scale: Scale = Scale()
     equal_steps: bool = False
+    eval_spacing: str = "even"
 
     @property
     def kind(self) -> str:
@@ -150,6 +155,10 @@ class LMCell:
             "train": {"steps": self.steps,
                       "batch_size": max(1, self.scale.bytes_per_step // self.context),
                       "eval_every": self.eval_every if timed else 0,
+                      # only where not "even": the runs stored before the option keep
+                      # their config (and hash)
+                      **({"eval_spacing": self.eval_spacing}
+                         if timed and self.eval_spacing != "even" else {}),
                       "eval_batches": self.scale.eval_batches,
                       "final_eval_batches": self.scale.final_eval_batches if timed else 1,
                       "log_every": 10},
@@ -187,13 +196,15 @@ longer than the others; the report marks it)."""
 
 
 def timed_cells(calibrations: list[LMCell], rates: dict[str, float], minutes: float,
-                seeds: int, peers: list[LMCell] | None = None) -> list[LMCell]:
+                seeds: int, peers: list[LMCell] | None = None,
+                spacings: dict[int, str] | None = None) -> list[LMCell]:
     """The timed runs of ``calibrations``: steps = minutes x 60 x the calibrated steps/s
     (at least :data:`MIN_STEPS`);
     every model of a context evaluated every E steps, E = an eighth of the fewest steps
     among ``peers`` of that context (default: ``calibrations``; the command passes every
     model calibrated in its folder, so that naming fewer models keeps E, and with it the
-    runs already stored)."""
+    runs already stored), with the spacing ``spacings[context]`` (default "doubling":
+    :func:`stored_spacing`)."""
     steps = {c.key: max(MIN_STEPS, round(minutes * 60 * rates[c.key]))
              for c in (*calibrations, *(peers or ()))}
     out = []
@@ -201,8 +212,28 @@ def timed_cells(calibrations: list[LMCell], rates: dict[str, float], minutes: fl
         mine = [c for c in calibrations if c.context == context]
         group = [c for c in (peers or mine) if c.context == context] or mine
         every = max(1, min(steps[c.key] for c in group) // 8)
-        out += [LMCell(c.variant, context, seed, steps[c.key], every, minutes, c.scale)
+        spacing = (spacings or {}).get(context, "doubling")
+        out += [LMCell(c.variant, context, seed, steps[c.key], every, minutes, c.scale,
+                       eval_spacing=spacing)
                 for c in mine for seed in range(seeds)]
+    return out
+
+
+def stored_spacing(store: CellStore, contexts, minutes: float) -> dict[int, str]:
+    """Per context, the evaluation spacing of its timed runs of ``minutes``: that of a run
+    already recorded there (so later seeds and models keep the configs of the stored
+    runs; the runs made before ``train.eval_spacing`` existed are "even"), else
+    "doubling" (evaluations that grow as log(steps), not as steps / E)."""
+    out = {context: "doubling" for context in contexts}
+    for record in store.all_records():
+        try:
+            context = int(record["context"])
+        except (KeyError, TypeError, ValueError):
+            continue  # a record this code cannot place
+        if _kind(record) == "minutes" and record.get("minutes") == minutes \
+                and context in out:
+            out[context] = record.get("config", {}).get("train", {}).get(
+                "eval_spacing", "even")
     return out
 
 
@@ -241,8 +272,10 @@ def stored_runs(store: CellStore, planned: list[LMCell], minutes: float,
     done = [r for r in store.all_records() if r.get("status") == "done"]
     seeds = [r.get("seed", 0) for r in done if _kind(r) == "minutes"
              and r.get("minutes") == minutes]
-    candidates = timed_cells([c for c in calibrated if c.key in rates], rates, minutes,
-                             1 + max(seeds, default=0), calibrated) if seeds else []
+    timed = [c for c in calibrated if c.key in rates]
+    candidates = timed_cells(timed, rates, minutes, 1 + max(seeds, default=0), calibrated,
+                             stored_spacing(store, {c.context for c in timed}, minutes)
+                             ) if seeds else []
     for record in done:
         if _kind(record) == "steps":
             try:
@@ -390,7 +423,8 @@ def _run(args, argv, planned: list[LMCell], store: CellStore, session: output.Wr
         # --report-only: a model never calibrated has no timed run to show
         planned = [c for c in planned if c.key in rates]
         calibrated = [c for c in calibrated if c.key in rates]
-        cells = timed_cells(planned, rates, args.minutes, args.seeds, calibrated)
+        cells = timed_cells(planned, rates, args.minutes, args.seeds, calibrated,
+                            stored_spacing(store, {c.context for c in planned}, args.minutes))
     configs = {c.key: c.config_dict(store.work_dir) for c in cells}
     states = {c.key: store.state(c, configs[c.key]) for c in cells}
     if not args.report_only and any(s != "done" for s in states.values()):

@@ -69,6 +69,13 @@ def curve(record: dict[str, Any]) -> list[tuple[int, float, float]]:
             for e in record.get("evaluations", [])]
 
 
+def last_common_step(records: Sequence[dict[str, Any]]) -> int:
+    """The last step at which every record was evaluated (0: none): the end of the
+    shortest run on the shared grid (even or doubling spacing)."""
+    steps = [{s for s, _, _ in curve(r)} for r in records]
+    return max(set.intersection(*steps), default=0) if steps else 0
+
+
 def _mean_text(values: list[float], digits: int = 3) -> str:
     mean, low, high = mean_interval(values)
     return f"{mean:.{digits}f}" + (f" [{low:.{digits}f}, {high:.{digits}f}]"
@@ -105,8 +112,7 @@ def context_table(cells: Sequence, done: dict[str, dict]) -> list[str]:
     by_variant = _by_variant(cells, done)
     if not by_variant:
         return ["(no finished runs)"]
-    common = min(max((s for s, _, _ in curve(r)), default=0)
-                 for records in by_variant.values() for r in records)
+    common = last_common_step([r for records in by_variant.values() for r in records])
     budget = (f"{cells[0].steps:,} steps" if cells[0].equal_steps
               else f"{cells[0].minutes:g} min")
     header = ["Model", "non-embedding parameters (vs reference)", "seeds", "steps",
