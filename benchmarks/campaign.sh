@@ -44,11 +44,14 @@ lane_lm() {  # about 20-40 min a run (10 calibrated minutes, evaluations, a slow
         echo "weirdnet bench lm --contexts 1024 --minutes 10 --mechanisms $mech ${OUT[*]}"
     done
     echo "weirdnet bench lm --contexts 1024 --steps 100 --seeds 3 --mechanisms qwen3-next,xlstm,recurrent-gemma ${OUT[*]}"
-    echo "weirdnet bench lm --contexts 4096 --steps 100 --mechanisms qwen3-next,xlstm,recurrent-gemma ${OUT[*]}"
+    # the seeds that decide the headline pair first, then the other two of the four
+    echo "weirdnet bench lm --contexts 1024 --minutes 10 --seeds 3 --mechanisms weird-a,transformerpp ${OUT[*]}"
+    echo "weirdnet bench lm --contexts 1024 --minutes 10 --seeds 3 --mechanisms weird-b,mamba2 ${OUT[*]}"
     for mech in weird-a transformerpp mamba2 weird-b llama softmax weird-a-pp weird-b-pp mamba rwkv; do
         echo "weirdnet bench lm --contexts 4096 --minutes 10 --mechanisms $mech ${OUT[*]}"
     done
-    echo "weirdnet bench lm --contexts 1024 4096 --minutes 10 --seeds 3 --mechanisms weird-a,weird-b,transformerpp,mamba2 ${OUT[*]}"
+    echo "weirdnet bench lm --contexts 4096 --steps 100 --mechanisms qwen3-next,xlstm,recurrent-gemma ${OUT[*]}"
+    echo "weirdnet bench lm --contexts 4096 --minutes 10 --seeds 3 --mechanisms weird-a,weird-b,transformerpp,mamba2 ${OUT[*]}"
     echo "weirdnet bench suite --budget laptop --tables today ${OUT[*]}"
 }
 
