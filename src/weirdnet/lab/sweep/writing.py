@@ -6,6 +6,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from weirdnet.lab.sweep.cell import training_seconds
+
 
 def panels(rows: int, cols: int, width: float, height: float):
     """A matplotlib Figure on the Agg canvas (no pyplot state) and its (rows, cols) grid
@@ -52,14 +54,13 @@ def write_report(folder: Path, stem: str, text: str,
 
 
 def progress_lines(cells, done: dict[str, dict], failed: list[str]) -> list[str]:
-    """A report's closing lines: how many cells are done and their training wall time
-    (a resumed cell's record counts only its last process), and the failed cells."""
-    total_s = sum(r.get("wall_s", 0.0) for r in done.values())
-    resumed = sum(1 for r in done.values() if r.get("resumed"))
-    note = (f" ({resumed} resumed cell{'s count' if resumed > 1 else ' counts'} only the "
-            "time after resuming)") if resumed else ""
-    out = [f"{len(done)} of {len(cells)} cells done; their training wall time "
-           f"{total_s / 3600:.2f} h on this machine{note}.", ""]
+    """A report's closing lines: how many cells are done and their training time (each
+    cell's steps at its measured rate, :func:`.cell.training_seconds`: a cell resumed
+    across processes counts all its steps; evaluations left out), and the failed cells."""
+    total_s = sum(training_seconds(r) or 0.0 for r in done.values())
+    out = [f"{len(done)} of {len(cells)} cells done; their training time {total_s / 3600:.2f} "
+           "h (each cell's steps at its measured steps/s, on the machine its record names; "
+           "evaluations left out).", ""]
     if failed:
         out += ["Failed cells (see their logs): " + ", ".join(failed), ""]
     return out
