@@ -114,10 +114,8 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
            "casts, headings, which are harder to predict); a longer window has fewer window "
            "starts, so its first buckets hold more openings. Compare a bucket across models "
            "at one window; the last row gives each bucket's size.", ""]
-    for record in list(done.values())[:1]:
-        machine = record.get("machine", {})
-        out += [f"- machine: {machine.get('cpu_model', '?')}; torch "
-                f"{machine.get('torch', '?')}; commit {str(record.get('commit'))[:10]}", ""]
+    if done:
+        out += [*writing.machine_lines(done), ""]
     edges = list(BOUNDS)
     for context in contexts:
         shown = [e for e in edges if e < context]

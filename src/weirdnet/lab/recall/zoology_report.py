@@ -77,10 +77,8 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
            "mechanisms, is what the column measures.", "",
            "Deviations from Zoology's Figure 2 in this sweep:", "",
            *(f"- {line}" for line in zoology.deviations(list(cells))), ""]
-    for record in list(done.values())[:1]:
-        machine = record.get("machine", {})
-        out += [f"- machine: {machine.get('cpu_model', '?')}; torch "
-                f"{machine.get('torch', '?')}; commit {str(record.get('commit'))[:10]}", ""]
+    if done:
+        out += [*writing.machine_lines(done), ""]
     for length in sorted({c.length for c in cells}):
         widths = sorted({c.width for c in cells if c.length == length})
         out += [f"## L = {length}, {zoology.pairs(length)} key-value pairs, batch "

@@ -53,6 +53,31 @@ def write_report(folder: Path, stem: str, text: str,
         return write_atomic(folder / f"{stem}.md", text)
 
 
+def _commit_label(label: object) -> str:
+    """A commit as a report names it: 10 hex digits, "+dirty" kept."""
+    text = str(label)
+    return text[:10] + ("+dirty" if text.endswith("+dirty") else "")
+
+
+def machine_lines(done: dict[str, dict]) -> list[str]:
+    """One line per machine the finished cells' records name: how many cells ran there,
+    torch, and every commit they ran at (a cell resumed across commits names each)."""
+    by_machine: dict[str, list[dict]] = {}
+    for record in done.values():
+        machine = record.get("machine") or {}
+        name = machine.get("gpu") or machine.get("cpu_model") or "?"
+        by_machine.setdefault(name, []).append(record)
+    lines = []
+    for name, records in by_machine.items():
+        torch = sorted({str((r.get("machine") or {}).get("torch", "?")) for r in records})
+        commits = sorted({_commit_label(c) for r in records
+                          for c in (r.get("commits") or [r.get("commit")])})
+        cells = f"{len(records)} cell" + ("s" if len(records) > 1 else "")
+        lines.append(f"- machine: {name} ({cells}); torch {', '.join(torch)}; "
+                     f"commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}")
+    return lines
+
+
 def progress_lines(cells, done: dict[str, dict], failed: list[str]) -> list[str]:
     """A report's closing lines: how many cells are done and their training time (each
     cell's steps at its measured rate, :func:`.cell.training_seconds`: a cell resumed
