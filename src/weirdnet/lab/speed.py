@@ -431,7 +431,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: Path,
          session: output.Writing) -> int:
-    import torch
 
     from weirdnet._atomic import write_atomic
     from weirdnet.lab.speed_report import draw, markdown
@@ -464,7 +463,7 @@ def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: 
                 unmeasured=f"not run (stopped by {signal_name(signum)})"), out, session)
         raise
     result = _result(base, command, in_report_order(rows, mechanisms, args.lengths))
-    stem = TASKS[base["task"]].stem + torch.device(base["device"]).type
+    stem = _report_stem(base)
     text = markdown(result, f"{stem}.png")
     paths = [out / f"{stem}.json", out / f"{stem}.md"]
     with output.write_whole():
@@ -482,6 +481,13 @@ def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: 
     print(text, flush=True)
     output.print_written(paths)
     return 0
+
+
+def _report_stem(base: dict[str, Any]) -> str:
+    """The report files' name before their suffix: e.g. ``speed_lm_cpu``."""
+    import torch
+
+    return TASKS[base["task"]].stem + torch.device(base["device"]).type
 
 
 def _result(base: dict[str, Any], command: list[str], rows: list[dict[str, Any]]
@@ -507,7 +513,6 @@ def _write_partial(base: dict[str, Any], command: list[str], rows: list[dict[str
                    out: Path, session: output.Writing) -> None:
     """Write the cells measured before a stop signal as ``<stem>.partial.{json,md}``
     (written whole; no plot), marked partial, and say so in ``session.kept``."""
-    import torch
 
     from weirdnet._atomic import write_atomic
     from weirdnet.lab.speed_report import markdown
@@ -515,7 +520,7 @@ def _write_partial(base: dict[str, Any], command: list[str], rows: list[dict[str
     with output.write_whole():
         result = {**_result(base, command, rows), "partial": True}
         measured = sum(row["status"] == "ok" for row in rows)
-        stem = TASKS[base["task"]].stem + torch.device(base["device"]).type + PARTIAL
+        stem = _report_stem(base) + PARTIAL
         text = markdown(result, None)
         paths = [out / f"{stem}.json", out / f"{stem}.md"]
         write_atomic(paths[0], json.dumps(result, indent=2) + "\n")

@@ -12,9 +12,10 @@ A config file has up to six tables; every key has a default except ``data.datase
     [schedule]  name ("cosine" | "rsqrt" | "constant"), warmup_steps, min_lr_ratio,
                 extend ("keep" | "rewarm" | "stretch")
     [train]     steps, batch_size, grad_accum, clip, precision, eval_every, eval_spacing,
-                eval_batches, final_eval_batches, checkpoint_every, keep_last, early_stop_patience,
-                early_stop_at, best_metric, log_every, num_workers, distributed, compile,
-                activation_checkpointing, activation_checkpointing_k, ffn_chunk
+                eval_batches, final_eval_batches, checkpoint_every, keep_last,
+                early_stop_patience, early_stop_at, best_metric, log_every, num_workers,
+                distributed, compile, activation_checkpointing, activation_checkpointing_k,
+                ffn_chunk
 
 A file may end with named overlays: ``[overlay.cpu]`` (and its sub-tables
 ``[overlay.cpu.train]`` etc.) holds what the config ``<file>-cpu`` changes, e.g. the

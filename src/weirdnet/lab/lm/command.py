@@ -264,18 +264,17 @@ def stored_calibrations(store: CellStore, named: list[LMCell],
 
 def stored_runs(store: CellStore, planned: list[LMCell], minutes: float,
                 calibrated: list[LMCell], rates: dict[str, float],
-                scale: Scale = Scale()) -> list[LMCell]:
+                spacings: dict[int, str], scale: Scale = Scale()) -> list[LMCell]:
     """``planned`` and every other run stored in ``store`` that the code still builds
     (models, contexts or seeds this command did not ask for): the runs of ``minutes``
-    that the stored calibrations give, and the equal-steps runs of every step count;
+    that the stored calibrations give (evaluated with ``spacings``, as
+    :func:`timed_cells`), and the equal-steps runs of every step count;
     what the report shows, by context, model and seed."""
     done = [r for r in store.all_records() if r.get("status") == "done"]
     seeds = [r.get("seed", 0) for r in done if _kind(r) == "minutes"
              and r.get("minutes") == minutes]
-    timed = [c for c in calibrated if c.key in rates]
-    candidates = timed_cells(timed, rates, minutes, 1 + max(seeds, default=0), calibrated,
-                             stored_spacing(store, {c.context for c in timed}, minutes)
-                             ) if seeds else []
+    candidates = timed_cells([c for c in calibrated if c.key in rates], rates, minutes,
+                             1 + max(seeds, default=0), calibrated, spacings) if seeds else []
     for record in done:
         if _kind(record) == "steps":
             try:
@@ -414,6 +413,7 @@ def _run(args, argv, planned: list[LMCell], store: CellStore, session: output.Wr
             return status
     calibrated = stored_calibrations(store, [] if args.steps else planned, scale)
     rates = _rates(store, calibrated)
+    spacings = stored_spacing(store, {c.context for c in calibrated}, args.minutes)
     if not args.steps:
         missing = [c.key for c in planned if c.key not in rates]
         if missing and not args.report_only:
@@ -423,13 +423,12 @@ def _run(args, argv, planned: list[LMCell], store: CellStore, session: output.Wr
         # --report-only: a model never calibrated has no timed run to show
         planned = [c for c in planned if c.key in rates]
         calibrated = [c for c in calibrated if c.key in rates]
-        cells = timed_cells(planned, rates, args.minutes, args.seeds, calibrated,
-                            stored_spacing(store, {c.context for c in planned}, args.minutes))
+        cells = timed_cells(planned, rates, args.minutes, args.seeds, calibrated, spacings)
     configs = {c.key: c.config_dict(store.work_dir) for c in cells}
     states = {c.key: store.state(c, configs[c.key]) for c in cells}
     if not args.report_only and any(s != "done" for s in states.values()):
         require_corpus()
-    shown = stored_runs(store, cells, args.minutes, calibrated, rates, scale)
+    shown = stored_runs(store, cells, args.minutes, calibrated, rates, spacings, scale)
     return run_cells("lm", cells, configs, states, store, session, command,
                      args.report_only, lambda: write_report(store, shown, not args.no_plot),
                      args.jobs)
