@@ -44,6 +44,7 @@ def test_set_overrides_nested_keys(tmp_path):
     ("train.batch_size=0", "train.batch_size must be >= 1"),
     ("steps", "expected section.key=value"),
     ("train.grad_accum=3", "not a multiple of train.grad_accum"),
+    ("train.eval_spacing=log", "train.eval_spacing"),
 ])
 def test_bad_overrides_name_the_key(tmp_path, assignment, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
@@ -220,3 +221,9 @@ def test_eval_spacing_doubling_costs_log_steps_and_shares_its_grid():
     assert len(grid(3 * 8 * 2 ** 10)) == 8 + 4 * 10
     short, long = grid(200), grid(5000)
     assert short[:-1] == [s for s in long if s < 200]
+
+
+def test_eval_due_refuses_an_unknown_spacing():
+    with pytest.raises(ValueError, match=r"eval spacing must be one of \('even', 'doubling'\), "
+                                         "got 'log'"):
+        eval_due(1, 10, 2, "log")

@@ -225,6 +225,8 @@ def eval_due(step: int, steps: int, every: int, spacing: str = "even") -> bool:
     "doubling": the gap is ``every`` up to step 8·every, then 2·every up to 16·every,
     4·every up to 32·every, ... (4 evaluations per doubling), and the last step.
     """
+    if spacing not in EVAL_SPACINGS:
+        raise ValueError(f"eval spacing must be one of {EVAL_SPACINGS}, got {spacing!r}")
     if not every:
         return False
     if spacing == "even":
