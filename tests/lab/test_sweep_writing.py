@@ -21,6 +21,17 @@ def test_every_machine_and_commit_is_named():
     assert machine_lines({}) == []
 
 
+def test_a_report_names_its_machines_units_and_details_its_own_way():
+    done = {"a": _record("EPYC", "1" * 40, torch_threads=1),
+            "b": _record("EPYC", "2" * 40, torch_threads=2)}
+    done["b"]["machine"]["transformers"] = "5.24.0"
+    lines = machine_lines(done, name=lambda r: r["machine"]["cpu_model"] + ", 2 cores",
+                          unit="run", details=lambda rs: "threads " + ", ".join(
+                              str(r["torch_threads"]) for r in rs))
+    assert lines == ["- machine: EPYC, 2 cores (2 runs); threads 1, 2; torch 2.13.0+cpu, "
+                     "transformers 5.24.0; commits 1111111111, 2222222222"]
+
+
 def test_training_time_counts_a_resumed_cells_every_step():
     done = {"resumed": _record("x", "1", steps=300, cpu_steps_per_s=0.03, wall_s=1.2,
                                resumed=True),

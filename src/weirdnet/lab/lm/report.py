@@ -220,27 +220,12 @@ def comparisons(cells: Sequence, done: dict[str, dict]) -> list[str]:
     return markdown_table(["comparison", "test bits/byte", "difference", "verdict"], rows)
 
 
-def _machines(done: dict[str, dict]) -> list[str]:
-    """One line per machine the records were made on, with what ran there."""
-    by_machine: dict[str, list[dict]] = {}
-    for record in done.values():
-        machine = record.get("machine", {})
-        by_machine.setdefault(_machine_name(record), []).append(record)
-    lines = []
-    for name, records in by_machine.items():
-        machine = records[0].get("machine", {})
-        threads = sorted({r.get("torch_threads") for r in records} - {None})
-        at_once = sorted({r.get("cells_at_once", 1) for r in records})
-        commits = sorted({str(r.get("commit"))[:10] for r in records})
-        runs = f"{len(records)} run" + ("s" if len(records) > 1 else "")
-        lines.append(f"- machine: {name} ({runs}); torch threads per run: "
-                     f"{', '.join(map(str, threads)) or '?'}; runs at once: "
-                     f"{', '.join(map(str, at_once))}; torch {machine.get('torch', '?')}"
-                     + "".join(sorted({f", transformers {r['machine']['transformers']}"
-                                       for r in records
-                                       if r.get("machine", {}).get("transformers")}))
-                     + f"; commits {', '.join(commits)}")
-    return lines
+def _run_details(records: list[dict]) -> str:
+    """How the runs on one machine shared it: torch threads per run, runs at once."""
+    threads = sorted({r.get("torch_threads") for r in records} - {None})
+    at_once = sorted({r.get("cells_at_once", 1) for r in records})
+    return (f"torch threads per run: {', '.join(map(str, threads)) or '?'}; runs at once: "
+            f"{', '.join(map(str, at_once))}")
 
 
 def _groups(cells: Sequence) -> list[tuple[str, list]]:
@@ -276,7 +261,7 @@ def markdown(cells: Sequence, done: dict[str, dict]) -> str:
            "CPU (the fused kernels of Mamba, Mamba-2, Gated DeltaNet and xLSTM need a GPU; "
            "RecurrentGemma's RG-LRU is a step-by-step loop on every device): its speed is "
            "what a CPU user gets; its quality per step is unaffected.", ""]
-    out += _machines(done) + [""]
+    out += writing.machine_lines(done, name=_machine_name, unit="run", details=_run_details) + [""]
     for title, mine in _groups(cells):
         out += [f"## {title}", "", *context_table(mine, done), ""]
         if table := comparisons(mine, done):

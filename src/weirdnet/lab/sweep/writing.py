@@ -59,21 +59,34 @@ def _commit_label(label: object) -> str:
     return text[:10] + ("+dirty" if text.endswith("+dirty") else "")
 
 
-def machine_lines(done: dict[str, dict]) -> list[str]:
-    """One line per machine the finished cells' records name: how many cells ran there,
-    torch, and every commit they ran at (a cell resumed across commits names each)."""
+def _machine_label(record: dict) -> str:
+    """The machine a record names: its GPU, else its CPU model."""
+    machine = record.get("machine") or {}
+    return machine.get("gpu") or machine.get("cpu_model") or "?"
+
+
+def machine_lines(done: dict[str, dict], *, name: Callable[[dict], str] = _machine_label,
+                  unit: str = "cell",
+                  details: Callable[[list[dict]], str] | None = None) -> list[str]:
+    """One line per machine (``name(record)``) the finished records name: how many
+    ``unit``s ran there, ``details(records)`` if given, torch (and transformers where a
+    record names it), and every commit they ran at (a cell resumed across commits names
+    each)."""
     by_machine: dict[str, list[dict]] = {}
     for record in done.values():
-        machine = record.get("machine") or {}
-        name = machine.get("gpu") or machine.get("cpu_model") or "?"
-        by_machine.setdefault(name, []).append(record)
+        by_machine.setdefault(name(record), []).append(record)
     lines = []
-    for name, records in by_machine.items():
-        torch = sorted({str((r.get("machine") or {}).get("torch", "?")) for r in records})
+    for label, records in by_machine.items():
+        machines = [r.get("machine") or {} for r in records]
+        versions = "torch " + ", ".join(sorted({str(m.get("torch", "?")) for m in machines}))
+        if transformers := sorted({str(m["transformers"]) for m in machines
+                                   if m.get("transformers")}):
+            versions += ", transformers " + ", ".join(transformers)
         commits = sorted({_commit_label(c) for r in records
                           for c in (r.get("commits") or [r.get("commit")])})
-        cells = f"{len(records)} cell" + ("s" if len(records) > 1 else "")
-        lines.append(f"- machine: {name} ({cells}); torch {', '.join(torch)}; "
+        count = f"{len(records)} {unit}" + ("s" if len(records) > 1 else "")
+        extra = f"; {details(records)}" if details else ""
+        lines.append(f"- machine: {label} ({count}){extra}; {versions}; "
                      f"commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}")
     return lines
 
