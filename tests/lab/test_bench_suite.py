@@ -644,3 +644,29 @@ def test_todays_baselines_table_trains_a_transformers_peer_in_a_suite_cell(tmp_p
     report = (tmp_path / "results" / "suite-smoke" / "report.md").read_text()
     assert "## The baselines the field uses today (byte-level LM)" in report
     assert "| Llama (transformers) |" in report and "| Transformer++ |" in report
+
+
+def test_lm_table_states_each_models_non_embedding_parameters_against_the_transformer(
+        tmp_path):
+    """The LM tables count parameters as the peers are matched (no embedding tables), so
+    a reader sees which models are larger than the GPT-2-style Transformer, and by how
+    much: the Transformer++ options' SwiGLU at the task's d_ff is 3/2 the feed-forward."""
+    from weirdnet.lab.matching import count
+    from weirdnet.lab.suite.report import lm_table, non_embedding_parameters
+
+    budget, lm = get_budget("laptop"), get_task("lm")
+    records = []
+    for name in ("softmax", "transformerpp"):
+        record = _record("lm", name, 3.0)
+        record["config"] = Cell(lm, get_variant(name), 0, budget).config_dict(tmp_path)
+        records.append(record)
+    transformer, transformerpp = (non_embedding_parameters(r) for r in records)
+    assert "preset" in records[0]["config"]["model"]  # resolved under the stored table
+    assert transformerpp == count({"backbone": {"dim": 64, "depth": 2, "d_ff": 128,
+                                                "heads": 4, "positions": "rope",
+                                                "norm": "rmsnorm", "activation": "swiglu",
+                                                "bias": False, "pattern": "softmax"}})
+    table = "\n".join(lm_table(Results(records), ("softmax", "transformerpp", "weird-a")))
+    assert f"| Transformer | 3.000 | 1.16 | 0.00M; {transformer / 1e6:.3f}M (+0.0%) |" in table
+    assert f"{transformerpp / 1e6:.3f}M ({transformerpp / transformer - 1:+.1%})" in table
+    assert "| Weird-Net A | – | – | – |" in table  # not run: no count

@@ -255,7 +255,11 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
                 "`transformers` peers, each peer matched to the non-embedding parameters "
                 "of the GPT-2-style Transformer with this task's widths (within 5%; "
                 "Mamba and Mamba-2 by their number of layers); Weird-Net A and B with and "
-                "without the Transformer++ options. On a CPU, Mamba and Mamba-2 run "
+                "without the Transformer++ options. weirdnet's own models keep the "
+                "task's widths (D, N, d_ff), so their non-embedding counts differ from "
+                "the Transformer's: the parameters column says by how much (the "
+                "Transformer++ options' SwiGLU has three d_ff-wide matrices, not two; "
+                "`bench lm` matches every model instead). On a CPU, Mamba and Mamba-2 run "
                 "`transformers`' pure-PyTorch path: their steps/s is a CPU user's.", "",
                 *lm_table(results, TABLES_BY_NAME["today"].variants), ""]
     if "dba-forms" in tables:

@@ -256,19 +256,48 @@ def uea_table(results: Results, variants: Sequence[str], tasks: Sequence[str]) -
     return markdown_table(header, rows)
 
 
+def non_embedding_parameters(record: dict[str, Any]) -> int:
+    """The non-embedding parameters of a finished LM cell's model (the count the peers
+    are matched by; :mod:`weirdnet.lab.matching`), from its stored ``model`` table with
+    any preset's backbone under it."""
+    from weirdnet.lab.matching import count
+    from weirdnet.models.presets import get_preset
+
+    model = dict(record["config"]["model"])
+    if preset := model.pop("preset", None):
+        backbone = {**get_preset(preset).config["backbone"], **model.get("backbone", {})}
+        model = {**model, "backbone": backbone}
+    return count(model)
+
+
+def _parameters_text(records: list[dict[str, Any]], reference: int | None) -> str:
+    """All parameters, then the non-embedding ones and their difference from
+    ``reference`` (the GPT-2-style Transformer's)."""
+    if not records:
+        return "–"
+    mine = non_embedding_parameters(records[0])
+    versus = f" ({mine / reference - 1:+.1%})" if reference else ""
+    return f"{records[0]['parameters'] / 1e6:.2f}M; {mine / 1e6:.3f}M{versus}"
+
+
 def lm_table(results: Results, variants: Sequence[str]) -> list[str]:
-    """Byte-level LM: test bpc, parameters and speed (paper: enwik8, GPT-2-small size)."""
+    """Byte-level LM: test bpc, parameters and speed (paper: enwik8, GPT-2-small size).
+    Parameters: all, then the non-embedding ones against the GPT-2-style Transformer's
+    (the ``softmax`` cell's) where it has run."""
+    reference_records = results.done("lm", "softmax")
+    reference = non_embedding_parameters(reference_records[0]) if reference_records \
+        else None
     rows = []
     for name in variants:
         score = results.score("lm", name)
-        records = results.done("lm", name)
         rate, memory = results.speed("lm", name)
-        params = f"{records[0]['parameters'] / 1e6:.2f}M" if records else "–"
         rows.append([VARIANTS[name].label, score.text(3), _paper(numbers.LM.get(name), 2),
-                     params, "–" if rate is None else f"{rate:.1f}",
+                     _parameters_text(results.done("lm", name), reference),
+                     "–" if rate is None else f"{rate:.1f}",
                      "–" if memory is None else f"{memory:.0f}"])
     return markdown_table(["Model", "test bpc (ours)", "enwik8 bpc (paper, 110M+ params)",
-                   "parameters", "steps/s", "memory MiB"], rows)
+                           "parameters; non-embedding (vs Transformer)", "steps/s",
+                           "memory MiB"], rows)
 
 
 def ablation_table(results: Results, paper_rows: dict[str, tuple[str, dict[str, float]]],
