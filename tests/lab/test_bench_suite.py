@@ -649,24 +649,45 @@ def test_todays_baselines_table_trains_a_transformers_peer_in_a_suite_cell(tmp_p
 def test_lm_table_states_each_models_non_embedding_parameters_against_the_transformer(
         tmp_path):
     """The LM tables count parameters as the peers are matched (no embedding tables), so
-    a reader sees which models are larger than the GPT-2-style Transformer, and by how
-    much: the Transformer++ options' SwiGLU at the task's d_ff is 3/2 the feed-forward."""
+    a reader sees how far each model is from the GPT-2-style Transformer: the today
+    table's new rows are matched to it; the papers' own rows keep the papers' widths."""
     from weirdnet.lab.matching import count
     from weirdnet.lab.suite.report import lm_table, non_embedding_parameters
 
     budget, lm = get_budget("laptop"), get_task("lm")
     records = []
-    for name in ("softmax", "transformerpp"):
+    for name in ("softmax", "transformerpp", "weird-a"):
         record = _record("lm", name, 3.0)
         record["config"] = Cell(lm, get_variant(name), 0, budget).config_dict(tmp_path)
         records.append(record)
-    transformer, transformerpp = (non_embedding_parameters(r) for r in records)
+    transformer, transformerpp, weird_a = (non_embedding_parameters(r) for r in records)
     assert "preset" in records[0]["config"]["model"]  # resolved under the stored table
-    assert transformerpp == count({"backbone": {"dim": 64, "depth": 2, "d_ff": 128,
-                                                "heads": 4, "positions": "rope",
-                                                "norm": "rmsnorm", "activation": "swiglu",
-                                                "bias": False, "pattern": "softmax"}})
-    table = "\n".join(lm_table(Results(records), ("softmax", "transformerpp", "weird-a")))
+    assert weird_a == count({"backbone": {"dim": 64, "depth": 2, "d_ff": 128, "heads": 4,
+                                          "pattern": "A"}})
+    table = "\n".join(lm_table(Results(records), ("softmax", "transformerpp", "weird-a",
+                                                  "weird-b")))
     assert f"| Transformer | 3.000 | 1.16 | 0.00M; {transformer / 1e6:.3f}M (+0.0%) |" in table
     assert f"{transformerpp / 1e6:.3f}M ({transformerpp / transformer - 1:+.1%})" in table
-    assert "| Weird-Net A | – | – | – |" in table  # not run: no count
+    assert f"{weird_a / 1e6:.3f}M ({weird_a / transformer - 1:+.1%})" in table
+    assert "| Weird-Net B | – | 1.02 | – |" in table  # not run: no count
+
+
+@pytest.mark.parametrize("budget", ["smoke", "cpu", "laptop"])
+def test_todays_weirdnet_rows_are_matched_to_the_transformer_as_the_peers_are(
+        budget, tmp_path):
+    """The Transformer++, A++ and B++ of the today table get the non-embedding parameters
+    of the GPT-2-style Transformer with the task's widths within 5% (their feed-forward
+    width turned), as the peers do; the papers' rows keep the task's widths."""
+    from weirdnet.lab.suite.report import non_embedding_parameters
+
+    def cell_config(name: str) -> dict:
+        return Cell(get_task("lm"), get_variant(name), 0, get_budget(budget)
+                    ).config_dict(tmp_path)
+
+    reference = non_embedding_parameters({"config": cell_config("softmax")})
+    for name in ("transformerpp", "weird-a-pp", "weird-b-pp"):
+        config = cell_config(name)
+        assert abs(non_embedding_parameters({"config": config}) / reference - 1) <= 0.05
+        assert config["model"]["backbone"]["positions"] == "rope"  # its options kept
+    task_d_ff = cell_config("softmax")["model"]["backbone"].get("d_ff")
+    assert cell_config("weird-a")["model"]["backbone"].get("d_ff") == task_d_ff

@@ -42,6 +42,10 @@ class Variant:
       of its ``transformers`` config) and ``depth_factor`` (its layers per layer of the
       weirdnet models it is compared with: 2 for Mamba and Mamba-2, whose one block
       stands for attention and feed-forward).
+    - ``matched``: in the suite, a weirdnet model whose feed-forward width is turned to
+      the non-embedding parameters of the GPT-2-style Transformer with the task's
+      widths, as the peers are (the today table's new rows; the papers' rows keep the
+      papers' widths).
     """
 
     name: str
@@ -55,6 +59,7 @@ class Variant:
     peer: str | None = None
     peer_options: dict[str, Any] = field(default_factory=dict)
     depth_factor: int = 1
+    matched: bool = False
 
     @property
     def bidirectional_only(self) -> bool:
@@ -155,11 +160,14 @@ ABLATIONS = (
 
 TODAY = (
     Variant("transformerpp", "Transformer++", "softmax", backbone=dict(TRANSFORMERPP),
+            matched=True,
             note="rotary positions, SwiGLU, RMSNorm, no biases (Llama's blocks)"),
     Variant("weird-a-pp", "Weird-Net A++", "A", backbone=dict(TRANSFORMERPP),
+            matched=True,
             note="structure A with the Transformer++ options (no positional table: "
                  "rotary positions act only inside softmax heads, and A has none)"),
     Variant("weird-b-pp", "Weird-Net B++", "B", causal=True, backbone=dict(TRANSFORMERPP),
+            matched=True,
             note="structure B with the Transformer++ options (rotary positions in its "
                  "softmax layers)"),
     Variant("llama", "Llama (transformers)", "softmax", peer="llama",

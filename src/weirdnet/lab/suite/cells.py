@@ -56,6 +56,9 @@ class Cell:
         else:
             config = merge(config, {"model": self.variant.model_overrides(self.task.name,
                                                                           self.task.group)})
+            if self.variant.matched:  # its sizes turned to the reference's count
+                config = merge(config, {"model": {"backbone": matched_sizes(
+                    self.variant, config["model"])}})
         return merge(config, {"run": {"name": self.key, "out_dir": str(work_dir),
                                       "seed": self.seed}})
 
@@ -63,17 +66,33 @@ class Cell:
 WIDTHS = ("dim", "depth", "d_ff", "heads")
 
 
-def peer_model(variant: Variant, model: dict[str, Any]) -> dict[str, Any]:
-    """The ``model`` table of the peer ``variant`` standing in for the task's ``model``
-    table: the peer matched to the non-embedding parameters of the GPT-2-style
-    Transformer with the task model's widths (its preset's, then its own keys)."""
-    from weirdnet.lab.matching import matched_variant
+def _widths(model: dict[str, Any]) -> dict[str, Any]:
+    """The sizes (:data:`WIDTHS`) of the task's ``model`` table: its preset's, then its
+    own keys."""
     from weirdnet.models.presets import get_preset
 
     backbone = dict(get_preset(model["preset"]).config["backbone"]) if "preset" in model \
         else {}
     backbone.update(model.get("backbone", {}))
-    widths = {key: backbone[key] for key in WIDTHS if backbone.get(key) is not None}
-    return matched_variant(variant.name, widths)[0]
+    return {key: backbone[key] for key in WIDTHS if backbone.get(key) is not None}
+
+
+def peer_model(variant: Variant, model: dict[str, Any]) -> dict[str, Any]:
+    """The ``model`` table of the peer ``variant`` standing in for the task's ``model``
+    table: the peer matched to the non-embedding parameters of the GPT-2-style
+    Transformer with the task model's widths."""
+    from weirdnet.lab.matching import matched_variant
+
+    return matched_variant(variant.name, _widths(model))[0]
+
+
+def matched_sizes(variant: Variant, model: dict[str, Any]) -> dict[str, Any]:
+    """The sizes (:data:`WIDTHS`) that match the weirdnet ``variant`` built on the task's
+    ``model`` table to the non-embedding parameters of the GPT-2-style Transformer with
+    the task model's widths, as the peers are matched (its feed-forward width)."""
+    from weirdnet.lab.matching import matched_variant
+
+    backbone = matched_variant(variant.name, _widths(model))[0]["backbone"]
+    return {key: backbone[key] for key in WIDTHS if key in backbone}
 
 

@@ -252,14 +252,13 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
     if "today" in tables:
         out += ["## The baselines the field uses today (byte-level LM)", "",
                 "The Transformer++ (rotary positions, SwiGLU, RMSNorm, no biases) and the "
-                "`transformers` peers, each peer matched to the non-embedding parameters "
-                "of the GPT-2-style Transformer with this task's widths (within 5%; "
-                "Mamba and Mamba-2 by their number of layers); Weird-Net A and B with and "
-                "without the Transformer++ options. weirdnet's own models keep the "
-                "task's widths (D, N, d_ff), so their non-embedding counts differ from "
-                "the Transformer's: the parameters column says by how much (the "
-                "Transformer++ options' SwiGLU has three d_ff-wide matrices, not two; "
-                "`bench lm` matches every model instead). On a CPU, Mamba and Mamba-2 run "
+                "`transformers` peers, each matched to the non-embedding parameters of the "
+                "GPT-2-style Transformer with this task's widths (within 5%, by the "
+                "feed-forward width; Mamba and Mamba-2 by their number of layers), and "
+                "Weird-Net A and B with and without the Transformer++ options (A++ and B++ "
+                "matched the same way). The rows of the papers' own models (Weird-Net A "
+                "and B, the Transformer) keep the papers' widths, so their counts differ: "
+                "the parameters column says by how much. On a CPU, Mamba and Mamba-2 run "
                 "`transformers`' pure-PyTorch path: their steps/s is a CPU user's.", "",
                 *lm_table(results, TABLES_BY_NAME["today"].variants), ""]
     if "dba-forms" in tables:
