@@ -66,14 +66,19 @@ class Cell:
 WIDTHS = ("dim", "depth", "d_ff", "heads")
 
 
-def _widths(model: dict[str, Any]) -> dict[str, Any]:
-    """The sizes (:data:`WIDTHS`) of the task's ``model`` table: its preset's, then its
-    own keys."""
+def full_backbone(model: dict[str, Any]) -> dict[str, Any]:
+    """The backbone keys of a ``model`` table: its preset's, then its own."""
     from weirdnet.models.presets import get_preset
 
     backbone = dict(get_preset(model["preset"]).config["backbone"]) if "preset" in model \
         else {}
     backbone.update(model.get("backbone", {}))
+    return backbone
+
+
+def _widths(model: dict[str, Any]) -> dict[str, Any]:
+    """The sizes (:data:`WIDTHS`) of the task's ``model`` table."""
+    backbone = full_backbone(model)
     return {key: backbone[key] for key in WIDTHS if backbone.get(key) is not None}
 
 

@@ -261,13 +261,11 @@ def non_embedding_parameters(record: dict[str, Any]) -> int:
     are matched by; :mod:`weirdnet.lab.matching`), from its stored ``model`` table with
     any preset's backbone under it."""
     from weirdnet.lab.matching import count
-    from weirdnet.models.presets import get_preset
+    from weirdnet.lab.suite.cells import full_backbone
 
-    model = dict(record["config"]["model"])
-    if preset := model.pop("preset", None):
-        backbone = {**get_preset(preset).config["backbone"], **model.get("backbone", {})}
-        model = {**model, "backbone": backbone}
-    return count(model)
+    model = record["config"]["model"]
+    stored = {key: value for key, value in model.items() if key != "preset"}
+    return count({**stored, "backbone": full_backbone(model)})
 
 
 def _parameters_text(records: list[dict[str, Any]], reference: int | None) -> str:
