@@ -431,7 +431,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: Path,
          session: output.Writing) -> int:
-
     from weirdnet._atomic import write_atomic
     from weirdnet.lab.speed_report import draw, markdown
 
@@ -513,7 +512,6 @@ def _write_partial(base: dict[str, Any], command: list[str], rows: list[dict[str
                    out: Path, session: output.Writing) -> None:
     """Write the cells measured before a stop signal as ``<stem>.partial.{json,md}``
     (written whole; no plot), marked partial, and say so in ``session.kept``."""
-
     from weirdnet._atomic import write_atomic
     from weirdnet.lab.speed_report import markdown
 
