@@ -288,3 +288,52 @@ def test_bf16_autocast_trains_and_fp16_needs_cuda(tmp_path):
 
         with pytest.raises(ConfigError, match="fp16.*needs a CUDA device"):
             _train(tmp_path, "run.name=fp16", "train.precision=fp16", steps=2)
+
+
+def test_init_from_starts_from_a_trained_model(lm_run, tmp_path):
+    """train.init_from copies the weights (step 0 equals the source's best model), starts
+    the optimizer and step count fresh, names the source in the log and results, and a
+    resumed run continues from its own checkpoint (the source may be gone by then)."""
+    import shutil
+
+    from weirdnet.data.registry import get
+    from weirdnet.train.trainer import build_model, load_initial_weights
+
+    source = tmp_path / "source"
+    shutil.copytree(lm_run[0], source)
+    best, _ = load_file(source / "best" / "model.safetensors")
+    config = load_config(source / "train_config.json")
+    fresh = build_model(config, get("python-stdlib", "train", seq_len=32, epoch_length=8).info)
+    assert load_initial_weights(fresh, source) == source / "best"
+    for name, tensor in fresh.state_dict().items():
+        assert torch.equal(tensor, best[name]), name
+
+    warm = ["run.name=warm", f"train.init_from={json.dumps(str(source))}",
+            "train.eval_every=0", "train.checkpoint_every=0"]
+    summary = _train(tmp_path, *warm, "train.steps=3")
+    assert summary["steps"] == 3 and summary["initialised_from"] == str(source / "best")
+    start = json.loads((tmp_path / "runs" / "warm" / "log.jsonl").read_text().splitlines()[0])
+    assert start["initialised_from"] == str(source / "best") and start["step"] == 0
+    shutil.rmtree(source)
+    config = load_config(write_config(tmp_path),
+                         [f"run.out_dir={json.dumps(str(tmp_path / 'runs'))}", *warm,
+                          "train.steps=5"])
+    resumed = train(config, resume=True, progress_bar=False)
+    assert resumed["steps"] == 5 and resumed["initialised_from"] == str(source)
+
+
+def test_init_from_errors_are_clear_and_leave_nothing(lm_run, tmp_path, capsys):
+    run_dir, _ = lm_run
+    config = write_config(tmp_path)
+    out = f"run.out_dir={json.dumps(str(tmp_path / 'runs'))}"
+    missing = tmp_path / "nothing"
+    assert main(["train", str(config), "--set", out, "--set",
+                 f"train.init_from={json.dumps(str(missing))}"]) == 2
+    err = capsys.readouterr().err
+    assert "train.init_from:" in err and "does not exist" in err
+    assert main(["train", str(config), "--set", out, "--set", "model.backbone.dim=48",
+                 "--set", f"train.init_from={json.dumps(str(run_dir))}"]) == 2
+    err = capsys.readouterr().err
+    assert "train.init_from:" in err and "the two models differ" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()  # checked before the run directory is made

@@ -36,7 +36,8 @@ Config tables and keys (defaults and meanings: weirdnet/train/config.py):
               early_stop_patience, early_stop_at,
               best_metric, log_every, num_workers, distributed (auto|ddp|fsdp), compile
               (true: torch.compile the training step), activation_checkpointing
-              (none|blocks|every_k), activation_checkpointing_k
+              (none|blocks|every_k), activation_checkpointing_k, ffn_chunk,
+              init_from (a trained run or checkpoint to start from: a warm start)
 
 The run goes to RUN = run.out_dir/run.name (default runs/<config name>): log.jsonl,
 checkpoints/step-* (the last train.keep_last), best/ (the best model by the evaluation

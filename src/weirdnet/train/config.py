@@ -15,7 +15,7 @@ A config file has up to six tables; every key has a default except ``data.datase
                 eval_batches, final_eval_batches, checkpoint_every, keep_last,
                 early_stop_patience, early_stop_at, best_metric, log_every, num_workers,
                 distributed, compile, activation_checkpointing, activation_checkpointing_k,
-                ffn_chunk
+                ffn_chunk, init_from
 
 A file may end with named overlays: ``[overlay.cpu]`` (and its sub-tables
 ``[overlay.cpu.train]`` etc.) holds what the config ``<file>-cpu`` changes, e.g. the
@@ -167,6 +167,12 @@ class TrainSection:
     ffn_chunk: > 0 runs every FFN in checkpointed chunks of that many positions (the FFN is
     position-wise): a block then never holds d_ff numbers per position for the whole
     sequence, which is what a million-position context needs (0: whole).
+    init_from: start from the weights of a trained model instead of a random
+    initialisation (a warm start: the next stage of a curriculum, or fine-tuning): a run
+    directory (its best/), a best/ or checkpoints/step-* directory, or a saved model
+    folder.  This config's model must have the same tensors (names and shapes); the
+    optimizer, schedule and step count start fresh.  A resumed run continues from its
+    own checkpoint instead ("" = off).
     """
 
     steps: int = 1000
@@ -190,6 +196,7 @@ class TrainSection:
     activation_checkpointing: str = "none"
     activation_checkpointing_k: int = 2
     ffn_chunk: int = 0
+    init_from: str = ""
 
 
 @dataclass

@@ -188,7 +188,7 @@ class Trainer:
                           overwrite=overwrite, is_main=self.processes.is_main)
         except RunDirError as error:
             raise RunError(str(error)) from None
-        self._build()
+        self._build(resume)
         try:
             self.claim = claim_run_dir(config.run.out_dir, config.run.name, resume=resume,
                                        overwrite=overwrite, is_main=self.processes.is_main)
@@ -201,9 +201,9 @@ class Trainer:
             self.claim.abandon()
             raise
 
-    def _build(self) -> None:
-        """Data, model, optimizer and schedule, and the checks that need them; nothing is
-        written."""
+    def _build(self, resume: bool) -> None:
+        """Data, model (from ``train.init_from`` if set), optimizer and schedule, and the
+        checks that need them; nothing is written."""
         config = self.config
         if config.run.deterministic:
             make_deterministic()
@@ -214,7 +214,9 @@ class Trainer:
         if self.task not in tasks.TASKS:
             raise RunError(f"dataset {config.data.dataset!r} has task {self.task!r}, which "
                            "the trainer does not know")
-        self.model = build_model(config, self.info).to(self.processes.device)
+        self.model = build_model(config, self.info)
+        self.initialised_from = self._warm_start(resume)
+        self.model.to(self.processes.device)
         enable_activation_checkpointing(self.model, config.train.activation_checkpointing,
                                         config.train.activation_checkpointing_k,
                                         config.train.ffn_chunk)
@@ -237,6 +239,17 @@ class Trainer:
         if self.sampler.steps_per_epoch == 0:
             raise RunError(f"the train split has {len(self.splits['train'])} items, fewer than "
                            f"one batch of train.batch_size={config.train.batch_size}")
+
+    def _warm_start(self, resume: bool) -> str | None:
+        """``train.init_from``: put a trained model's weights into the new model; the
+        directory read, or None (not set, or a resumed run that has its own checkpoint)."""
+        source = self.config.train.init_from
+        run_dir = Path(self.config.run.out_dir) / self.config.run.name
+        if not source or (resume and ckpt.list_checkpoints(run_dir)):
+            return None
+        model_dir = load_initial_weights(self.model, Path(source))
+        self._say(f"starting from the weights of {model_dir} (train.init_from)")
+        return str(model_dir)
 
     def _check_fits_data(self) -> None:
         """The config's values that only the data and the model can check: the best
@@ -590,7 +603,8 @@ class Trainer:
         cfg = self.config.train
         self.log.event("start", self.state.step, run=self.config.run.name, task=self.task,
                        world_size=self.processes.world_size, parameters=self.parameters,
-                       resumed_from=self.resumed_from, config=self.config.to_dict())
+                       resumed_from=self.resumed_from, initialised_from=self.initialised_from,
+                       config=self.config.to_dict())
         if self.processes.is_main:
             self._write_run_files(self.run_dir)
         self.last_checkpoint_step = self.state.step
@@ -649,6 +663,8 @@ class Trainer:
                    "task": self.task, "dataset": self.config.data.dataset,
                    "steps": self.state.step, "best_step": self.state.best_step,
                    "stopped_early": stopped_early, "parameters": self.parameters,
+                   "initialised_from": (self.initialised_from
+                                        or self.config.train.init_from or None),
                    "world_size": self.processes.world_size, "results": results,
                    "evaluated": evaluated}
         self.log.event("end", self.state.step, results=results, best_step=self.state.best_step)
@@ -770,8 +786,27 @@ def _config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             if before.get(key) != after.get(key)]
 
 
-def _check_state_fits(model: nn.Module, state: dict[str, torch.Tensor],
-                      directory: Path) -> None:
+def load_initial_weights(model: nn.Module, source: Path) -> Path:
+    """Copy into ``model`` the weights of the trained model at ``source`` (a run directory,
+    its best/, a checkpoint or a saved model folder: ``train.init_from``), after checking
+    the files against their manifest and every tensor's name and shape; return the model
+    directory read.  Errors: :class:`ConfigError` naming the key."""
+    from weirdnet.train.trained import find_model_dir
+
+    try:
+        model_dir, _ = find_model_dir(source)
+        if (model_dir / ckpt.MANIFEST).is_file():
+            ckpt.verify_directory(model_dir)
+        tensors, _ = load_file(model_dir / WEIGHTS_FILE, "cpu")
+        _check_state_fits(model, tensors, model_dir, changed="the two models differ")
+    except (OSError, ValueError) as error:  # missing, damaged or not this model
+        raise ConfigError(f"train.init_from: {error}") from None
+    model.load_state_dict(tensors)
+    return model_dir
+
+
+def _check_state_fits(model: nn.Module, state: dict[str, torch.Tensor], directory: Path,
+                      changed: str = "was model.* changed since?") -> None:
     """Raise :class:`CheckpointError` naming the tensors that differ in name or shape
     between ``model`` and a checkpoint's ``state``."""
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
@@ -783,8 +818,8 @@ def _check_state_fits(model: nn.Module, state: dict[str, torch.Tensor],
     if problems:
         more = f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""
         raise ckpt.CheckpointError(
-            f"{directory} does not fit the model of this config (was model.* changed "
-            f"since?): {'; '.join(problems[:4])}{more}")
+            f"{directory} does not fit the model of this config ({changed}): "
+            f"{'; '.join(problems[:4])}{more}")
 
 
 class _Window:
