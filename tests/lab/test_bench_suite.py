@@ -57,6 +57,8 @@ def test_every_cell_of_every_budget_is_a_valid_training_config(budget, tmp_path)
         data = cell.config_dict(tmp_path)
         config = TrainConfig.from_dict(data)
         check(config)
+        for stage in cell.stage_configs(tmp_path):  # a curriculum's earlier stages
+            check(TrainConfig.from_dict(stage))
         backbone = data["model"]["backbone"]
         if cell.variant.peer:  # a transformers model: widths only, always causal
             assert data["model"]["peer"] == cell.variant.peer and "pattern" not in backbone
@@ -691,3 +693,40 @@ def test_todays_weirdnet_rows_are_matched_to_the_transformer_as_the_peers_are(
         assert config["model"]["backbone"]["positions"] == "rope"  # its options kept
     task_d_ff = cell_config("softmax")["model"]["backbone"].get("d_ff")
     assert cell_config("weird-a")["model"]["backbone"].get("d_ff") == task_d_ff
+
+
+def test_a_curriculum_cell_trains_its_stages_first_and_starts_from_their_weights(tmp_path):
+    """budget.stages: each stage is the cell's config with the stage's tables over it,
+    trained first; the cell starts from the last stage's weights; the record keeps the
+    stages, and the config hash does not depend on where the runs live."""
+    import dataclasses
+
+    from weirdnet.lab.sweep.cell import run_cell
+    from weirdnet.lab.sweep.engine import cell_spec
+
+    stage = {"data": {"options": {"min_length": 5, "max_length": 20}}, "train": {"steps": 2}}
+    budget = dataclasses.replace(get_budget("smoke"), name="smoke-curriculum",
+                                 stages={"listops": (stage,)})
+    cell = Cell(get_task("listops"), get_variant("softmax"), 0, budget)
+    store = CellStore(tmp_path / "results", tmp_path / "work")
+    config = cell.config_dict(store.work_dir)
+    [first] = cell.stage_configs(store.work_dir)
+    assert first["run"]["name"].startswith("listops--softmax--s0--stage1-")
+    assert first["data"]["options"]["max_length"] == 20
+    assert first["data"]["options"]["max_len"] == config["data"]["options"]["max_len"]
+    assert config["train"]["init_from"] == str(store.work_dir / first["run"]["name"])
+    assert config_hash(config) == config_hash(cell.config_dict(tmp_path / "elsewhere"))
+    changed = dataclasses.replace(budget, stages={"listops": ({**stage, "train": {
+        "steps": 3}},)})
+    assert config_hash(Cell(cell.task, cell.variant, 0, changed).config_dict(
+        store.work_dir)) != config_hash(config)
+
+    spec, _, _ = cell_spec(cell, config, store, ["weirdnet", "bench", "suite"])
+    record = run_cell(spec)
+    [kept] = record["stages"]
+    assert kept["steps"] == 2 and kept["name"] == first["run"]["name"]
+    assert 0.0 <= kept["results"]["test"]["accuracy"] <= 1.0
+    assert record["steps"] == config["train"]["steps"] and record["wall_s"] > kept["wall_s"]
+    start = json.loads((store.run_dir(cell) / "log.jsonl").read_text().splitlines()[0])
+    assert start["initialised_from"] == str(store.work_dir / first["run"]["name"] / "best")
+    assert Cell(cell.task, cell.variant, 0, get_budget("smoke")).stage_configs(tmp_path) == []

@@ -21,7 +21,9 @@ class Budget:
     to every task first); ``seeds``: the seeds of every cell, unless ``variant_seeds``
     names the variant's own; ``paper_configs``: start from the papers' configs instead of
     their ``-cpu`` overlays; ``excluded``: tasks this budget does not run, each with why (what
-    it cannot decide) and which budget would decide it."""
+    it cannot decide) and which budget would decide it; ``stages[task]``: a curriculum,
+    the tables of the stages trained before the cell's own config, each merged over that
+    config (the cell then starts from the last stage's weights: ``train.init_from``)."""
 
     name: str
     description: str
@@ -30,6 +32,7 @@ class Budget:
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     variant_seeds: dict[str, tuple[int, ...]] = field(default_factory=dict)
     excluded: dict[str, str] = field(default_factory=dict)
+    stages: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
 
     def task_overrides(self, task: str) -> list[dict[str, Any]]:
         """The override tables for ``task``, in the order they apply."""
@@ -149,6 +152,17 @@ _LAPTOP_EXCLUDED = {
             "interval of its 180 test items: no budget here decides it",
 }
 
+# laptop-curriculum: the laptop budget's ListOps cells, each after a first stage on short
+# expressions (LRA's generator at under 100 tokens, where the Transformer learns more than
+# the first operator in a few minutes: 4,000 steps of 32); the cell then trains exactly as
+# the laptop cell does, from the first stage's weights.  No first-stage item can be a test
+# item: those are over 500 tokens long.
+_SHORT_LISTOPS = _merge(_train(4000, 32, 0, evals=8, eval_batches=0), {"data": {"options": {
+    "n_train": 50000, "n_val": 500, "n_test": 500, "min_length": 10, "max_length": 100}}})
+_CURRICULUM_EXCLUDED = {task: "this budget runs ListOps only; the laptop budget decides it"
+                        for task in ("text", "retrieval", "image", "pathfinder", "jv",
+                                     "scp1", "scp2", "lm")}
+
 BUDGETS = {
     "smoke": Budget("smoke", "seconds per cell: a few steps of a width-16 model on tiny "
                     "data; checks that every cell runs, says nothing about quality",
@@ -165,6 +179,12 @@ BUDGETS = {
                      "for Weird-Net A/B, PS-attention, DBA (both readings), Relation "
                      "and the Transformer, 1 for the others", overrides=_LAPTOP,
                      variant_seeds=_LAPTOP_SEEDS, excluded=_LAPTOP_EXCLUDED),
+    "laptop-curriculum": Budget(
+        "laptop-curriculum", "the laptop budget's ListOps (LRA's lengths, 800 steps of 16) "
+        "after a first stage of 4,000 steps of 32 on expressions under 100 tokens: a "
+        "short-first curriculum, to see whether the Transformer then gets past the first "
+        "operator", overrides=_LAPTOP, stages={"listops": (_SHORT_LISTOPS,)},
+        excluded=_CURRICULUM_EXCLUDED),
     "gpu": Budget("gpu", "one GPU, about 30 minutes by estimate (not yet measured): "
                   "D=128, N=2, d_ff=256; 300-800 steps per task on the offline data at "
                   "the LRA lengths", overrides=_GPU),

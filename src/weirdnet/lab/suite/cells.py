@@ -44,7 +44,35 @@ class Cell:
         return self.variant.unsupported(self.task.group)
 
     def config_dict(self, work_dir: Path) -> dict[str, Any]:
-        """The full training config of this cell (a dict ``TrainConfig.from_dict`` takes)."""
+        """The full training config of this cell (a dict ``TrainConfig.from_dict`` takes);
+        under a curriculum it starts from the weights of its last stage."""
+        from weirdnet.train.config import merge
+
+        config = self._own_config(work_dir)
+        stages = self.stage_configs(work_dir)
+        if stages:
+            config = merge(config, {"train": {"init_from": str(_run_dir(stages[-1]))}})
+        return config
+
+    def stage_configs(self, work_dir: Path) -> list[dict[str, Any]]:
+        """The configs of this cell's curriculum stages (``budget.stages``), in training
+        order: the cell's own config with each stage's tables over it, each starting from
+        the weights of the one before, run ``<key>--stage<i>-<hash of its config>`` (a
+        changed stage is a new run, and a new config of the cell)."""
+        from weirdnet.lab.sweep.store import config_hash
+        from weirdnet.train.config import merge
+
+        stages: list[dict[str, Any]] = []
+        for number, table in enumerate(self.budget.stages.get(self.task.name, ()), 1):
+            config = merge(self._own_config(work_dir), table)
+            if stages:
+                config = merge(config, {"train": {"init_from": str(_run_dir(stages[-1]))}})
+            name = f"{self.key}--stage{number}-{config_hash(config)[:8]}"
+            stages.append(merge(config, {"run": {"name": name}}))
+        return stages
+
+    def _own_config(self, work_dir: Path) -> dict[str, Any]:
+        """The cell's config before any curriculum: task, budget, variant, run."""
         from weirdnet.train.config import merge, read_toml
 
         name = self.task.paper_config if self.budget.paper_configs else self.task.small_config
@@ -61,6 +89,11 @@ class Cell:
                     self.variant, config["model"])}})
         return merge(config, {"run": {"name": self.key, "out_dir": str(work_dir),
                                       "seed": self.seed}})
+
+
+def _run_dir(config: dict[str, Any]) -> Path:
+    """Where the run of a training ``config`` dict lives."""
+    return Path(config["run"]["out_dir"]) / config["run"]["name"]
 
 
 WIDTHS = ("dim", "depth", "d_ff", "heads")

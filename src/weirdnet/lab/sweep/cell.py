@@ -26,7 +26,10 @@ Measured here, beside the trainer's metrics:
   ``code_log`` (:func:`note_code_version`), so a run resumed after the checkout moved
   says so;
 - **baseline**: what ignoring the input scores on the items the test evaluation read (the
-  majority class, or an LM's unigram entropy: :mod:`.baselines`).
+  majority class, or an LM's unigram entropy: :mod:`.baselines`);
+- **stages**: a cell with a curriculum (the spec's ``stages``, training configs trained
+  in order before its own, which starts from the last one's weights) records each
+  stage's results, steps and wall time; the cell's ``wall_s`` and ``cpu_s`` include them.
 
 A run directory with checkpoints of the cell's very config is resumed (an interrupted
 cell) unless the spec says ``fresh`` (a run the command asked to redo); otherwise it is
@@ -163,6 +166,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     commits = note_code_version(spec.get("code_log"),
                                 git_commit(Path(__file__).resolve().parent), resume)
     started, cpu_started = time.perf_counter(), _process_cpu_s()
+    stages = [train_stage(stage, bool(spec.get("fresh"))) for stage in spec.get("stages", ())]
     trainer = Trainer(config, resume=resume, overwrite=not resume, progress_bar=False)
     meter = PeakMemory(trainer.processes.device, since="data + model")
     meter.start()
@@ -188,12 +192,36 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "cells_at_once": spec.get("cells_at_once", 1),
         "config_hash": spec["config_hash"], "config": spec["config"],
     }
+    if stages:
+        record["stages"] = stages
     if spec["cell"].get("positions"):  # bits per byte by context length (bench context)
         from weirdnet.lab.context.evaluate import context_measurements
 
         record.update(context_measurements(run_dir, config, spec["cell"]["positions"],
                                            trainer.processes.device))
     return record
+
+
+def train_stage(config_dict: dict[str, Any], fresh: bool) -> dict[str, Any]:
+    """Train one curriculum stage of a cell (resumed where its run holds checkpoints of
+    this config, unless ``fresh``; a finished one is left as it is) and return what the
+    cell's record keeps of it."""
+    from weirdnet.lab.sweep.store import config_hash, run_matches
+    from weirdnet.train.config import TrainConfig
+    from weirdnet.train.trainer import Trainer
+
+    config = TrainConfig.from_dict(config_dict)
+    resume = not fresh and run_matches(Path(config.run.out_dir) / config.run.name, config_dict)
+    started = time.perf_counter()
+    trainer = Trainer(config, resume=resume, overwrite=not resume, progress_bar=False)
+    try:
+        summary = trainer.fit()
+    finally:
+        trainer.close()
+    return {"name": config.run.name, "config_hash": config_hash(config_dict),
+            "config": config_dict, "results": summary["results"],
+            "evaluated": summary.get("evaluated", {}), "steps": summary["steps"],
+            "best_step": summary["best_step"], "wall_s": time.perf_counter() - started}
 
 
 def run_cell_and_record(spec: dict[str, Any]) -> dict[str, Any]:

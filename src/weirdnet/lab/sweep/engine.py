@@ -104,7 +104,8 @@ STOP_GRACE_S = 300.0
 def cell_spec(cell, config: dict, store: CellStore, command: list[str],
               fresh: bool = False, jobs: int = 1) -> tuple[dict, Path, Path]:
     """Write the spec of ``cell`` (training ``config``; any cell with ``key`` and
-    ``info``) for its child (:mod:`.cell`); the spec, its file and the child's log.
+    ``info``, and ``stage_configs`` if it has a curriculum) for its child
+    (:mod:`.cell`); the spec, its file and the child's log.
     ``fresh``: start over even where a run of this config exists (its run directory is
     overwritten, as ``weirdnet train --overwrite`` does); ``jobs``: how many cells run at
     once (kept in the record: their speeds are those of a shared machine)."""
@@ -113,6 +114,10 @@ def cell_spec(cell, config: dict, store: CellStore, command: list[str],
     spec = {"config": config, "config_hash": config_hash(config), "cell": cell.info,
             "record": str(store.record_path(cell)), "command": command, "fresh": fresh,
             "cells_at_once": jobs, "code_log": str(logs / f"{cell.key}.code.jsonl")}
+    # a curriculum (a suite budget's): configs trained before the cell's own
+    stages = cell.stage_configs(store.work_dir) if hasattr(cell, "stage_configs") else []
+    if stages:
+        spec["stages"] = stages
     spec_path = logs / f"{cell.key}.spec.json"
     spec_path.write_text(json.dumps(spec, indent=2), encoding="utf-8")
     return spec, spec_path, logs / f"{cell.key}.log"

@@ -24,9 +24,13 @@ class SweepCell(Protocol):
 
 
 def config_hash(config: dict[str, Any]) -> str:
-    """A short hash of a cell config, without where its run directory lives."""
+    """A short hash of a cell config, without where its run directory lives (a
+    ``train.init_from`` naming another run of the same folder counts by its name)."""
     data = json.loads(json.dumps(config, sort_keys=True, default=str))
-    data.get("run", {}).pop("out_dir", None)
+    out_dir = data.get("run", {}).pop("out_dir", None)
+    init_from = data.get("train", {}).get("init_from")
+    if out_dir and init_from and Path(init_from).parent == Path(out_dir):
+        data["train"]["init_from"] = Path(init_from).name
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
