@@ -730,3 +730,12 @@ def test_a_curriculum_cell_trains_its_stages_first_and_starts_from_their_weights
     start = json.loads((store.run_dir(cell) / "log.jsonl").read_text().splitlines()[0])
     assert start["initialised_from"] == str(store.work_dir / first["run"]["name"] / "best")
     assert Cell(cell.task, cell.variant, 0, get_budget("smoke")).stage_configs(tmp_path) == []
+
+    report = render(budget, [record], ["main"], None)
+    section = report.split("## Curriculum stages")[1].split("## ")[0]
+    row = next(line for line in section.splitlines() if line.startswith("| listops--"))
+    stage_test = f"{100 * kept['results']['test']['accuracy']:.1f}%"
+    assert f"| 2 × {config['train']['batch_size']} | {stage_test} |" in row
+    assert "of 5-20 tokens" in row and row.startswith("| listops--softmax--s0 | stage1-")
+    assert "## Curriculum stages" not in render(budget, [{**record, "stages": []}],
+                                                ["main"], None)

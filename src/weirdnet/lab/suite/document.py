@@ -152,6 +152,42 @@ def _task_lines(budget: Budget, records: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _stage_lines(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Per cell with a curriculum: each stage's data, steps, own test score and minutes,
+    beside the whole cell's minutes and test score (empty when no cell has stages)."""
+    staged = sorted((r for r in records if r.get("stages") and r.get("status") == "done"),
+                    key=lambda r: (r["task"], r["variant"], r["seed"]))
+    if not staged:
+        return []
+    lines = ["Each cell below first trained these stages, each from the weights of the one "
+             "before, then its own config from the last stage's weights "
+             "(`train.init_from`). A stage's test score is on its own test items (its own "
+             "data), not the task's; the cell's minutes include its stages.", "",
+             "| cell | stage | data | steps × batch | stage test | stage min | cell test "
+             "| cell min |", "|---|---|---|---|---|---|---|---|"]
+    for record in staged:
+        task = get_task(record["task"])
+        cell_test = record["results"]["test"].get(task.metric)
+        for stage in record["stages"]:
+            train = stage["config"]["train"]
+            test = stage["results"].get("test", {}).get(task.metric)
+            lines.append(
+                f"| {record['task']}--{record['variant']}--s{record['seed']} "
+                f"| {stage['name'].rsplit('--', 1)[-1]} "
+                f"| {data_text(task, stage['config']['data'])} "
+                f"| {train['steps']} × {train['batch_size']} | {_score(task, test)} "
+                f"| {stage['wall_s'] / 60:.1f} | {_score(task, cell_test)} "
+                f"| {record['wall_s'] / 60:.1f} |")
+    return lines
+
+
+def _score(task: Task, value: float | None) -> str:
+    """A test metric as the tables print it (accuracy in %)."""
+    if value is None:
+        return "–"
+    return f"{100 * value:.1f}%" if task.metric == "accuracy" else f"{value:.3f}"
+
+
 def _decided_lines(budget: Budget, results: Results) -> list[str]:
     """Per task run: its trivial baseline, the Transformer's score, the bar, and whether
     this budget decides anything on it; then the tasks the budget leaves out, and why."""
@@ -221,8 +257,11 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
            "mean (± population std over seeds when more than one). `n/a`: the mechanism "
            "has no causal form; `–`: not run; `error`: see the end.", ""]
     if records:
-        out += ["## What each task ran", "", *_task_lines(budget, records), "",
-                "## What this budget decides", "", *_decided_lines(budget, results), ""]
+        out += ["## What each task ran", "", *_task_lines(budget, records), ""]
+        stages = _stage_lines(records)
+        if stages:
+            out += ["## Curriculum stages", "", *stages, ""]
+        out += ["## What this budget decides", "", *_decided_lines(budget, results), ""]
     if "main" in tables:
         out += ["## LRA (Table III layout)", "",
                 "Speed and memory: training steps/s and peak memory of the "
