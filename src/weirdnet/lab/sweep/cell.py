@@ -29,7 +29,9 @@ Measured here, beside the trainer's metrics:
   majority class, or an LM's unigram entropy: :mod:`.baselines`);
 - **stages**: a cell with a curriculum (the spec's ``stages``, training configs trained
   in order before its own, which starts from the last one's weights) records each
-  stage's results, steps and wall time; the cell's ``wall_s`` and ``cpu_s`` include them.
+  stage's results, steps and wall time (this process's: a stage finished by an earlier,
+  interrupted process of the cell counts only its check, and says ``resumed``); the
+  cell's ``wall_s`` and ``cpu_s`` include them.
 
 A run directory with checkpoints of the cell's very config is resumed (an interrupted
 cell) unless the spec says ``fresh`` (a run the command asked to redo); otherwise it is
@@ -221,7 +223,8 @@ def train_stage(config_dict: dict[str, Any], fresh: bool) -> dict[str, Any]:
     return {"name": config.run.name, "config_hash": config_hash(config_dict),
             "config": config_dict, "results": summary["results"],
             "evaluated": summary.get("evaluated", {}), "steps": summary["steps"],
-            "best_step": summary["best_step"], "wall_s": time.perf_counter() - started}
+            "best_step": summary["best_step"], "wall_s": time.perf_counter() - started,
+            "resumed": resume}
 
 
 def run_cell_and_record(spec: dict[str, Any]) -> dict[str, Any]:
