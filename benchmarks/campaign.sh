@@ -8,6 +8,7 @@
 #   benchmarks/campaign.sh lm        # equal CPU-minutes and seeds (issue 30)
 #   benchmarks/campaign.sh zoology   # MQAR at Zoology's recipe (issue 31)
 #   benchmarks/campaign.sh context   # 16K-byte training, bits/byte by position (issue 31)
+#   benchmarks/campaign.sh listops   # ListOps after a short-first curriculum (issue 31)
 #   benchmarks/campaign.sh --list    # print the lanes' commands
 #
 # Two lanes can run side by side on a 2-core machine (each cell takes one thread:
@@ -61,6 +62,12 @@ lane_context() {  # hours a cell on one thread (a Transformer++ step at 16K: abo
     done
 }
 
+lane_listops() {  # about 35 min a Transformer cell on one thread, its first stage 3 of them
+    # ListOps after a short-first curriculum: does the Transformer get past the first
+    # operator at LRA's lengths?
+    echo "weirdnet bench suite --budget laptop-curriculum --tables main --tasks listops --mechanisms softmax --seeds 0 ${OUT[*]}"
+}
+
 run_lane() {  # a failed command is reported and the lane goes on; a stopped one ends it
     local status=0 code
     while IFS= read -r command; do
@@ -77,7 +84,7 @@ run_lane() {  # a failed command is reported and the lane goes on; a stopped one
 }
 
 case "${1:-}" in
-    lm|zoology|context) run_lane "$1" ;;
-    --list) for lane in lm zoology context; do echo "# $lane"; "lane_$lane"; done ;;
-    *) echo "usage: benchmarks/campaign.sh lm|zoology|context|--list" >&2; exit 2 ;;
+    lm|zoology|context|listops) run_lane "$1" ;;
+    --list) for lane in lm zoology context listops; do echo "# $lane"; "lane_$lane"; done ;;
+    *) echo "usage: benchmarks/campaign.sh lm|zoology|context|listops|--list" >&2; exit 2 ;;
 esac

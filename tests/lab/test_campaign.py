@@ -25,7 +25,8 @@ def test_every_lane_command_parses_and_names_known_models():
     parser = build_parser()
     for command in commands:
         args = parser.parse_args(command[1:])
-        for name in (getattr(args, "mechanisms", None) or "").split(","):
+        names = getattr(args, "mechanisms", None) or ""  # suite: already a list
+        for name in names.split(",") if isinstance(names, str) else names:
             if name:
                 get_variant(name)  # ValueError for an unknown model
 
@@ -35,7 +36,7 @@ def test_an_unknown_lane_is_a_usage_error():
     assert out.returncode == 2 and "usage" in out.stderr
 
 
-@pytest.mark.parametrize("lane", ["lm", "zoology", "context"])
+@pytest.mark.parametrize("lane", ["lm", "zoology", "context", "listops"])
 def test_each_lane_lists_commands(lane):
     listing = subprocess.run(["bash", str(SCRIPT), "--list"], capture_output=True,
                              text=True, check=True).stdout
