@@ -40,10 +40,12 @@ orderings checked, and the Fig. 6 plot (accuracy vs speed, memory as circle size
 Budgets: smoke (seconds per cell, checks the plumbing), cpu (about an hour on 2 cores;
 decides little), laptop (several hours on 2 cores, sized so that the Transformer learns
 every task it runs, 3 seeds for the papers' mechanisms and the Transformer; the tasks it
-cannot decide are listed, not run), gpu (about 30 minutes on one GPU), paper (the papers'
+cannot decide are listed, not run), laptop-curriculum (laptop's ListOps after a first
+stage on short expressions), gpu (about 30 minutes on one GPU), paper (the papers'
 configs and official data).  Every report says which tasks its budget decides: those
-where the Transformer clears the majority class by 10 points (LM: the unigram entropy by
-1 bit per byte).
+where the Transformer clears the best trivial baseline (the majority class, or a
+shortcut such as ListOps' first operator) by 10 points (LM: the unigram entropy by 1 bit
+per byte).
 Results: OUT/suite-<budget>/{cells/*.json, report.md, fig6.png}; run directories
 (checkpoints, logs) under WORK/suite-<budget>/.  OUT is --out DIR, else
 $WEIRDNET_BENCH_DIR, else ~/.cache/weirdnet/bench; WORK is --work DIR, else runs/ in that
