@@ -49,7 +49,7 @@ class Cell:
         from weirdnet.train.config import merge
 
         config = self._own_config(work_dir)
-        stages = self.stage_configs(work_dir)
+        stages = self._stages(config)
         if stages:
             config = merge(config, {"train": {"init_from": str(_run_dir(stages[-1]))}})
         return config
@@ -59,12 +59,16 @@ class Cell:
         order: the cell's own config with each stage's tables over it, each starting from
         the weights of the one before, run ``<key>--stage<i>-<hash of its config>`` (a
         changed stage is a new run, and a new config of the cell)."""
+        return self._stages(self._own_config(work_dir))
+
+    def _stages(self, own: dict[str, Any]) -> list[dict[str, Any]]:
+        """:meth:`stage_configs` built on the cell's ``own`` config."""
         from weirdnet.lab.sweep.store import config_hash
         from weirdnet.train.config import merge
 
         stages: list[dict[str, Any]] = []
         for number, table in enumerate(self.budget.stages.get(self.task.name, ()), 1):
-            config = merge(self._own_config(work_dir), table)
+            config = merge(own, table)
             if stages:
                 config = merge(config, {"train": {"init_from": str(_run_dir(stages[-1]))}})
             name = f"{self.key}--stage{number}-{config_hash(config)[:8]}"

@@ -17,6 +17,7 @@ from weirdnet.lab.suite.report import (
     form_table,
     lm_table,
     lra_table,
+    metric_of,
     readout,
     table_xi,
     uea_table,
@@ -167,25 +168,22 @@ def _stage_lines(records: Sequence[dict[str, Any]]) -> list[str]:
              "| cell min |", "|---|---|---|---|---|---|---|---|"]
     for record in staged:
         task = get_task(record["task"])
-        cell_test = record["results"]["test"].get(task.metric)
         for stage in record["stages"]:
             train = stage["config"]["train"]
-            test = stage["results"].get("test", {}).get(task.metric)
             lines.append(
                 f"| {record['task']}--{record['variant']}--s{record['seed']} "
                 f"| {stage['name'].rsplit('--', 1)[-1]} "
                 f"| {data_text(task, stage['config']['data'])} "
-                f"| {train['steps']} × {train['batch_size']} | {_score(task, test)} "
-                f"| {stage['wall_s'] / 60:.1f} | {_score(task, cell_test)} "
+                f"| {train['steps']} × {train['batch_size']} | {_test_text(task, stage)} "
+                f"| {stage['wall_s'] / 60:.1f} | {_test_text(task, record)} "
                 f"| {record['wall_s'] / 60:.1f} |")
     return lines
 
 
-def _score(task: Task, value: float | None) -> str:
-    """A test metric as the tables print it (accuracy in %)."""
-    if value is None:
-        return "–"
-    return f"{100 * value:.1f}%" if task.metric == "accuracy" else f"{value:.3f}"
+def _test_text(task: Task, run: dict[str, Any]) -> str:
+    """A run's test metric as the tables print it (accuracy in %)."""
+    value = metric_of(run, task.metric)
+    return f"{value:.1f}%" if task.metric == "accuracy" else f"{value:.3f}"
 
 
 def _decided_lines(budget: Budget, results: Results) -> list[str]:

@@ -92,7 +92,7 @@ class Results:
             failed = self.by_cell.get((task, variant))
             return Score(missing="error" if failed else "–")
         metric = get_task(task).metric
-        values = [_test_metric(r, metric) for r in records]
+        values = [metric_of(r, metric) for r in records]
         accuracy = metric == "accuracy"
         return score_of(values, _items(records[0]) if accuracy else None, accuracy)
 
@@ -179,7 +179,9 @@ def machine_of(record: dict[str, Any]) -> str:
     return str(machine.get("gpu") or machine.get("cpu_model"))
 
 
-def _test_metric(record: dict[str, Any], metric: str) -> float:
+def metric_of(record: dict[str, Any], metric: str) -> float:
+    """The test (else validation) ``metric`` of a record or of anything with its
+    ``results``; accuracy in %."""
     results = record["results"]
     value = (results.get("test") or results["val"])[metric]
     return value * 100.0 if metric == "accuracy" else value
