@@ -153,3 +153,19 @@ def test_the_gpu_tests_run_in_parallel_only_where_they_can(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "xdist" else real_find_spec(name, *a))
     assert gpu.parallel_test_workers(dry=False) == 1
+
+
+def test_a_resumed_pilot_cell_is_marked_and_left_out_of_the_extrapolation():
+    """A cell resumed from an earlier process's checkpoint timed only its last process:
+    the report says so, and the budget's time is extrapolated from fresh cells alone."""
+    fresh = {"variant": "weird-a", "seed": 0, "status": "done", "wall_s": 120.0,
+             "steps": 600, "steps_per_s": 5.0, "memory_mib": 700.0, "resumed": False,
+             "test_accuracy": 0.37}
+    resumed = fresh | {"variant": "weird-b", "wall_s": 15.0, "resumed": True}
+    estimate = gpu.budget_estimate("gpu", [fresh, resumed])
+    assert estimate["pilot_cells_done"] == 1 and estimate["mean_cell_wall_s"] == 120.0
+    assert gpu.budget_estimate("gpu", [resumed])["mean_cell_wall_s"] is None
+    text = "\n".join(gpu._suite_section({"budget": "gpu", "cells": [fresh, resumed],
+                                         "estimate": estimate}))
+    assert "| weird-b | done (resumed) |" in text and "| weird-a | done |" in text
+    assert "left out of the extrapolation" in text and "120.0 s per cell" in text

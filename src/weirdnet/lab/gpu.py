@@ -506,7 +506,8 @@ def _suite_cells(folder: Path) -> list[dict]:
     for path in sorted(folder.glob("*.json")):
         record = _read_json(path) or {}
         cells.append({k: record.get(k) for k in ("variant", "seed", "status", "wall_s",
-                                                 "steps", "steps_per_s", "memory_mib")}
+                                                 "steps", "steps_per_s", "memory_mib",
+                                                 "resumed")}
                      | {"test_accuracy": _test_accuracy(record)})
     return cells
 
@@ -519,7 +520,8 @@ def _test_accuracy(record: dict) -> float | None:
 
 def budget_estimate(budget: str, cells: list[dict]) -> dict:
     """The budget's cell count and its whole time if every cell took the pilot's mean
-    (ListOps) wall time: an extrapolation, said as one."""
+    (ListOps) wall time: an extrapolation, said as one. A resumed cell's wall time covers
+    only its last process, so resumed cells are left out of the mean."""
     from weirdnet.lab.suite.budgets import get_budget
     from weirdnet.lab.suite.plan import TABLES_BY_NAME, plan_cells
 
@@ -527,7 +529,8 @@ def budget_estimate(budget: str, cells: list[dict]) -> dict:
         planned = plan_cells(get_budget(budget), list(TABLES_BY_NAME))
     except (ValueError, FileNotFoundError) as error:
         return {"error": str(error)}
-    walls = [c["wall_s"] for c in cells if c.get("status") == "done" and c.get("wall_s")]
+    walls = [c["wall_s"] for c in cells
+             if c.get("status") == "done" and c.get("wall_s") and not c.get("resumed")]
     mean = sum(walls) / len(walls) if walls else None
     return {"cells_in_budget": len(planned), "pilot_cells_done": len(walls),
             "mean_cell_wall_s": mean,
@@ -731,7 +734,8 @@ def _suite_section(data: dict) -> list[str]:
              "| mechanism | status | wall s | steps | steps/s | peak MiB | test accuracy |",
              "|---|---|---|---|---|---|---|"]
     for c in data["cells"]:
-        lines.append(f"| {c['variant']} | {c['status']} | {_f(c['wall_s'], 1)} | "
+        status = f"{c['status']} (resumed)" if c.get("resumed") else c["status"]
+        lines.append(f"| {c['variant']} | {status} | {_f(c['wall_s'], 1)} | "
                      f"{c['steps'] if c['steps'] is not None else '–'} | "
                      f"{_f(c['steps_per_s'])} | {_f(c['memory_mib'], 1)} | "
                      f"{_f(c['test_accuracy'], 3)} |")
@@ -742,6 +746,10 @@ def _suite_section(data: dict) -> list[str]:
                       f"only: other tasks differ) it would take about "
                       f"{e['budget_minutes_if_every_cell_cost_this']:.0f} minutes "
                       "(an extrapolation, not a measurement)."]
+    if any(c.get("resumed") for c in data["cells"]):
+        lines += ["", "A resumed cell continued from a checkpoint an earlier process left "
+                      "in this folder: its wall time and steps/s cover only its last "
+                      "process, so it is left out of the extrapolation."]
     return lines
 
 
