@@ -68,6 +68,9 @@ def test_dry_run_writes_every_record_and_the_report(tmp_path):
     cells = records["suite"]["data"]["cells"]
     assert sorted(c["variant"] for c in cells) == ["softmax", "weird-a"]
     assert all(c["status"] == "done" for c in cells)
+    for cell in cells:  # each cell's training log comes back beside the step's logs
+        assert f"logs/suite-{cell['run']}.jsonl" in records["suite"]["logs"]
+        assert (out / "logs" / f"suite-{cell['run']}.jsonl").exists()
     report = (out / "report.md").read_text()
     assert gpu.DRY_RUN_NOTE in report
     for record in records.values():
@@ -169,3 +172,21 @@ def test_a_resumed_pilot_cell_is_marked_and_left_out_of_the_extrapolation():
                                          "estimate": estimate}))
     assert "| weird-b | done (resumed) |" in text and "| weird-a | done |" in text
     assert "left out of the extrapolation" in text and "120.0 s per cell" in text
+
+
+def test_an_unfinished_pilot_cell_is_described_from_its_log(tmp_path):
+    """A cell stopped before its record: its last logged event of its latest process."""
+    log = tmp_path / "listops--weird-b--s0" / "log.jsonl"
+    log.parent.mkdir()
+    events = [{"event": "start", "step": 0, "time": 100.0, "resumed_from": None},
+              {"event": "train", "step": 10, "time": 105.0},
+              {"event": "start", "step": 10, "time": 200.0, "resumed_from": "step-00000010"},
+              {"event": "train", "step": 600, "time": 260.0}]
+    log.write_text("\n".join(json.dumps(e) for e in events) + '\n{"event": "ev')
+    cell = gpu._unfinished_cell("listops--weird-b--s0", log)
+    assert cell["variant"] == "weird-b" and cell["steps"] == 600
+    assert cell["wall_s"] == 60.0 and cell["resumed"] is True
+    assert cell["status"] == "unfinished (last event: train)"
+    assert gpu.budget_estimate("gpu", [cell])["pilot_cells_done"] == 0
+    text = "\n".join(gpu._suite_section({"budget": "gpu", "cells": [cell], "estimate": {}}))
+    assert "| weird-b | unfinished (last event: train) (resumed) | 60.0 | 600 |" in text

@@ -44,7 +44,8 @@ HELP = "the GPU path in one command: tests, scan, models, decoding, suite pilot"
 
 DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "`") + """
 OUT gets report.md (every step's results on one page), gpu.json (the run), records/N-STEP.json
-(one per step), logs/ (each child's output) and the benchmarks' own folders, laid out as
+(one per step), logs/ (each child's output; each suite pilot cell's training log as
+logs/suite-CELL.jsonl) and the benchmarks' own folders, laid out as
 benchmarks/results/ is: scan/scan_cuda.*, speed/speed_cuda.*, decode-b1/decode_cuda.*,
 decode-b16/decode_cuda.*, suite/suite-gpu/ (the suite's run directories: suite-runs/).
 Time boxes in seconds (--quick's in brackets): env 60 [60], correctness 300 [120], scan
@@ -493,6 +494,8 @@ def _step_suite(step: Step) -> tuple[str, str]:
                                      str(plan.out / "suite-runs")), "suite")
     finally:  # the cells that finished, even when the time box ran out
         cells = _suite_cells(plan.out / "suite" / f"suite-{budget}" / "cells")
+        cells += _unfinished_cells(step, plan.out / "suite-runs" / f"suite-{budget}",
+                                   {c["run"] for c in cells})
         step.data.update({"budget": budget, "cells": cells,
                           "estimate": budget_estimate(budget, cells)})
     if done.returncode != 0:
@@ -508,8 +511,45 @@ def _suite_cells(folder: Path) -> list[dict]:
         cells.append({k: record.get(k) for k in ("variant", "seed", "status", "wall_s",
                                                  "steps", "steps_per_s", "memory_mib",
                                                  "resumed")}
-                     | {"test_accuracy": _test_accuracy(record)})
+                     | {"test_accuracy": _test_accuracy(record), "run": path.stem})
     return cells
+
+
+def _unfinished_cells(step: Step, runs: Path, recorded: set[str]) -> list[dict]:
+    """Copy each pilot cell's training log (``runs/CELL/log.jsonl``) to
+    logs/suite-CELL.jsonl, so the report shows where a cell's time went, and describe the
+    cells without a record: the last step logged, and when, from their logs."""
+    cells = []
+    for log in sorted(runs.glob("*/log.jsonl")):
+        run = log.parent.name
+        copy = step.plan.out / "logs" / f"suite-{run}.jsonl"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(log.read_bytes())
+        step.logs.append(str(copy.relative_to(step.plan.out)))
+        if run not in recorded:
+            cells.append(_unfinished_cell(run, log))
+    return cells
+
+
+def _unfinished_cell(run: str, log: Path) -> dict:
+    """A cell that has no record: the last event of its latest process, and its time
+    since that process started."""
+    events = []
+    for line in log.read_text(encoding="utf-8").splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut short by the stop
+            continue
+    starts = [i for i, e in enumerate(events) if e.get("event") == "start"]
+    events = events[starts[-1]:] if starts else events
+    last = events[-1] if events else {}
+    wall = (last["time"] - events[0]["time"]) if len(events) > 1 else None
+    variant = run.split("--")[1] if run.count("--") >= 2 else run
+    return {"variant": variant, "seed": None, "run": run,
+            "status": f"unfinished (last event: {last.get('event', 'none')})",
+            "wall_s": wall, "steps": last.get("step"), "steps_per_s": None,
+            "memory_mib": None, "resumed": bool(starts and events[0].get("resumed_from")),
+            "test_accuracy": None}
 
 
 def _test_accuracy(record: dict) -> float | None:
@@ -746,6 +786,10 @@ def _suite_section(data: dict) -> list[str]:
                       f"only: other tasks differ) it would take about "
                       f"{e['budget_minutes_if_every_cell_cost_this']:.0f} minutes "
                       "(an extrapolation, not a measurement)."]
+    if any(c["status"].startswith("unfinished") for c in data["cells"]):
+        lines += ["", "An unfinished cell had no record when the step ended: its steps and "
+                      "wall time are those of its last logged event, counted from its "
+                      "process's start (its log: `logs/suite-CELL.jsonl`)."]
     if any(c.get("resumed") for c in data["cells"]):
         lines += ["", "A resumed cell continued from a checkpoint an earlier process left "
                       "in this folder: its wall time and steps/s cover only its last "
