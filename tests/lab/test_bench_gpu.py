@@ -16,7 +16,9 @@ import pytest
 import torch
 
 from weirdnet.cli import main
-from weirdnet.lab import gpu
+from weirdnet.lab.gpu import plan as gpu_plan
+from weirdnet.lab.gpu import report as gpu_report
+from weirdnet.lab.gpu import steps as gpu_steps
 
 NO_CUDA = not torch.cuda.is_available()
 
@@ -32,7 +34,7 @@ def test_without_cuda_one_line_and_status_2(tmp_path):
     done = subprocess.run([sys.executable, "-m", "weirdnet", "bench", "gpu", "--out", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert done.stderr.strip() == gpu.NO_CUDA
+    assert done.stderr.strip() == gpu_plan.NO_CUDA
     assert "\n" not in done.stderr.strip() and done.stdout == ""
     assert not out.exists()  # nothing written
 
@@ -50,21 +52,21 @@ def test_dry_run_writes_every_record_and_the_report(tmp_path):
     out = tmp_path / "run"
     assert main(["bench", "gpu", "--out", str(out), "--dry-run-cpu", "--quick"]) == 0
     records = _records(out)
-    assert list(records) == list(gpu.STEPS)  # in the issue's order
+    assert list(records) == list(gpu_plan.STEPS)  # in the issue's order
     for name, record in records.items():
         assert record["status"] in ("ok", "passed"), (name, record["note"])
         assert record["mode"] == "dry-run" and record["device"] == "cpu"
     assert records["env"]["data"]["torch"] == torch.__version__
     tests = records["correctness"]["data"]["tests"]
-    assert tests["passed"] == len(gpu.DRY_RUN_TESTS) and tests["failures"] == 0
+    assert tests["passed"] == len(gpu_plan.DRY_RUN_TESTS) and tests["failures"] == 0
     assert records["correctness"]["data"]["selfcheck"]["error"] is None
     scan = records["scan"]["data"]
-    assert {r["method"] for r in scan["scan"]["results"]} == set(gpu.SCAN_METHODS.split(","))
+    assert {r["method"] for r in scan["scan"]["results"]} == set(gpu_plan.SCAN_METHODS.split(","))
     assert [f["L"] for f in scan["fractions"]] == [64, 128]
     assert all(f["fraction"] > 0 for f in scan["fractions"])
     assert {r["mechanism"] for r in records["speed"]["data"]["rows"]} == \
-        set(gpu.SPEED_MECHANISMS["dry-run"].split(","))
-    assert [r["batch"] for r in records["decode"]["data"]["runs"]] == list(gpu.DECODE_BATCHES)
+        set(gpu_plan.SPEED_MECHANISMS["dry-run"].split(","))
+    assert [r["batch"] for r in records["decode"]["data"]["runs"]] == list(gpu_plan.DECODE_BATCHES)
     cells = records["suite"]["data"]["cells"]
     assert sorted(c["variant"] for c in cells) == ["softmax", "weird-a"]
     assert all(c["status"] == "done" for c in cells)
@@ -72,7 +74,7 @@ def test_dry_run_writes_every_record_and_the_report(tmp_path):
         assert f"logs/suite-{cell['run']}.jsonl" in records["suite"]["logs"]
         assert (out / "logs" / f"suite-{cell['run']}.jsonl").exists()
     report = (out / "report.md").read_text()
-    assert gpu.DRY_RUN_NOTE in report
+    assert gpu_plan.DRY_RUN_NOTE in report
     for record in records.values():
         assert f"## {record['index']}. {record['title']}" in report
     summary = json.loads((out / "gpu.json").read_text())
@@ -129,13 +131,13 @@ def test_copy_fractions_and_the_report_targets():
              "error": None}]
     copies = [{"L": 1024, "ms": 0.5, "bytes": 10**6, "gb_per_s": 2.0},
               {"L": 4096, "ms": 1.0, "bytes": 4 * 10**6, "gb_per_s": 4.0}]
-    fractions = gpu.copy_fractions(rows, copies)
+    fractions = gpu_steps.copy_fractions(rows, copies)
     assert [f["fraction"] for f in fractions] == [0.5, 0.5]
     assert fractions[1]["scan_gb_per_s"] == pytest.approx(2.0)
     data = {"scan": {"config": {"batch": 8, "dim": 1024, "dtype": "bfloat16",
                                 "lengths": [1024, 4096]}, "results": rows, "targets": [],
                      "file": "scan/scan_cuda.json"}, "fractions": fractions}
-    text = "\n".join(gpu._scan_section(data))
+    text = "\n".join(gpu_report._scan_section(data))
     assert "at L=4096: 0.50 — FAIL" in text  # the target is L >= 4K only
     assert "at L=1024" not in text
 
@@ -145,17 +147,18 @@ def test_the_gpu_tests_run_in_parallel_only_where_they_can(monkeypatch):
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(gpu.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(gpu_steps.os, "cpu_count", lambda: 16)
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: object() if name == "xdist" else real_find_spec(name, *a))
-    assert gpu.parallel_test_workers(dry=False) == 8
-    assert gpu.parallel_test_workers(dry=True) == 1  # the interpreter's few tests: not worth it
-    monkeypatch.setattr(gpu.os, "cpu_count", lambda: 2)
-    assert gpu.parallel_test_workers(dry=False) == 1
-    monkeypatch.setattr(gpu.os, "cpu_count", lambda: 16)
+    assert gpu_steps.parallel_test_workers(dry=False) == 8
+    # the interpreter's few tests: not worth it
+    assert gpu_steps.parallel_test_workers(dry=True) == 1
+    monkeypatch.setattr(gpu_steps.os, "cpu_count", lambda: 2)
+    assert gpu_steps.parallel_test_workers(dry=False) == 1
+    monkeypatch.setattr(gpu_steps.os, "cpu_count", lambda: 16)
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "xdist" else real_find_spec(name, *a))
-    assert gpu.parallel_test_workers(dry=False) == 1
+    assert gpu_steps.parallel_test_workers(dry=False) == 1
 
 
 def test_a_resumed_pilot_cell_is_marked_and_left_out_of_the_extrapolation():
@@ -165,10 +168,10 @@ def test_a_resumed_pilot_cell_is_marked_and_left_out_of_the_extrapolation():
              "steps": 600, "steps_per_s": 5.0, "memory_mib": 700.0, "resumed": False,
              "test_accuracy": 0.37}
     resumed = fresh | {"variant": "weird-b", "wall_s": 15.0, "resumed": True}
-    estimate = gpu.budget_estimate("gpu", [fresh, resumed])
+    estimate = gpu_steps.budget_estimate("gpu", [fresh, resumed])
     assert estimate["pilot_cells_done"] == 1 and estimate["mean_cell_wall_s"] == 120.0
-    assert gpu.budget_estimate("gpu", [resumed])["mean_cell_wall_s"] is None
-    text = "\n".join(gpu._suite_section({"budget": "gpu", "cells": [fresh, resumed],
+    assert gpu_steps.budget_estimate("gpu", [resumed])["mean_cell_wall_s"] is None
+    text = "\n".join(gpu_report._suite_section({"budget": "gpu", "cells": [fresh, resumed],
                                          "estimate": estimate}))
     assert "| weird-b | done (resumed) |" in text and "| weird-a | done |" in text
     assert "left out of the extrapolation" in text and "120.0 s per cell" in text
@@ -183,10 +186,10 @@ def test_an_unfinished_pilot_cell_is_described_from_its_log(tmp_path):
               {"event": "start", "step": 10, "time": 200.0, "resumed_from": "step-00000010"},
               {"event": "train", "step": 600, "time": 260.0}]
     log.write_text("\n".join(json.dumps(e) for e in events) + '\n{"event": "ev')
-    cell = gpu._unfinished_cell("listops--weird-b--s0", log)
+    cell = gpu_steps._unfinished_cell("listops--weird-b--s0", log)
     assert cell["variant"] == "weird-b" and cell["steps"] == 600
     assert cell["wall_s"] == 60.0 and cell["resumed"] is True
     assert cell["status"] == "unfinished (last event: train)"
-    assert gpu.budget_estimate("gpu", [cell])["pilot_cells_done"] == 0
-    text = "\n".join(gpu._suite_section({"budget": "gpu", "cells": [cell], "estimate": {}}))
+    assert gpu_steps.budget_estimate("gpu", [cell])["pilot_cells_done"] == 0
+    text = "\n".join(gpu_report._suite_section({"budget": "gpu", "cells": [cell], "estimate": {}}))
     assert "| weird-b | unfinished (last event: train) (resumed) | 60.0 | 600 |" in text

@@ -103,11 +103,12 @@ def test_only_a_partial_report_of_ours_is_removed(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("partial", [True, False])
 def test_gpu_speed_step_keeps_a_partial_report_when_its_box_runs_out(tmp_path, partial):
-    from weirdnet.lab import gpu
+    from weirdnet.lab.gpu import plan as gpu_plan
+    from weirdnet.lab.gpu import steps as gpu_steps
 
-    plan = gpu.Plan(out=tmp_path, mode="quick", device="cuda", steps=list(gpu.STEPS),
-                    boxes=dict(gpu.TIME_BOXES_S["quick"]))
-    step = gpu.Step(plan, "speed")
+    plan = gpu_plan.Plan(out=tmp_path, mode="quick", device="cuda", steps=list(gpu_plan.STEPS),
+                    boxes=dict(gpu_plan.TIME_BOXES_S["quick"]))
+    step = gpu_plan.Step(plan, "speed")
     rows = [{"mechanism": "softmax", "length": 1024, "status": "ok", "steps_per_s": 9.0,
              "memory_mib": 5.0},
             {"mechanism": "weird-a", "length": 1024, "status": "not run (stopped by "
@@ -118,14 +119,14 @@ def test_gpu_speed_step_keeps_a_partial_report_when_its_box_runs_out(tmp_path, p
             (tmp_path / "speed").mkdir()
             (tmp_path / "speed" / "speed_cuda.partial.json").write_text(json.dumps(
                 {"settings": {"dim": 256}, "rows": rows, "partial": True}))
-        raise gpu.StepTimeout("speed was still running at the end of the 90 s time box")
+        raise gpu_plan.StepTimeout("speed was still running at the end of the 90 s time box")
 
     step.child = child
     if not partial:
-        with pytest.raises(gpu.StepTimeout):
-            gpu._step_speed(step)
+        with pytest.raises(gpu_plan.StepTimeout):
+            gpu_steps._step_speed(step)
         return
-    status, note = gpu._step_speed(step)
+    status, note = gpu_steps._step_speed(step)
     assert status == "timed_out" and "the 1 cell(s) measured before it are kept" in note
     assert step.data["rows"] == rows and step.data["partial"] is True
     assert step.data["file"] == "speed/speed_cuda.partial.json"

@@ -1,0 +1,108 @@
+"""The jobs ``weirdnet bench gpu`` runs in child processes
+(``python -m weirdnet.lab.gpu JOB SPEC``): the environment, the Triton self-check and the
+copy bandwidth, each writing its JSON result to the spec's ``result`` path."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def job_env(spec: dict) -> dict:
+    """Device, driver, CUDA, torch, triton, weirdnet versions, the git commit."""
+    import subprocess
+
+    import torch
+
+    from weirdnet.lab.harness.machine import machine_info
+
+    device = torch.device(spec["device"])
+    info = machine_info(device, sys.argv, "not tuned (environment record)")
+    info.update({"cuda": torch.version.cuda, "triton": None, "driver": None})
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        pass
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update({"device_name": props.name, "capability": f"{props.major}.{props.minor}",
+                     "memory_gib": round(props.total_memory / 2**30, 1),
+                     "multiprocessors": props.multi_processor_count})
+        try:
+            info["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
+        except (OSError, subprocess.SubprocessError, IndexError):
+            pass
+    else:
+        from weirdnet.lab.harness.machine import cpu_model
+
+        info["device_name"] = f"CPU: {cpu_model()}"
+    return info  # machine_info holds the commit
+
+
+def job_selfcheck(spec: dict) -> dict:
+    """The Triton scan backend's self-check on the device (None: agreed with PyTorch)."""
+    import torch
+
+    device = torch.device(spec["device"])
+    try:
+        from weirdnet.ops.weird_scan import dispatch
+
+        backend = dispatch.BACKENDS["triton"]
+        reason = backend.unavailable(device)
+    except Exception as error:  # noqa: BLE001 - triton missing or broken: said, not raised
+        reason = f"{type(error).__name__}: {error}"
+    if reason is not None:
+        if device.type == "cuda":
+            return {"device": str(device), "error": f"the Triton backend is unavailable: "
+                                                   f"{reason}"}
+        return {"device": str(device), "skipped": reason}
+    return {"device": str(device), "error": dispatch.selfcheck_error(backend, device)}
+
+
+def job_copy(spec: dict) -> dict:
+    """Median ms of ``dst.copy_(src)`` over 1.5·B·L·D elements (the 3·B·L·D elements the
+    scan forward reads and writes) for each L."""
+    import torch
+
+    from weirdnet.lab.harness.timing import median_ms, synchronize, time_step
+
+    device, dtype = torch.device(spec["device"]), getattr(torch, spec["dtype"])
+    def copy_ms(n: int) -> float:
+        src = torch.randn(n, device=device).to(dtype)
+        dst = torch.empty_like(src)
+        times = time_step(lambda: dst.copy_(src), device, repeats=spec.get("repeats", 20),
+                          warmup=3)
+        synchronize(device)
+        return median_ms(times)
+
+    rows = []
+    for L in spec["lengths"]:
+        n = 3 * spec["batch"] * L * spec["dim"] // 2
+        ms = copy_ms(n)
+        moved = 2 * n * torch.empty((), dtype=dtype).element_size()
+        rows.append({"L": L, "elements": n, "bytes": moved, "ms": ms,
+                     "gb_per_s": moved / ms / 1e6})
+    return {"rows": rows}
+
+
+JOBS = {"env": job_env, "selfcheck": job_selfcheck, "copy": job_copy}
+
+
+def job_main(argv: list[str]) -> int:
+    """``python -m weirdnet.lab.gpu JOB SPEC``: run the job, write its JSON result to
+    the spec's ``result`` path."""
+    from weirdnet._atomic import write_atomic
+    from weirdnet.lab.harness.children import watch_parent
+
+    if len(argv) != 2 or argv[0] not in JOBS:
+        print(f"usage: python -m weirdnet.lab.gpu {{{','.join(JOBS)}}} SPEC", file=sys.stderr)
+        return 2
+    watch_parent()
+    spec = json.loads(argv[1])
+    result = JOBS[argv[0]](spec)
+    write_atomic(spec["result"], json.dumps(result, indent=2) + "\n")
+    return 0

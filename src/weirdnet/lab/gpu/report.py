@@ -1,0 +1,173 @@
+"""report.md of a ``weirdnet bench gpu`` run, one section per step, from its records."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from .plan import COPY_TARGET, COPY_TARGET_FROM_L, DRY_RUN_NOTE
+
+
+def _f(value, digits: int = 2, suffix: str = "") -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.{digits}f}{suffix}"
+
+
+def render_report(summary: dict, records: list[dict]) -> str:
+    """report.md from the run's summary and its step records."""
+    lines = ["# weirdnet bench gpu", ""]
+    if summary["mode"] == "dry-run":
+        lines += [f"**{DRY_RUN_NOTE}.** Every step ran on the CPU at tiny sizes to check "
+                  "the control flow; no number here says anything about a GPU.", ""]
+    dirty = " (with uncommitted changes)" if summary.get("dirty") else ""
+    lines += [f"- date: {summary['date']}; mode: {summary['mode']}; device: "
+              f"{summary['device']}; command: `{summary['command']}`",
+              f"- commit: {summary.get('commit') or 'unknown'}{dirty}",
+              f"- exit status: {summary['exit_status']} ("
+              f"{'a' if summary['exit_status'] else 'no'} correctness check failed)", "",
+              "| # | step | status | seconds | time box s | note |", "|---|---|---|---|---|---|"]
+    for r in records:
+        note = (r.get("note") or "").replace("|", "/").replace("\n", " ")[:200]
+        lines.append(f"| {r['index']} | {r['step']} | {r['status']} | {r['seconds']:.0f} | "
+                     f"{r['time_box_s']:g} | {note} |")
+    for r in records:
+        lines += ["", f"## {r['index']}. {r['title']}", "",
+                  f"Status: **{r['status']}** in {r['seconds']:.0f} s (time box "
+                  f"{r['time_box_s']:g} s)." + (f" {r['note']}" if r.get("note") else "")]
+        lines += _SECTIONS[r["step"]](r.get("data") or {})
+        if r.get("logs"):
+            lines += ["", "Logs: " + ", ".join(f"`{p}`" for p in r["logs"])]
+    return "\n".join(lines) + "\n"
+
+
+def _env_section(data: dict) -> list[str]:
+    keys = ("device_name", "capability", "memory_gib", "driver", "cuda", "torch", "triton",
+            "python", "weirdnet", "commit", "dirty", "platform")
+    return ["", "| what | value |", "|---|---|"] + [
+        f"| {k} | {data.get(k) if data.get(k) is not None else '–'} |" for k in keys if k in data]
+
+
+def _correctness_section(data: dict) -> list[str]:
+    tests = data.get("tests")
+    if not tests:
+        return []
+    lines = ["", f"- pytest: {tests.get('passed', '?')} passed, {tests.get('failures', '?')} "
+                 f"failed, {tests.get('errors', '?')} errors, {tests.get('skipped', '?')} "
+                 f"skipped (exit status {tests['exit_status']}; "
+                 f"{tests.get('workers', 1)} pytest process(es))",
+             "- tests: " + ", ".join(f"`{_short(p)}`" for p in tests["paths"][:10])]
+    lines += [f"  - FAILED `{name}`" for name in tests.get("failed_tests", [])]
+    if "selfcheck" in data:
+        lines.append(f"- Triton self-check on {data['selfcheck'].get('device')}: "
+                     f"{selfcheck_text(data['selfcheck'])}")
+    return lines
+
+
+def _short(test: str) -> str:
+    """A test path or node id from its ``tests/`` folder on."""
+    path, sep, rest = test.partition("::")
+    parts = Path(path).parts
+    where = len(parts) - 1 - parts[::-1].index("tests") if "tests" in parts else len(parts) - 1
+    return str(Path(*parts[where:])) + sep + rest
+
+
+def _scan_section(data: dict) -> list[str]:
+    scan = data.get("scan")
+    if not scan:
+        return []
+    c = scan["config"]
+    rows = {(r["method"], r["L"]): r for r in scan["results"]}
+    methods = list(dict.fromkeys(r["method"] for r in scan["results"]))
+    lines = ["", f"B={c['batch']}, D={c['dim']}, {c['dtype']}; scan backend "
+                 f"{scan.get('scan_backend') or '?'}; median ms (fwd / fwd+bwd); full "
+                 f"numbers: `{scan['file']}`", "",
+             "| L | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    for L in c["lengths"]:
+        cells = []
+        for m in methods:
+            r = rows.get((m, L))
+            cells.append("–" if r is None else r["error"][:40] if r["error"] else
+                         f"{_f(r['fwd_ms'])} / {_f(r['fwdbwd_ms'])}")
+        lines.append(f"| {L} | " + " | ".join(cells) + " |")
+    if data.get("fractions"):
+        lines += ["", "Forward vs a device-to-device copy of the same bytes (a, v read, the "
+                      "output written):", "",
+                  "| L | copy ms | copy GB/s | scan fwd ms | scan GB/s | fraction |",
+                  "|---|---|---|---|---|---|"]
+        for f in data["fractions"]:
+            lines.append(f"| {f['L']} | {_f(f['copy_ms'], 3)} | {_f(f['copy_gb_per_s'], 1)} | "
+                         f"{_f(f['scan_fwd_ms'], 3)} | {_f(f['scan_gb_per_s'], 1)} | "
+                         f"{_f(f['fraction'])} |")
+    targets = [f"- {t['text']}: {_f(t['value'])} — {'PASS' if t['passed'] else 'FAIL'}"
+               for t in scan.get("targets", [])]
+    targets += [f"- scan forward >= {COPY_TARGET:.0%} of the copy bandwidth at L={f['L']}: "
+                f"{_f(f['fraction'])} — {'PASS' if f['fraction'] >= COPY_TARGET else 'FAIL'}"
+                for f in data.get("fractions", [])
+                if f["L"] >= COPY_TARGET_FROM_L and f["fraction"] is not None]
+    return lines + ["", "Targets:"] + (targets or ["- none measured at these lengths"])
+
+
+def _speed_section(data: dict) -> list[str]:
+    rows = data.get("rows")
+    if not rows:
+        return []
+    s = data["settings"]
+    lines = ["", f"D={s['dim']}, depth {s['depth']}, d_ff {s['d_ff']}, batch {s['batch']}; "
+                 f"full numbers: `{data['file']}`", "",
+             "| mechanism | L | steps/s | peak memory MiB | status |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['mechanism']} | {r['length']} | {_f(r.get('steps_per_s'))} | "
+                     f"{_f(r.get('memory_mib'), 1)} | {r.get('status')} |")
+    return lines
+
+
+def _decode_section(data: dict) -> list[str]:
+    lines = []
+    for run_ in data.get("runs", []):
+        lines += ["", f"Batch {run_['batch']} (`{run_['file']}`):", "",
+                  "| context | model | tokens/s | step ms |", "|---|---|---|---|"]
+        lines += [f"| {r['context']} | {r['model']} | {_f(r['tokens_per_s'], 1)} | "
+                  f"{_f(r['step_ms_median'], 3)} |" for r in run_["results"]]
+    return lines
+
+
+def _suite_section(data: dict) -> list[str]:
+    if not data.get("cells"):
+        return []
+    lines = ["", f"Budget `{data['budget']}`, ListOps, seed 0:", "",
+             "| mechanism | status | wall s | steps | steps/s | peak MiB | test accuracy |",
+             "|---|---|---|---|---|---|---|"]
+    for c in data["cells"]:
+        status = f"{c['status']} (resumed)" if c.get("resumed") else c["status"]
+        lines.append(f"| {c['variant']} | {status} | {_f(c['wall_s'], 1)} | "
+                     f"{c['steps'] if c['steps'] is not None else '–'} | "
+                     f"{_f(c['steps_per_s'])} | {_f(c['memory_mib'], 1)} | "
+                     f"{_f(c['test_accuracy'], 3)} |")
+    e = data.get("estimate") or {}
+    if e.get("mean_cell_wall_s"):
+        lines += ["", f"The `{data['budget']}` budget plans {e['cells_in_budget']} cells; at "
+                      f"the pilot's mean of {e['mean_cell_wall_s']:.1f} s per cell (ListOps "
+                      f"only: other tasks differ) it would take about "
+                      f"{e['budget_minutes_if_every_cell_cost_this']:.0f} minutes "
+                      "(an extrapolation, not a measurement)."]
+    if any(c["status"].startswith("unfinished") for c in data["cells"]):
+        lines += ["", "An unfinished cell had no record when the step ended: its steps and "
+                      "wall time are those of its last logged event, counted from its "
+                      "process's start (its log: `logs/suite-CELL.jsonl`)."]
+    if any(c.get("resumed") for c in data["cells"]):
+        lines += ["", "A resumed cell continued from a checkpoint an earlier process left "
+                      "in this folder: its wall time and steps/s cover only its last "
+                      "process, so it is left out of the extrapolation."]
+    return lines
+
+
+def selfcheck_text(check: dict) -> str:
+    if check.get("skipped"):
+        return f"skipped ({check['skipped']})"
+    return "passed" if check.get("error") is None else f"FAILED ({check['error']})"
+
+
+_SECTIONS: dict[str, Callable[[dict], list[str]]] = {
+    "env": _env_section, "correctness": _correctness_section, "scan": _scan_section,
+    "speed": _speed_section, "decode": _decode_section, "suite": _suite_section}
