@@ -87,8 +87,8 @@ def test_one_pass_gives_the_split_metrics_and_the_buckets():
     """evaluate_positions: the metrics evaluate() gives, from the same single pass."""
     from weirdnet.data.registry import get
     from weirdnet.train.distributed import Processes
+    from weirdnet.train.evaluation import evaluate
     from weirdnet.train.positions import evaluate_positions
-    from weirdnet.train.trainer import evaluate
 
     model = _lm()
     data = get("python-stdlib", "val", seq_len=48)

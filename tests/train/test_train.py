@@ -297,7 +297,8 @@ def test_init_from_starts_from_a_trained_model(lm_run, tmp_path):
     import shutil
 
     from weirdnet.data.registry import get
-    from weirdnet.train.trainer import build_model, load_initial_weights
+    from weirdnet.train.setup import build_model
+    from weirdnet.train.weights import load_initial_weights
 
     source = tmp_path / "source"
     shutil.copytree(lm_run[0], source)

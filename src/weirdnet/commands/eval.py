@@ -85,9 +85,10 @@ def evaluate_target(args: argparse.Namespace) -> dict:
 
     from weirdnet.train.config import TrainConfig, apply_overrides
     from weirdnet.train.distributed import Processes, resolve_device
+    from weirdnet.train.evaluation import evaluate
     from weirdnet.train.positions import BOUNDS, check_bounds, evaluate_positions
+    from weirdnet.train.setup import eval_dataset
     from weirdnet.train.trained import load_trained
-    from weirdnet.train.trainer import eval_dataset, evaluate
 
     if args.batch_size < 1 or args.limit < 0:
         raise ValueError("--batch-size must be >= 1 and --limit >= 0")
@@ -129,7 +130,7 @@ def _truncation(args: argparse.Namespace, model, data, splits: list[str], device
     """The truncation test of every split (:func:`weirdnet.train.positions.
     evaluate_truncation`), its windows as long as the largest context plus the span."""
     from weirdnet.train.positions import SPAN, TRUNCATIONS, evaluate_truncation
-    from weirdnet.train.trainer import eval_dataset
+    from weirdnet.train.setup import eval_dataset
 
     contexts = sorted(set(args.truncation or TRUNCATIONS))
     span = SPAN if args.span is None else args.span

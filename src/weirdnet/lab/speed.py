@@ -178,7 +178,7 @@ def _build_lm(spec: dict[str, Any], device):
     import torch
 
     from weirdnet.lab import matching
-    from weirdnet.train.trainer import enable_activation_checkpointing
+    from weirdnet.train.setup import enable_activation_checkpointing
 
     table = matching.matched_variant(spec["mechanism"], _widths(spec))[0]
     model = matching.build(table, max_len=spec["length"]).to(device)

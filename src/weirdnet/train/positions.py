@@ -93,13 +93,13 @@ def evaluate_positions(model, dataset, batch_size: int, processes,
                        bounds: Sequence[int] = BOUNDS, limit: int = 0,
                        progress: str | None = None
                        ) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """(the split's metrics, as :func:`~weirdnet.train.trainer.evaluate` gives them;
+    """(the split's metrics, as :func:`~weirdnet.train.evaluation.evaluate` gives them;
     bits per byte in each bucket of context length) of ``model`` on ``dataset`` (an LM
     split), in one pass of the trainer's evaluation (the first ``limit`` windows, 0 =
     all; ``processes``: a :class:`~weirdnet.train.distributed.Processes`)."""
     from functools import partial
 
-    from .trainer import evaluation_sums
+    from .evaluation import evaluation_sums
 
     edges = check_bounds(bounds)
     sums = evaluation_sums(model, dataset, dataset.info, batch_size, processes, limit,

@@ -18,17 +18,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import random
 import signal
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
@@ -36,25 +32,31 @@ from tqdm.auto import tqdm
 from weirdnet._atomic import write_atomic
 from weirdnet._faults import fault_point
 from weirdnet._signals import STOP, Interrupted, signal_name
-from weirdnet.data.registry import get
-from weirdnet.models.backbone import Backbone
-from weirdnet.models.base import WEIGHTS_FILE, model_class
+from weirdnet.models.base import WEIGHTS_FILE
 from weirdnet.models.safetensors_io import load_file
 from weirdnet.train import checkpoint as ckpt
 from weirdnet.train import distributed as dist_util
 from weirdnet.train import tasks
 from weirdnet.train.config import TrainConfig, eval_due
-from weirdnet.train.loading import EvalBatches, ResumableSampler, train_loader
+from weirdnet.train.evaluation import evaluate
+from weirdnet.train.loading import ResumableSampler, train_loader
 from weirdnet.train.rundir import RunDirError, check_run_dir, claim_run_dir
 from weirdnet.train.runlog import RunLog, results_table
 from weirdnet.train.schedule import extend_phases, phased_multiplier
-from weirdnet.typed_config import ConfigError, from_dict
+from weirdnet.train.setup import (
+    RunError,
+    autocast_dtype,
+    build_model,
+    enable_activation_checkpointing,
+    load_datasets,
+    make_deterministic,
+    make_optimizer,
+    seed_everything,
+)
+from weirdnet.train.weights import check_state_fits, load_initial_weights
+from weirdnet.typed_config import ConfigError
 
 __all__ = ["Progress", "RunError", "evaluate", "train"]
-
-
-class RunError(RuntimeError):
-    """A run that cannot start or continue (existing run directory, empty dataset, NaN)."""
 
 
 @dataclass
@@ -70,105 +72,6 @@ class Progress:
     schedule_phases: list[list[int]] = field(default_factory=list)
     eval_pending: bool = False  # an evaluation at ``step`` was interrupted: redo it
     stopped_early: bool = False
-
-
-# ---- set-up ----------------------------------------------------------------------------
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (all devices)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def make_deterministic() -> None:
-    """Deterministic kernels only (an error names any op that has none)."""
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True)
-    torch.backends.cudnn.benchmark = False
-
-
-def eval_dataset(data, split: str, **overrides):
-    """Split ``split`` of a config's data (``config.data``) as evaluation reads it: its
-    ``options``, then its ``eval_options``, then ``overrides`` (e.g. another
-    ``seq_len``)."""
-    return get(data.dataset, split, root=data.root or None,
-               **{**data.options, **data.eval_options, **overrides})
-
-
-def load_datasets(config: TrainConfig) -> dict[str, Any]:
-    """The train, eval and (if named) test splits."""
-    data = config.data
-    splits = {"train": get(data.dataset, data.train_split, root=data.root or None,
-                           **data.options)}
-    splits["eval"] = eval_dataset(data, data.eval_split)
-    if data.test_split:
-        splits["test"] = eval_dataset(data, data.test_split)
-    for name, dataset in splits.items():
-        if len(dataset) == 0:
-            split = {"train": data.train_split, "eval": data.eval_split,
-                     "test": data.test_split}[name]
-            raise RunError(f"dataset {data.dataset!r} split {split!r} is empty; check "
-                           "data.root and data.options")
-    return splits
-
-
-def build_model(config: TrainConfig, info) -> nn.Module:
-    """The model for the dataset ``info`` (errors name the ``model.`` key)."""
-    class_name, model_config = tasks.build_model_config(config.model, info)
-    cls = model_class(class_name)
-    return cls(from_dict(cls.config_class, model_config, where="model"))
-
-
-def enable_activation_checkpointing(model: nn.Module, mode: str, every: int,
-                                    ffn_chunk: int = 0) -> None:
-    """``train.activation_checkpointing`` (and ``train.ffn_chunk``) on every backbone of
-    ``model`` (an encoder-decoder has two); a ``transformers`` peer through its own
-    ``gradient_checkpointing_enable`` (every ``every``-th layer for "every_k")."""
-    if mode == "none" and not ffn_chunk:
-        return
-    peer = getattr(model, "peer", None)
-    if peer is not None and ffn_chunk:
-        raise ConfigError("train.ffn_chunk applies to weirdnet backbones; a transformers peer "
-                          "has its own blocks: set it to 0")
-    if peer is not None and mode == "none":
-        return
-    if peer is not None and hasattr(peer, "activation_checkpointing_enable"):
-        if not getattr(peer, "supports_gradient_checkpointing", False):
-            raise ConfigError(f"train.activation_checkpointing: the {type(peer).__name__} "
-                              "peer does not support it; set it to \"none\"")
-        peer.activation_checkpointing_enable(
-            activation_checkpointing_kwargs={"use_reentrant": False},
-            every_n_layers=every if mode == "every_k" else 1)
-        return
-    for module in model.modules():
-        if isinstance(module, Backbone):
-            module.set_activation_checkpointing(mode, every, ffn_chunk)
-
-
-def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW or Adam; weight decay only on matrices (not on biases, norms, w levels, nor
-    on a tensor marked ``_no_weight_decay``, mamba_ssm's convention for its A_log and
-    D)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2 and not getattr(p, "_no_weight_decay", False)]
-    decayed = {id(p) for p in decay}
-    rest = [p for p in params if id(p) not in decayed]
-    opt = config.optim
-    groups = [{"params": decay, "weight_decay": opt.weight_decay},
-              {"params": rest, "weight_decay": 0.0}]
-    cls = torch.optim.AdamW if opt.name == "adamw" else torch.optim.Adam
-    return cls(groups, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps)
-
-
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of ``train.precision`` on ``device`` (None: full fp32)."""
-    if precision == "auto":
-        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-        return torch.bfloat16 if cuda_bf16 else None
-    if precision == "fp16" and device.type != "cuda":
-        raise ConfigError("train.precision=\"fp16\" needs a CUDA device (use bf16 or fp32)")
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
 # ---- the loop --------------------------------------------------------------------------
@@ -393,7 +296,7 @@ class Trainer:
         # deferred: torch.distributed.checkpoint takes about a second to import
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-        _check_state_fits(self.model, model_state, directory)
+        check_state_fits(self.model, model_state, directory)
         try:
             set_state_dict(self.model, self.optimizer, model_state_dict=model_state,
                            optim_state_dict=trainer_state["optimizer"],
@@ -786,42 +689,6 @@ def _config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             if before.get(key) != after.get(key)]
 
 
-def load_initial_weights(model: nn.Module, source: Path) -> Path:
-    """Copy into ``model`` the weights of the trained model at ``source`` (a run directory,
-    its best/, a checkpoint or a saved model folder: ``train.init_from``), after checking
-    the files against their manifest and every tensor's name and shape; return the model
-    directory read.  Errors: :class:`ConfigError` naming the key."""
-    from weirdnet.train.trained import find_model_dir
-
-    try:
-        model_dir, _ = find_model_dir(source)
-        if (model_dir / ckpt.MANIFEST).is_file():
-            ckpt.verify_directory(model_dir)
-        tensors, _ = load_file(model_dir / WEIGHTS_FILE, "cpu")
-        _check_state_fits(model, tensors, model_dir, changed="the two models differ")
-    except (OSError, ValueError) as error:  # missing, damaged or not this model
-        raise ConfigError(f"train.init_from: {error}") from None
-    model.load_state_dict(tensors)
-    return model_dir
-
-
-def _check_state_fits(model: nn.Module, state: dict[str, torch.Tensor], directory: Path,
-                      changed: str = "was model.* changed since?") -> None:
-    """Raise :class:`CheckpointError` naming the tensors that differ in name or shape
-    between ``model`` and a checkpoint's ``state``."""
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    found = {k: tuple(v.shape) for k, v in state.items()}
-    problems = [f"{k}: checkpoint {found[k]}, model {expected[k]}"
-                for k in sorted(expected.keys() & found.keys()) if expected[k] != found[k]]
-    problems += [f"{k} missing from the checkpoint" for k in sorted(expected.keys() - found.keys())]
-    problems += [f"{k} not in the model" for k in sorted(found.keys() - expected.keys())]
-    if problems:
-        more = f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""
-        raise ckpt.CheckpointError(
-            f"{directory} does not fit the model of this config ({changed}): "
-            f"{'; '.join(problems[:4])}{more}")
-
-
 class _Window:
     """Loss and throughput since the last log line."""
 
@@ -859,54 +726,3 @@ def train(config: TrainConfig, *, resume: bool = False, overwrite: bool = False,
         dist_util.teardown(trainer.processes)
 
 
-def evaluate(model: nn.Module, dataset, info, batch_size: int,
-             processes: dist_util.Processes, limit: int = 0, autocast=nullcontext,
-             progress: str | None = None) -> dict[str, float]:
-    """Metrics of ``model`` on the first ``limit`` items of ``dataset`` (0 = all), this
-    rank's share of them summed over all ranks (see
-    :class:`~weirdnet.train.loading.EvalBatches`); ``autocast()`` wraps each forward.
-    ``progress``: the label of a progress bar on stderr (main process; None = no bar).
-    A single process stops between batches when a stop signal has arrived
-    (:data:`weirdnet._signals.STOP`).  The model is in eval mode meanwhile; its mode is
-    restored afterwards."""
-    sums = evaluation_sums(model, dataset, info, batch_size, processes, limit, autocast,
-                           progress)
-    return tasks.get(info.task).metrics(sums, info)
-
-
-def evaluation_sums(model: nn.Module, dataset, info, batch_size: int,
-                    processes: dist_util.Processes, limit: int = 0, autocast=nullcontext,
-                    progress: str | None = None, batch_sums=None) -> tasks.Sums:
-    """The summed statistics behind :func:`evaluate` (same arguments), reduced over all
-    ranks; ``batch_sums(model, batch)`` replaces the task's own per-batch statistics
-    (e.g. :func:`weirdnet.train.positions.position_sums`)."""
-    batches = EvalBatches(dataset, processes, batch_size, limit, info.pad_id)
-    was_training = model.training
-    model.eval()
-    task, sums = tasks.get(info.task), {}
-    batch_sums = batch_sums or task.batch_sums
-    bar = _eval_bar(progress, len(batches), processes)
-    try:
-        for batch, keep in batches:
-            fault_point("eval-batch")
-            if not processes.distributed:
-                STOP.check()
-            with autocast():
-                stats = batch_sums(model, tasks.to_device(batch, processes.device))
-            if keep:
-                tasks.add_sums(sums, stats)
-            if bar is not None:
-                bar.update(1)
-    finally:
-        model.train(was_training)
-        if bar is not None:
-            bar.close()
-    return dist_util.all_reduce_sums(sums, processes)
-
-
-def _eval_bar(label: str | None, total: int, processes: dist_util.Processes):
-    """A transient tqdm bar over evaluation batches, or None."""
-    if label is None or not processes.is_main:
-        return None
-    return tqdm(total=total, desc=label, unit="batch", leave=False, dynamic_ncols=True,
-                mininterval=0.5, file=sys.stderr)

@@ -37,7 +37,7 @@ def context_measurements(run_dir: Path, config, request: dict[str, Any], device
 
 def _test_split(config, window: int):
     """The cell's test split read in windows of ``window`` bytes, in order."""
-    from weirdnet.train.trainer import eval_dataset
+    from weirdnet.train.setup import eval_dataset
 
     return eval_dataset(config.data, config.data.test_split, seq_len=window,
                         random_crops=False)

@@ -1,0 +1,69 @@
+"""A model's metrics on a dataset split, summed over every rank of a run
+(:func:`evaluate`, :func:`evaluation_sums`)."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import nullcontext
+
+import torch.nn as nn
+from tqdm.auto import tqdm
+
+from weirdnet._faults import fault_point
+from weirdnet._signals import STOP
+from weirdnet.train import distributed as dist_util
+from weirdnet.train import tasks
+from weirdnet.train.loading import EvalBatches
+
+
+def evaluate(model: nn.Module, dataset, info, batch_size: int,
+             processes: dist_util.Processes, limit: int = 0, autocast=nullcontext,
+             progress: str | None = None) -> dict[str, float]:
+    """Metrics of ``model`` on the first ``limit`` items of ``dataset`` (0 = all), this
+    rank's share of them summed over all ranks (see
+    :class:`~weirdnet.train.loading.EvalBatches`); ``autocast()`` wraps each forward.
+    ``progress``: the label of a progress bar on stderr (main process; None = no bar).
+    A single process stops between batches when a stop signal has arrived
+    (:data:`weirdnet._signals.STOP`).  The model is in eval mode meanwhile; its mode is
+    restored afterwards."""
+    sums = evaluation_sums(model, dataset, info, batch_size, processes, limit, autocast,
+                           progress)
+    return tasks.get(info.task).metrics(sums, info)
+
+
+def evaluation_sums(model: nn.Module, dataset, info, batch_size: int,
+                    processes: dist_util.Processes, limit: int = 0, autocast=nullcontext,
+                    progress: str | None = None, batch_sums=None) -> tasks.Sums:
+    """The summed statistics behind :func:`evaluate` (same arguments), reduced over all
+    ranks; ``batch_sums(model, batch)`` replaces the task's own per-batch statistics
+    (e.g. :func:`weirdnet.train.positions.position_sums`)."""
+    batches = EvalBatches(dataset, processes, batch_size, limit, info.pad_id)
+    was_training = model.training
+    model.eval()
+    task, sums = tasks.get(info.task), {}
+    batch_sums = batch_sums or task.batch_sums
+    bar = _eval_bar(progress, len(batches), processes)
+    try:
+        for batch, keep in batches:
+            fault_point("eval-batch")
+            if not processes.distributed:
+                STOP.check()
+            with autocast():
+                stats = batch_sums(model, tasks.to_device(batch, processes.device))
+            if keep:
+                tasks.add_sums(sums, stats)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        model.train(was_training)
+        if bar is not None:
+            bar.close()
+    return dist_util.all_reduce_sums(sums, processes)
+
+
+def _eval_bar(label: str | None, total: int, processes: dist_util.Processes):
+    """A transient tqdm bar over evaluation batches, or None."""
+    if label is None or not processes.is_main:
+        return None
+    return tqdm(total=total, desc=label, unit="batch", leave=False, dynamic_ncols=True,
+                mininterval=0.5, file=sys.stderr)

@@ -1,0 +1,120 @@
+"""What a training run is built from: seeds, datasets, the model, the optimizer, autocast
+and activation checkpointing, each from a :class:`~weirdnet.train.config.TrainConfig`."""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from weirdnet.data.registry import get
+from weirdnet.models.backbone import Backbone
+from weirdnet.models.base import model_class
+from weirdnet.train import tasks
+from weirdnet.train.config import TrainConfig
+from weirdnet.typed_config import ConfigError, from_dict
+
+
+class RunError(RuntimeError):
+    """A run that cannot start or continue (existing run directory, empty dataset, NaN)."""
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def make_deterministic() -> None:
+    """Deterministic kernels only (an error names any op that has none)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+
+
+def eval_dataset(data, split: str, **overrides):
+    """Split ``split`` of a config's data (``config.data``) as evaluation reads it: its
+    ``options``, then its ``eval_options``, then ``overrides`` (e.g. another
+    ``seq_len``)."""
+    return get(data.dataset, split, root=data.root or None,
+               **{**data.options, **data.eval_options, **overrides})
+
+
+def load_datasets(config: TrainConfig) -> dict[str, Any]:
+    """The train, eval and (if named) test splits."""
+    data = config.data
+    splits = {"train": get(data.dataset, data.train_split, root=data.root or None,
+                           **data.options)}
+    splits["eval"] = eval_dataset(data, data.eval_split)
+    if data.test_split:
+        splits["test"] = eval_dataset(data, data.test_split)
+    for name, dataset in splits.items():
+        if len(dataset) == 0:
+            split = {"train": data.train_split, "eval": data.eval_split,
+                     "test": data.test_split}[name]
+            raise RunError(f"dataset {data.dataset!r} split {split!r} is empty; check "
+                           "data.root and data.options")
+    return splits
+
+
+def build_model(config: TrainConfig, info) -> nn.Module:
+    """The model for the dataset ``info`` (errors name the ``model.`` key)."""
+    class_name, model_config = tasks.build_model_config(config.model, info)
+    cls = model_class(class_name)
+    return cls(from_dict(cls.config_class, model_config, where="model"))
+
+
+def enable_activation_checkpointing(model: nn.Module, mode: str, every: int,
+                                    ffn_chunk: int = 0) -> None:
+    """``train.activation_checkpointing`` (and ``train.ffn_chunk``) on every backbone of
+    ``model`` (an encoder-decoder has two); a ``transformers`` peer through its own
+    ``gradient_checkpointing_enable`` (every ``every``-th layer for "every_k")."""
+    if mode == "none" and not ffn_chunk:
+        return
+    peer = getattr(model, "peer", None)
+    if peer is not None and ffn_chunk:
+        raise ConfigError("train.ffn_chunk applies to weirdnet backbones; a transformers peer "
+                          "has its own blocks: set it to 0")
+    if peer is not None and mode == "none":
+        return
+    if peer is not None and hasattr(peer, "activation_checkpointing_enable"):
+        if not getattr(peer, "supports_gradient_checkpointing", False):
+            raise ConfigError(f"train.activation_checkpointing: the {type(peer).__name__} "
+                              "peer does not support it; set it to \"none\"")
+        peer.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False},
+            every_n_layers=every if mode == "every_k" else 1)
+        return
+    for module in model.modules():
+        if isinstance(module, Backbone):
+            module.set_activation_checkpointing(mode, every, ffn_chunk)
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW or Adam; weight decay only on matrices (not on biases, norms, w levels, nor
+    on a tensor marked ``_no_weight_decay``, mamba_ssm's convention for its A_log and
+    D)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2 and not getattr(p, "_no_weight_decay", False)]
+    decayed = {id(p) for p in decay}
+    rest = [p for p in params if id(p) not in decayed]
+    opt = config.optim
+    groups = [{"params": decay, "weight_decay": opt.weight_decay},
+              {"params": rest, "weight_decay": 0.0}]
+    cls = torch.optim.AdamW if opt.name == "adamw" else torch.optim.Adam
+    return cls(groups, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps)
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of ``train.precision`` on ``device`` (None: full fp32)."""
+    if precision == "auto":
+        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if cuda_bf16 else None
+    if precision == "fp16" and device.type != "cuda":
+        raise ConfigError("train.precision=\"fp16\" needs a CUDA device (use bf16 or fp32)")
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
