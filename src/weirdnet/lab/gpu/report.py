@@ -151,7 +151,7 @@ def _suite_section(data: dict) -> list[str]:
                       f"only: other tasks differ) it would take about "
                       f"{e['budget_minutes_if_every_cell_cost_this']:.0f} minutes "
                       "(an extrapolation, not a measurement)."]
-    if any(c["status"].startswith("unfinished") for c in data["cells"]):
+    if any(str(c.get("status")).startswith("unfinished") for c in data["cells"]):
         lines += ["", "An unfinished cell had no record when the step ended: its steps and "
                       "wall time are those of its last logged event, counted from its "
                       "process's start (its log: `logs/suite-CELL.jsonl`)."]
