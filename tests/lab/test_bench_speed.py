@@ -103,3 +103,17 @@ def test_long_context_speed_checkpoints_and_stops_at_the_budget(tmp_path):
     assert "the largest length within 0.05 GiB" in text
     assert "relative to the same model at 64" in text
     assert (tmp_path / "speed_long_cpu.png").is_file()
+
+
+def test_the_memory_prediction_grows_at_least_linearly_with_length():
+    """A short step's RSS increase is page-level noise that can shrink from one length to
+    the next; the prediction still grows at least in proportion to the length (the
+    activations do), while a time that shrinks is carried forward unchanged."""
+    from weirdnet.lab.speed import _predicted_over
+
+    done = [{"length": 128, "step_s": 0.02, "rss_mib": 2.9},
+            {"length": 256, "step_s": 0.01, "rss_mib": 2.0}]
+    why = _predicted_over(done, 65536, max_step_s=10.0, budget_gib=0.05)
+    assert why is not None and why.startswith("predicted") and "GiB" in why
+    assert _predicted_over(done, 512, max_step_s=10.0, budget_gib=0.05) is None
+    assert _predicted_over(done, 65536, max_step_s=10.0, budget_gib=None) is None

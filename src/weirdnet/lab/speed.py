@@ -378,25 +378,31 @@ def _predicted_over(done: list[dict[str, Any]], length: int, max_step_s: float,
                     budget_gib: float | None) -> str | None:
     """Why ``length`` would not run, by a power law through the last two measured lengths
     (time and memory each), or None: a step over ``max_step_s`` or a peak RSS over
-    ``budget_gib``."""
+    ``budget_gib``.
+
+    The time's exponent is floored at 0 (a fixed cost may dominate short steps); the
+    memory's at 1, since a step's activations (embeddings, each block's input, the logits)
+    grow at least linearly with length, while the RSS increase of a short step is a few
+    MiB of page-level noise that can even shrink between two lengths."""
     import math
 
     if len(done) < 2:
         return None
     a, b = done[-2], done[-1]
-    grow = math.log(length / b["length"]) / math.log(b["length"] / a["length"])
+    lengths_ratio = b["length"] / a["length"]
+    grow = math.log(length / b["length"]) / math.log(lengths_ratio)
 
-    def ahead(key: str) -> float:
-        ratio = max(b[key] / a[key], 1.0) if a[key] else 1.0
-        return b[key] * ratio ** grow
+    def ahead(key: str, least_ratio: float) -> float:
+        ratio = max(b[key] / a[key], least_ratio) if a[key] else least_ratio
+        return max(b[key], a[key]) * ratio ** grow
 
-    step_s = ahead("step_s")
+    step_s = ahead("step_s", 1.0)
     if step_s > max_step_s:
         return f"predicted {step_s:,.0f} s/step > {max_step_s:g}"
     memory = b.get("rss_mib") if b.get("rss_mib") is not None else b["memory_mib"]
     if budget_gib is not None and memory is not None:
         key = "rss_mib" if b.get("rss_mib") is not None else "memory_mib"
-        need_gib = ahead(key) / 1024
+        need_gib = ahead(key, lengths_ratio) / 1024
         if need_gib > budget_gib:
             return f"predicted {need_gib:,.1f} GiB > the {budget_gib:g} GiB budget"
     return None
