@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from weirdnet.lab.harness import output
+from weirdnet.lab.harness.jsonl import json_objects
 
 from .plan import (
     DECODE,
@@ -305,12 +306,7 @@ def _unfinished_cells(step: Step, runs: Path, recorded: set[str]) -> list[dict]:
 def _unfinished_cell(run: str, log: Path) -> dict:
     """A cell that has no record: the last event of its latest process, and its time
     since that process started."""
-    events = []
-    for line in log.read_text(encoding="utf-8").splitlines():
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut short by the stop
-            continue
+    events = list(json_objects(log))
     starts = [i for i, e in enumerate(events) if e.get("event") == "start"]
     events = events[starts[-1]:] if starts else events
     last = events[-1] if events else {}

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet.lab.harness.alloc import reuse_freed_memory
+from weirdnet.lab.harness.jsonl import json_objects
 from weirdnet.lab.harness.machine import code_version, git_commit
 
 
@@ -108,13 +109,7 @@ def note_code_version(code_log: str | None, version: dict[str, Any], resume: boo
     if code_log is None:
         return [label(version)]
     path = Path(code_log)
-    entries = []
-    if resume and path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                entries.append(json.loads(line))
-            except ValueError:
-                continue
+    entries = list(json_objects(path)) if resume and path.exists() else []
     entries.append(version)
     path.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
     return list(dict.fromkeys(label(e) for e in entries))
@@ -126,17 +121,12 @@ def median_rates(log_file: Path, batch_size: int) -> dict[str, float | None]:
     time (None where no event has it)."""
     fields = {"steps_per_s": "samples_per_s", "cpu_steps_per_s": "cpu_samples_per_s"}
     rates: dict[str, list[float]] = {key: [] for key in fields}
-    with open(log_file, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") != "train":
-                continue
-            for key, field in fields.items():
-                if event.get(field):
-                    rates[key].append(event[field] / batch_size)
+    for event in json_objects(log_file):
+        if event.get("event") != "train":
+            continue
+        for key, field in fields.items():
+            if event.get(field):
+                rates[key].append(event[field] / batch_size)
     return {key: statistics.median(v) if v else None for key, v in rates.items()}
 
 
