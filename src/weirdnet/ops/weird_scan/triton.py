@@ -562,13 +562,17 @@ def bwd(a, v, log_w, mask, doc, grad, split: int, nlev: int):
     a, v, grad: (B, L, D) unit channel stride; mask, doc as in :func:`fwd`; dA, dV in
     ``a``'s dtype; dlog_w (nlev, D) float64.  Recomputes the forward intermediates, then
     runs the passes backwards.
+
+    Memory: the recomputed inputs of passes 2 .. n (two state-dtype (B, L, D) tensors
+    each), each freed once its backward pass has run, and two adjoints (three tensors
+    each: the later pass's and this one's).  dA and dV are allocated when the first pass's
+    backward starts, so they are not held beside a middle pass's input and two adjoints,
+    the peak from three passes (L > 1,024 at five levels a pass) on.
     """
     B, L, D = a.shape
-    da = torch.empty((B, L, D), dtype=a.dtype, device=a.device)
-    dv = torch.empty_like(da)
     dlogw = torch.zeros((nlev, D), dtype=torch.float64, device=a.device)
-    if da.numel() == 0:
-        return da, dv, dlogw
+    if a.numel() == 0:
+        return torch.empty_like(a), torch.empty_like(a), dlogw
     passes, mask = plan(L, nlev), None if mask is None else mask.contiguous()
     with _device(a):
         xs = [(a, v)]
@@ -579,7 +583,11 @@ def bwd(a, v, log_w, mask, doc, grad, split: int, nlev: int):
         adj = grad
         for i in reversed(range(len(passes))):
             ps, x = passes[i], xs.pop()
-            out = (da, da, dv) if i == 0 else _buffers(a, log_w.dtype, 3)
+            if i == 0:
+                da, dv = _buffers(a, a.dtype, 2)
+                out = (da, da, dv)
+            else:
+                out = _buffers(a, log_w.dtype, 3)
             for part, rev in _parts(D, split):
                 dlogw[ps.lo : ps.lo + ps.nl] += _launch_bwd(ps, x, adj, out, mask, doc, log_w,
                                                             part, rev, i == 0)
