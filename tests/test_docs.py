@@ -1,7 +1,8 @@
 """Cheap checks of the documentation, without building it (`.ci/run` runs
 `mkdocs build --strict`, which checks every link, anchor and API reference).
 
-- every page that mkdocs.yml's nav names exists;
+- every page that mkdocs.yml's nav names exists, and every page of docs/ (generated
+  reports included) is in the nav, so none is reachable only by its address;
 - every relative link in README.md points at a file or folder that exists;
 - every table included from a generated report by line range
   (``--8<-- "benchmarks/results/....md:START:END"``) is still exactly one whole table
@@ -43,6 +44,13 @@ def test_the_nav_lists_pages():
 @pytest.mark.parametrize("page", _nav_pages())
 def test_every_nav_page_exists(page):
     assert (DOCS / page).is_file(), f"mkdocs.yml's nav names docs/{page}, which is missing"
+
+
+def test_every_page_is_in_the_nav():
+    """docs/results links to benchmarks/results: a new report folder needs a nav line."""
+    pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
+    missing = sorted(pages - set(_nav_pages()))
+    assert not missing, f"pages of docs/ that mkdocs.yml's nav does not list: {missing}"
 
 
 def test_every_relative_link_in_the_readme_exists():
