@@ -36,8 +36,9 @@ def test_plan_covers_every_table_once_and_leaves_out_non_causal_lms():
     assert len(keys) == len(set(keys))
     main = len(TASKS) * len(MECHANISMS) - 2  # DBA and Linformer have no causal LM
     # W = exp(w) x 5, encoder B x 4, 5 DBA settings x 5 LRA tasks, paper-literal DBA x 8,
-    # today's baselines on LM: Weird-Net A/B++, Transformer++ and 7 transformers peers
-    extra = 5 + 4 + 5 * 5 + 8 + 10
+    # today's baselines on LM: Weird-Net A/B matched and A/B++, Transformer++ and 7
+    # transformers peers
+    extra = 5 + 4 + 5 * 5 + 8 + 12
     assert len(cells) == main + extra
     assert "lm--dba--s0" not in keys and "lm--linformer--s0" not in keys
     assert "listops--weird-a--s0" in keys  # shared by main, table9 and table10: once
@@ -677,9 +678,10 @@ def test_lm_table_states_each_models_non_embedding_parameters_against_the_transf
 @pytest.mark.parametrize("budget", ["smoke", "cpu", "laptop"])
 def test_todays_weirdnet_rows_are_matched_to_the_transformer_as_the_peers_are(
         budget, tmp_path):
-    """The Transformer++, A++ and B++ of the today table get the non-embedding parameters
-    of the GPT-2-style Transformer with the task's widths within 5% (their feed-forward
-    width turned), as the peers do; the papers' rows keep the task's widths."""
+    """The Transformer++, A++, B++ and the matched A and B of the today table get the
+    non-embedding parameters of the GPT-2-style Transformer with the task's widths within
+    5% (their feed-forward width turned), as the peers do; the papers' rows keep the
+    task's widths, and the matched A and B differ from them only in that width."""
     from weirdnet.lab.suite.report import non_embedding_parameters
 
     def cell_config(name: str) -> dict:
@@ -687,10 +689,17 @@ def test_todays_weirdnet_rows_are_matched_to_the_transformer_as_the_peers_are(
                     ).config_dict(tmp_path)
 
     reference = non_embedding_parameters({"config": cell_config("softmax")})
-    for name in ("transformerpp", "weird-a-pp", "weird-b-pp"):
+    for name in ("transformerpp", "weird-a-pp", "weird-b-pp", "weird-a-matched",
+                 "weird-b-matched"):
         config = cell_config(name)
         assert abs(non_embedding_parameters({"config": config}) / reference - 1) <= 0.05
-        assert config["model"]["backbone"]["positions"] == "rope"  # its options kept
+        papers = cell_config(name.replace("-matched", "")) if "matched" in name else None
+        if papers is None:
+            assert config["model"]["backbone"]["positions"] == "rope"  # its options kept
+        else:  # the papers' model, only its feed-forward width changed
+            ours, theirs = config["model"]["backbone"], papers["model"]["backbone"]
+            assert {k: v for k, v in ours.items() if k != "d_ff"} == \
+                {k: v for k, v in theirs.items() if k != "d_ff"}
     task_d_ff = cell_config("softmax")["model"]["backbone"].get("d_ff")
     assert cell_config("weird-a")["model"]["backbone"].get("d_ff") == task_d_ff
 

@@ -162,6 +162,12 @@ TODAY = (
     Variant("transformerpp", "Transformer++", "softmax", backbone=dict(TRANSFORMERPP),
             matched=True,
             note="rotary positions, SwiGLU, RMSNorm, no biases (Llama's blocks)"),
+    Variant("weird-a-matched", "Weird-Net A, matched", "A", matched=True,
+            note="structure A as in the papers, its feed-forward width matched as the "
+                 "peers' are"),
+    Variant("weird-b-matched", "Weird-Net B, matched", "B", causal=True, matched=True,
+            note="structure B as in the papers, its feed-forward width matched as the "
+                 "peers' are"),
     Variant("weird-a-pp", "Weird-Net A++", "A", backbone=dict(TRANSFORMERPP),
             matched=True,
             note="structure A with the Transformer++ options (no positional table: "

@@ -295,7 +295,9 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
                 "Weird-Net A and B with and without the Transformer++ options (A++ and B++ "
                 "matched the same way). The rows of the papers' own models (Weird-Net A "
                 "and B, the Transformer) keep the papers' widths, so their counts differ: "
-                "the parameters column says by how much. On a CPU, Mamba and Mamba-2 run "
+                "the parameters column says by how much; the rows \"Weird-Net A, "
+                "matched\" and \"Weird-Net B, matched\" are those models with the "
+                "feed-forward width matched. On a CPU, Mamba and Mamba-2 run "
                 "`transformers`' pure-PyTorch path: their steps/s is a CPU user's.", "",
                 *lm_table(results, TABLES_BY_NAME["today"].variants), ""]
     if "dba-forms" in tables:

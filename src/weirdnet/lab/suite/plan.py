@@ -36,7 +36,8 @@ TABLES = (
     Table("today", "The baselines the field uses today: the Transformer++ and the "
           "transformers peers, with Weird-Net with and without the Transformer++ options, "
           "on byte-level LM (issue 30)", ("lm",),
-          ("weird-a", "weird-b", "weird-a-pp", "weird-b-pp", "softmax", "transformerpp",
+          ("weird-a", "weird-b", "weird-a-matched", "weird-b-matched", "weird-a-pp",
+           "weird-b-pp", "softmax", "transformerpp",
            "llama", "mamba", "mamba2", "rwkv", "qwen3-next", "recurrent-gemma",
            "xlstm")),
     Table("dba-forms", "DBA as its authors' code runs it against eqs. 7-12 read literally "
