@@ -584,3 +584,75 @@ def test_backward_holds_dA_and_dV_only_for_the_first_pass(passes, monkeypatch, L
     want = torch.autograd.grad((out * grad.double().cpu()).sum(), inputs)
     for got, ref in zip((da, dv, dlogw), want):
         assert rel_err(got.cpu().double(), ref) < 1e-4
+
+
+@pytest.mark.parametrize("reverse,split", [(False, None), (None, 20), (None, 16),
+                                           (None, 0), (None, 40)])
+def test_channel_chunks_give_the_whole_scan_bit_for_bit(passes, monkeypatch, reverse,
+                                                        split):
+    """A large scan runs in channel chunks (each pass's state tensors within
+    STATE_CHUNK_BYTES): forward and dA, dV, d log_w are the unchunked scan's bit for bit,
+    with packed documents, padding, and the causal/anti-causal split inside a chunk, on
+    a chunk edge, and at either end."""
+    passes(3)  # three passes at L = 100, halos included
+    L, D = 100, 40
+    doc_ids, mask = packed_layout(L)
+    a, v, log_w, _ = make_inputs(2, L, D, seed=3, masked=False)
+    grad = torch.randn(2, L, D, dtype=torch.float64)
+    xs = on_device(*(x.float() for x in (a, v, log_w)))
+    mask, doc_ids, grad = on_device(mask, doc_ids, grad.float())
+    split = D // 2 if split is None else split
+
+    def both():
+        leaves = [x.detach().requires_grad_() for x in xs]
+        if reverse is None:
+            out = weird_scan_bidirectional(*leaves, mask=mask, doc_ids=doc_ids, split=split,
+                                           backend="triton")
+        else:
+            out = weird_scan(*leaves, reverse=reverse, mask=mask, doc_ids=doc_ids,
+                             backend="triton")
+        return out, torch.autograd.grad(out, leaves, grad)
+
+    def peak_bytes():  # of the scan's own (B, L, *) buffers, counted while alive
+        import weakref
+
+        live, peak, empty = [0], [0], torch.empty
+
+        def counted(*size, **kwargs):
+            tensor = empty(*size, **kwargs)
+            if tensor.dim() == 3 and tensor.shape[:2] == (2, L):
+                nbytes = tensor.numel() * tensor.element_size()
+                live[0] += nbytes
+                peak[0] = max(peak[0], live[0])
+                weakref.finalize(tensor, lambda: live.__setitem__(0, live[0] - nbytes))
+            return tensor
+
+        with monkeypatch.context() as patch:
+            patch.setattr(torch, "empty", counted)
+            result = both()
+        return result, peak[0]
+
+    whole, whole_peak = peak_bytes()
+    assert len(st.channel_chunks(2, L, D, torch.float32)) == 1
+    monkeypatch.setattr(st, "CHUNK_ALIGN", 16)
+    monkeypatch.setattr(st, "STATE_CHUNK_BYTES", 2 * L * 4 * 16)  # 16 channels a chunk
+    assert [(c.start, c.stop) for c in st.channel_chunks(2, L, D, torch.float32)] == \
+        [(0, 16), (16, 32), (32, 40)]
+    chunked, chunked_peak = peak_bytes()
+    # in channels of (B, L) float32: whole, a middle pass's 8 state tensors of 40 beside
+    # the forward's output (40); chunked, 8 of 16 beside it and the whole dA and dV (80)
+    assert chunked_peak <= whole_peak * (8 * 16 + 40 + 80) / (8 * 40 + 40)
+    assert torch.equal(whole[0], chunked[0])
+    for got, want in zip(chunked[1], whole[1]):
+        assert torch.equal(got, want)
+
+
+def test_channel_chunks_at_the_gpu_benchmark_sizes():
+    """B = 8, D = 1024: one chunk through L = 4K in float32, four of 256 at 16K; float64
+    state halves the chunk; never narrower than CHUNK_ALIGN."""
+    sizes = lambda L, dtype=torch.float32: [c.stop - c.start for c in  # noqa: E731
+                                           st.channel_chunks(8, L, 1024, dtype)]
+    assert sizes(1024) == [1024] and sizes(4096) == [1024]
+    assert sizes(16384) == [256] * 4 and sizes(16384, torch.float64) == [128] * 8
+    assert set(sizes(1 << 24)) == {st.CHUNK_ALIGN}
+    assert st.channel_chunks(0, 0, 8, torch.float32) == [slice(0, 8)]

@@ -112,6 +112,8 @@ LEVELS_PER_PASS = 5  # c: levels per pass; a tile is 2^c rows (and 2^c more of h
 TILE_ELEMENTS = 4096  # target rows x columns of one state tensor in a program
 MAX_BLOCK_D = 16  # channels per program (16 bf16 channels = one 32-byte sector per row)
 NUM_WARPS = 8
+STATE_CHUNK_BYTES = 128 << 20  # the largest float state tensor (B, L, channels) of a pass
+CHUNK_ALIGN = 64  # channels: a multiple of MAX_BLOCK_D, so every chunk keeps its blocks
 
 
 def _interpreting() -> bool:
@@ -528,14 +530,55 @@ def _launch_bwd(ps: _Pass, x, adj, out, mask, doc, log_w, part: slice, rev: bool
     return part_sums.sum((0, 1, 2), dtype=torch.float64)
 
 
+def channel_chunks(B: int, L: int, D: int, state_dtype: torch.dtype) -> list[slice]:
+    """The channel ranges the scan runs one after another: channels never mix, so a
+    chunk's passes are the whole scan's restricted to its channels (the same blocks, the
+    same bits), and each pass's state tensors, (B, L, chunk) in ``state_dtype``, stay
+    within ``STATE_CHUNK_BYTES``.  One range, all of D, up to that size (B = 8, D = 1024
+    in float32: L = 4K); four at L = 16K."""
+    per_channel = B * L * (torch.finfo(state_dtype).bits // 8)
+    width = STATE_CHUNK_BYTES // max(per_channel, 1) // CHUNK_ALIGN * CHUNK_ALIGN
+    width = max(width, CHUNK_ALIGN)
+    return [slice(c, min(c + width, D)) for c in range(0, D, width)] or [slice(0, D)]
+
+
+def _in_chunks(whole, a, v, log_w, split: int, nlev: int, *rest):
+    """Run ``whole(a, v, log_w, *rest, split, nlev)`` (a ``_fwd_whole`` or ``_bwd_whole``)
+    on each channel chunk of :func:`channel_chunks` and put the pieces together: the
+    (B, L, D) outputs along the channels, d log_w (nlev, D) along its columns."""
+    B, L, D = a.shape
+    chunks = channel_chunks(B, L, D, log_w.dtype)
+    if len(chunks) == 1:
+        return whole(a, v, log_w, *rest, split, nlev)
+    outs = None
+    for c in chunks:
+        rows = [x[..., c] if isinstance(x, torch.Tensor) and x.dim() == 3 else x
+                for x in rest]
+        local_split = min(max(split - c.start, 0), c.stop - c.start)
+        piece = whole(a[..., c], v[..., c], log_w[:, c].contiguous(), *rows, local_split,
+                      nlev)
+        pieces = piece if isinstance(piece, tuple) else (piece,)
+        if outs is None:
+            outs = tuple(torch.empty((*p.shape[:-1], D), dtype=p.dtype, device=p.device)
+                         for p in pieces)
+        for out, p in zip(outs, pieces):
+            out[..., c] = p
+        del piece, pieces
+    return outs if len(outs) > 1 else outs[0]
+
+
 def fwd(a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
     """O = H / U in ``a``'s dtype.
 
     a, v: (B, L, D) any float dtype, unit channel stride; log_w: (>= nlev, D) contiguous in
     the state dtype (float32, or float64 for float64 inputs); mask: (B, L) bool or None;
     doc: (B, L) int64 C-contiguous canonical document ids, or None.  Channels [0, split)
-    are causal, [split, D) anti-causal.
+    are causal, [split, D) anti-causal.  Runs in channel chunks (:func:`channel_chunks`).
     """
+    return _in_chunks(_fwd_whole, a, v, log_w, split, nlev, mask, doc)
+
+
+def _fwd_whole(a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
     B, L, D = a.shape
     out = torch.empty((B, L, D), dtype=a.dtype, device=a.device)
     if out.numel() == 0:
@@ -560,8 +603,15 @@ def bwd(a, v, log_w, mask, doc, grad, split: int, nlev: int):
     """Gradients (dA, dV, dlog_w) of ``sum(grad * fwd(...))``.
 
     a, v, grad: (B, L, D) unit channel stride; mask, doc as in :func:`fwd`; dA, dV in
-    ``a``'s dtype; dlog_w (nlev, D) float64.  Recomputes the forward intermediates, then
-    runs the passes backwards.
+    ``a``'s dtype; dlog_w (nlev, D) float64.  Runs in channel chunks
+    (:func:`channel_chunks`), each as :func:`_bwd_whole`.
+    """
+    return _in_chunks(_bwd_whole, a, v, log_w, split, nlev, mask, doc, grad)
+
+
+def _bwd_whole(a, v, log_w, mask, doc, grad, split: int, nlev: int):
+    """:func:`bwd` on all of a's channels at once: recomputes the forward intermediates,
+    then runs the passes backwards.
 
     Memory: the recomputed inputs of passes 2 .. n (two state-dtype (B, L, D) tensors
     each), each freed once its backward pass has run, and two adjoints (three tensors
