@@ -132,6 +132,41 @@ def test_the_zoology_recipe_is_zoologys(tmp_path):
     assert short.key.replace("--e16", "") == cells[3].key  # a budget apart: its own record
 
 
+def test_a_rate_is_not_run_for_a_model_another_rate_already_settled(tmp_path):
+    """settled_at_another_rate: a cell without a record is left out when the same model
+    reached 99% validation accuracy at another rate, in a record of its current config;
+    not when that record is under 99%, failed, of another config, or of another model;
+    and a cell with a record of its own is always kept."""
+    from weirdnet.lab.recall import zoology
+    from weirdnet.lab.sweep.store import CellStore, config_hash
+    from weirdnet.lab.variants import get_variant
+
+    store = CellStore(tmp_path / "results", tmp_path / "runs")
+    store.cells_dir.mkdir(parents=True)
+
+    def record(cell, accuracy, status="done", config=None):
+        config = config or cell.config_dict(store.work_dir)
+        store.record_path(cell).write_text(json.dumps({
+            "status": status, "config_hash": config_hash(config),
+            "results": {"val": {"accuracy": accuracy}, "test": {"accuracy": accuracy}}}))
+
+    a, b, c, d = (get_variant(n) for n in ("weird-a", "weird-b", "softmax", "ps"))
+    cells = zoology.plan([64], [16], [a, b, c, d], [0], [1e-2, 2.2e-3], 1, 2)
+    fast = {cell.variant.name: cell for cell in cells if cell.lr == 1e-2}
+    record(fast["weird-a"], 0.995)  # settles weird-a at 2.2e-3
+    record(fast["weird-b"], 0.985)  # below the bar: its other rate still runs
+    record(fast["softmax"], 0.999, status="failed")
+    other = zoology.plan([64], [16], [d], [0], [1e-2], 1, 3)[0]  # 3 epochs, not 2
+    record(fast["ps"], 0.999, config=other.config_dict(store.work_dir))
+    keep, left_out = zoology.settled_at_another_rate(cells, store)
+    assert [(c.variant.name, c.lr) for c in left_out] == [("weird-a", 2.2e-3)]
+    assert len(keep) == len(cells) - 1 and fast["weird-a"] in keep
+    slow_a = next(c for c in cells if c.variant.name == "weird-a" and c.lr == 2.2e-3)
+    record(slow_a, 0.5)  # now it has a record of its own: reported, kept
+    assert zoology.settled_at_another_rate(cells, store)[1] == []
+    assert "1 cells not run" in "\n".join(zoology.deviations(cells, left_out=1))
+
+
 def test_zoology_smoke_sweep_gates_its_columns(tmp_path):
     """A tiny sweep through the command line: records, and a report whose column the
     Transformer++ does not solve at this budget says so and ranks nothing."""

@@ -213,6 +213,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "%(default)s; fewer is a deviation the report states)")
     parser.add_argument("--vocab-size", type=int, default=zoology.VOCAB,
                         help="zoology: MQAR's vocabulary (default %(default)s)")
+    parser.add_argument("--all-rates", action="store_true",
+                        help="zoology: run every learning rate named, also for a model that "
+                             "already reached 99%% validation accuracy at another (by "
+                             "default such cells are left out, and the report counts them)")
     parser.add_argument("--short-convs", type=int, nargs="+", default=[0, zoology.SHORT_CONV],
                         help="zoology: short_conv widths each model runs with (default "
                              "%(default)s)")
@@ -263,7 +267,11 @@ def _plan(args: argparse.Namespace, store: CellStore):
     cells = zoology.plan(args.lengths or list(zoology.PAIRS), args.widths or zoology.WIDTHS,
                          variants, args.short_convs, args.lrs or zoology.LRS, args.seeds,
                          args.epochs, args.train_sequences, args.vocab_size)
-    return cells, lambda: write_zoology_report(store, cells, not args.no_plot)
+    left_out = []
+    if not args.all_rates:
+        cells, left_out = zoology.settled_at_another_rate(cells, store)
+    return cells, lambda: write_zoology_report(store, cells, not args.no_plot,
+                                               len(left_out))
 
 
 __all__ = ["causal_mechanisms", "DEFAULT_LR", "DIAGNOSTICS", "RecallCell",
