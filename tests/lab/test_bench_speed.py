@@ -108,7 +108,7 @@ def test_long_context_speed_checkpoints_and_stops_at_the_budget(tmp_path):
 def test_the_memory_prediction_grows_at_least_linearly_with_length():
     """A short step's RSS increase is page-level noise that can shrink from one length to
     the next; the prediction still grows at least in proportion to the length (the
-    activations do), while a time that shrinks is carried forward unchanged."""
+    activations do), while a time that shrinks is carried forward at its larger value."""
     from weirdnet.lab.speed import _predicted_over
 
     done = [{"length": 128, "step_s": 0.02, "rss_mib": 2.9},

@@ -380,10 +380,11 @@ def _predicted_over(done: list[dict[str, Any]], length: int, max_step_s: float,
     (time and memory each), or None: a step over ``max_step_s`` or a peak RSS over
     ``budget_gib``.
 
-    The time's exponent is floored at 0 (a fixed cost may dominate short steps); the
-    memory's at 1, since a step's activations (embeddings, each block's input, the logits)
-    grow at least linearly with length, while the RSS increase of a short step is a few
-    MiB of page-level noise that can even shrink between two lengths."""
+    Each is extrapolated from the larger of its two values.  The time's exponent is
+    floored at 0 (a fixed cost may dominate short steps); the memory's at 1, since a
+    step's activations (embeddings, each block's input, the logits) grow at least
+    linearly with length, while the RSS increase of a short step is a few MiB of
+    page-level noise that can even shrink between two lengths."""
     import math
 
     if len(done) < 2:
@@ -399,9 +400,8 @@ def _predicted_over(done: list[dict[str, Any]], length: int, max_step_s: float,
     step_s = ahead("step_s", 1.0)
     if step_s > max_step_s:
         return f"predicted {step_s:,.0f} s/step > {max_step_s:g}"
-    memory = b.get("rss_mib") if b.get("rss_mib") is not None else b["memory_mib"]
-    if budget_gib is not None and memory is not None:
-        key = "rss_mib" if b.get("rss_mib") is not None else "memory_mib"
+    key = "rss_mib" if b.get("rss_mib") is not None else "memory_mib"
+    if budget_gib is not None and b[key] is not None:
         need_gib = ahead(key, lengths_ratio) / 1024
         if need_gib > budget_gib:
             return f"predicted {need_gib:,.1f} GiB > the {budget_gib:g} GiB budget"
