@@ -591,9 +591,11 @@ def test_backward_holds_dA_and_dV_only_for_the_first_pass(passes, monkeypatch, L
 def test_channel_chunks_give_the_whole_scan_bit_for_bit(passes, monkeypatch, reverse,
                                                         split):
     """A large scan runs in channel chunks (each pass's state tensors within
-    STATE_CHUNK_BYTES): forward and dA, dV, d log_w are the unchunked scan's bit for bit,
-    with packed documents, padding, and the causal/anti-causal split inside a chunk, on
-    a chunk edge, and at either end."""
+    STATE_CHUNK_BYTES): forward, dA and dV are the unchunked scan's bit for bit, with
+    packed documents, padding, and the causal/anti-causal split inside a chunk, on a
+    chunk edge, and at either end.  d log_w is too in the interpreter; on CUDA torch's
+    reduction of the blocks' partial sums orders its terms by the tensor's width, so
+    there it agrees to float32 rounding (found on an H100 at 76daefc)."""
     passes(3)  # three passes at L = 100, halos included
     L, D = 100, 40
     doc_ids, mask = packed_layout(L)
@@ -643,8 +645,12 @@ def test_channel_chunks_give_the_whole_scan_bit_for_bit(passes, monkeypatch, rev
     # the forward's output (40); chunked, 8 of 16 beside it and the whole dA and dV (80)
     assert chunked_peak <= whole_peak * (8 * 16 + 40 + 80) / (8 * 40 + 40)
     assert torch.equal(whole[0], chunked[0])
-    for got, want in zip(chunked[1], whole[1]):
-        assert torch.equal(got, want)
+    d_a, d_v, d_log_w = chunked[1]
+    assert torch.equal(d_a, whole[1][0]) and torch.equal(d_v, whole[1][1])
+    if DEVICE == "cpu":
+        assert torch.equal(d_log_w, whole[1][2])
+    else:  # torch's CUDA sum over the blocks' partial sums orders by the chunk's width
+        assert rel_err(d_log_w.double(), whole[1][2].double()) <= 1e-6
 
 
 def test_channel_chunks_at_the_gpu_benchmark_sizes():
