@@ -52,3 +52,21 @@ def test_mismatched_items_are_rejected():
         pad_collate([{"values": torch.ones(2, 3)}, {"values": torch.ones(2, 4)}])
     with pytest.raises(ValueError, match="keys"):
         pad_collate([{"tokens": torch.ones(2)}, {"label": 1}])
+
+
+def test_padding_to_a_multiple_is_capped_at_max_len_and_never_truncates():
+    items = [{"tokens": torch.arange(1, n + 1)} for n in (3, 9)]
+    batch = pad_collate(items, multiple=8)
+    assert batch["tokens"].shape == (2, 16)
+    assert batch["tokens_mask"].sum(1).tolist() == [3, 9]
+    assert batch["tokens"][1, 9:].eq(0).all()
+    assert pad_collate(items, multiple=8, max_len=12)["tokens"].shape == (2, 12)
+    assert pad_collate(items, multiple=8, max_len=5)["tokens"].shape == (2, 9)  # longest
+    assert pad_collate(items, multiple=1, max_len=12)["tokens"].shape == (2, 9)
+    assert pad_collate(items, multiple=3)["tokens"].shape == (2, 9)
+
+
+@pytest.mark.parametrize("multiple", [0, -4, 2.0, True])
+def test_padding_multiple_must_be_a_positive_int(multiple):
+    with pytest.raises(ValueError, match="multiple must be a positive int"):
+        pad_collate([{"tokens": torch.arange(3)}], multiple=multiple)

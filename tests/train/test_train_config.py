@@ -42,6 +42,8 @@ def test_set_overrides_nested_keys(tmp_path):
     ("optim.lr=fast", "optim.lr must be float"),
     ("schedule.name=cosin", "did you mean 'cosine'"),
     ("train.batch_size=0", "train.batch_size must be >= 1"),
+    ("data.pad_multiple=0", "data.pad_multiple must be >= 1"),
+    ("data.pad_multiple=8.0", "data.pad_multiple must be int"),
     ("steps", "expected section.key=value"),
     ("train.grad_accum=3", "not a multiple of train.grad_accum"),
     ("train.eval_spacing=log", "train.eval_spacing"),

@@ -5,7 +5,8 @@ A config file has up to six tables; every key has a default except ``data.datase
     extends = "base.toml"        # optional: start from another file (relative path)
 
     [run]       name, out_dir, seed, deterministic, device, tensorboard
-    [data]      dataset, root, options, eval_options, train_split, eval_split, test_split
+    [data]      dataset, root, options, eval_options, train_split, eval_split, test_split,
+                pad_multiple
     [model]     preset (the sizes: weirdnet.models.presets), then any key of the model's
                 config, e.g. [model.backbone] pattern = "B", dropout = 0.1
     [optim]     name ("adamw" | "adam"), lr, betas, eps, weight_decay
@@ -89,6 +90,10 @@ class DataConfig:
 
     options: given to every split, e.g. ``{seq_len = 256}``; eval_options: extra options
     for the evaluation and test splits only.  test_split = "" skips the final test.
+    pad_multiple: each batch of variable-length items is padded to its longest item
+    rounded up to a multiple of this (1: to the longest item).  On a GPU a multiple such
+    as 64 leaves few distinct batch shapes, for kernels that compile or plan per shape;
+    padding is masked, so results change only by rounding.
     """
 
     dataset: str = ""
@@ -98,6 +103,7 @@ class DataConfig:
     train_split: str = "train"
     eval_split: str = "val"
     test_split: str = "test"
+    pad_multiple: int = 1
 
 
 @dataclass
@@ -304,6 +310,7 @@ def _check_data(data: DataConfig) -> None:
     for key in ("train_split", "eval_split", "test_split"):
         if key != "test_split" or data.test_split:
             _choice(f"data.{key}", getattr(data, key), found.splits)
+    _at_least("data.pad_multiple", data.pad_multiple, 1)
     data.options = check_options(data.dataset, data.options, "data.options.")
     data.eval_options = check_options(data.dataset, data.eval_options, "data.eval_options.")
 

@@ -18,26 +18,29 @@ from weirdnet.train.loading import EvalBatches
 
 def evaluate(model: nn.Module, dataset, info, batch_size: int,
              processes: dist_util.Processes, limit: int = 0, autocast=nullcontext,
-             progress: str | None = None) -> dict[str, float]:
+             progress: str | None = None, pad_multiple: int = 1) -> dict[str, float]:
     """Metrics of ``model`` on the first ``limit`` items of ``dataset`` (0 = all), this
     rank's share of them summed over all ranks (see
     :class:`~weirdnet.train.loading.EvalBatches`); ``autocast()`` wraps each forward.
     ``progress``: the label of a progress bar on stderr (main process; None = no bar).
     A single process stops between batches when a stop signal has arrived
     (:data:`weirdnet._signals.STOP`).  The model is in eval mode meanwhile; its mode is
-    restored afterwards."""
+    restored afterwards.  ``pad_multiple``: batches are padded to a multiple of it
+    (``data.pad_multiple``)."""
     sums = evaluation_sums(model, dataset, info, batch_size, processes, limit, autocast,
-                           progress)
+                           progress, pad_multiple=pad_multiple)
     return tasks.get(info.task).metrics(sums, info)
 
 
 def evaluation_sums(model: nn.Module, dataset, info, batch_size: int,
                     processes: dist_util.Processes, limit: int = 0, autocast=nullcontext,
-                    progress: str | None = None, batch_sums=None) -> tasks.Sums:
+                    progress: str | None = None, batch_sums=None,
+                    pad_multiple: int = 1) -> tasks.Sums:
     """The summed statistics behind :func:`evaluate` (same arguments), reduced over all
     ranks; ``batch_sums(model, batch)`` replaces the task's own per-batch statistics
     (e.g. :func:`weirdnet.train.positions.position_sums`)."""
-    batches = EvalBatches(dataset, processes, batch_size, limit, info.pad_id)
+    batches = EvalBatches(dataset, processes, batch_size, limit, info.pad_id, pad_multiple,
+                          info.max_len)
     was_training = model.training
     model.eval()
     task, sums = tasks.get(info.task), {}

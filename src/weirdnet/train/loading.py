@@ -52,21 +52,25 @@ class ResumableSampler(DistributedSampler):
         return max(self.steps_per_epoch * self.items_per_rank_step - self.start, 0)
 
 
-def _collate(pad_id: int):
-    return partial(pad_collate, pad_id=pad_id)
+def _collate(pad_id: int, pad_multiple: int = 1, max_len: int | None = None):
+    return partial(pad_collate, pad_id=pad_id, multiple=pad_multiple, max_len=max_len)
 
 
 def train_loader(dataset: Dataset, sampler: ResumableSampler, micro_batch: int, pad_id: int,
-                 num_workers: int, pin_memory: bool) -> DataLoader:
+                 num_workers: int, pin_memory: bool, pad_multiple: int = 1,
+                 max_len: int | None = None) -> DataLoader:
     """The DataLoader of one epoch from the sampler's current position.
 
     It gets its own generator (seeded from the epoch) for its workers' base seed: by
     default each new DataLoader iterator draws from the global torch RNG, which would
-    shift the dropout masks of a resumed run (it starts its iterator at another step)."""
+    shift the dropout masks of a resumed run (it starts its iterator at another step).
+    Batches are padded as :func:`~weirdnet.data.collate.pad_collate` with ``pad_multiple``
+    and the dataset's ``max_len``."""
     generator = torch.Generator().manual_seed(sampler.seed + sampler.epoch)
     return DataLoader(dataset, batch_size=micro_batch, sampler=sampler,
-                      collate_fn=_collate(pad_id), num_workers=num_workers, drop_last=True,
-                      pin_memory=pin_memory, generator=generator)
+                      collate_fn=_collate(pad_id, pad_multiple, max_len),
+                      num_workers=num_workers, drop_last=True, pin_memory=pin_memory,
+                      generator=generator)
 
 
 class EvalBatches:
@@ -74,7 +78,7 @@ class EvalBatches:
     filler batches that only keep the ranks in step (see the module doc)."""
 
     def __init__(self, dataset: Dataset, processes: Processes, batch_size: int, limit: int,
-                 pad_id: int):
+                 pad_id: int, pad_multiple: int = 1, max_len: int | None = None):
         total = len(dataset) if limit <= 0 else min(len(dataset), limit)
         if total == 0:
             raise ValueError("the evaluation split is empty")
@@ -83,7 +87,7 @@ class EvalBatches:
         self.num_batches = math.ceil(per_rank / batch_size)
         self.chunks = [mine[i * batch_size:(i + 1) * batch_size] for i in range(self.num_batches)]
         self.dataset = dataset
-        self.collate = _collate(pad_id)
+        self.collate = _collate(pad_id, pad_multiple, max_len)
 
     def __len__(self) -> int:
         return self.num_batches

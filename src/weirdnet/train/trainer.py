@@ -373,7 +373,8 @@ class Trainer:
         return evaluate(dist_util.eval_module(self.wrapped), self.splits[split], self.info,
                         self.micro_batch, self.processes,
                         max_batches * self.config.train.batch_size, self._autocast,
-                        progress=desc if self.progress_bar else None)
+                        progress=desc if self.progress_bar else None,
+                        pad_multiple=self.config.data.pad_multiple)
 
     def items_evaluated(self, split: str, max_batches: int) -> int:
         """How many items of ``split`` :meth:`evaluate` reads with ``max_batches`` (the
@@ -398,7 +399,8 @@ class Trainer:
                 dataset.set_epoch(self.state.epoch)
             loader = train_loader(dataset, self.sampler, self.micro_batch, self.info.pad_id,
                                   self.config.train.num_workers,
-                                  self.processes.device.type == "cuda")
+                                  self.processes.device.type == "cuda",
+                                  self.config.data.pad_multiple, self.info.max_len)
             yield from loader
             self.state.epoch += 1
             self.state.step_in_epoch = 0

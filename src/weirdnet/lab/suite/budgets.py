@@ -96,8 +96,13 @@ _CPU = {
 # no GPU was available when it was written) for about 30 minutes on one GPU: 113 cells of
 # 600 steps at ~10 ms, plus ~8 s of process start, data and evaluation per cell.
 _GPU_MODEL = _model(128, 2, 256, 4)
+# Batches padded to a multiple of 64 tokens: padded to their longest item, nearly every
+# ListOps batch had a new length, and Weird-Net B's pilot cell (one softmax layer) ran
+# 0.5-1 s a step while it met new lengths and sped up as they recurred (an H100, 76daefc;
+# results/gpu/h100-2026-11-27-run7-suite), where Weird-Net A ran about 50 steps/s.
 _GPU = {
-    "*": _merge(_GPU_MODEL, {"schedule": {"warmup_steps": 60}}),
+    "*": _merge(_GPU_MODEL, {"schedule": {"warmup_steps": 60},
+                             "data": {"pad_multiple": 64}}),
     "listops": _merge(_train(600, 32, 0, eval_batches=8), {"data": {"options": {
         "n_train": 20000, "n_val": 1000, "n_test": 1000, "min_length": 500,
         "max_length": 2000, "max_len": 2000}}}),
