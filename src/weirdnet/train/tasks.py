@@ -160,13 +160,35 @@ class Seq2SeqTask(Task):
         return metrics
 
 
-class RecallTask(Task):
+class _AccuracyTask(Task):
+    """Every target :meth:`forward` returns counts once (an item's label, a recall
+    position that is asked): loss and accuracy."""
+
+    best = "accuracy"
+
+    @torch.no_grad()
+    def batch_sums(self, model, batch):
+        out, targets, _ = self.forward(model, batch, with_loss=False)
+        nll = token_nll(out.logits, targets)
+        return {"nll": float(nll.sum()), "targets": float(targets.numel()),
+                "correct": float((out.logits.argmax(-1) == targets).sum())}
+
+    def metric_names(self, info):
+        return ("loss", "accuracy")
+
+    def metrics(self, sums, info):
+        metrics = super().metrics(sums, info)
+        metrics["accuracy"] = sums["correct"] / sums["targets"]
+        return metrics
+
+
+class RecallTask(_AccuracyTask):
     """A causal model predicts ``targets[t]`` at position ``t`` of ``tokens`` where a
     target is asked (not -100): the recall diagnostics (:mod:`weirdnet.data.recall`).
     The output head runs only at the asked positions (``logits_at``): the loss and the
     metrics are those of the full head, without its cost at the positions not asked."""
 
-    name, model_class, best = "recall", "WeirdNetLM", "accuracy"
+    name, model_class = "recall", "WeirdNetLM"
     default_model = {"backbone": {"pattern": "B", "causal": True}}
 
     def forward(self, model, batch, with_loss):
@@ -177,45 +199,8 @@ class RecallTask(Task):
         out = model(tokens, targets if with_loss else None, mask, logits_at=asked)
         return out, targets[asked], None
 
-    @torch.no_grad()
-    def batch_sums(self, model, batch):
-        out, targets, _ = self.forward(model, batch, with_loss=False)
-        nll = token_nll(out.logits, targets)
-        correct = out.logits.argmax(-1) == targets
-        return {"nll": float(nll.sum()), "targets": float(targets.numel()),
-                "correct": float(correct.sum())}
 
-    def metric_names(self, info):
-        return ("loss", "accuracy")
-
-    def metrics(self, sums, info):
-        metrics = super().metrics(sums, info)
-        metrics["accuracy"] = sums["correct"] / sums["targets"]
-        return metrics
-
-
-class _ItemTask(Task):
-    """One label per item: loss and accuracy."""
-
-    best = "accuracy"
-
-    @torch.no_grad()
-    def batch_sums(self, model, batch):
-        out, labels, _ = self.forward(model, batch, with_loss=False)
-        nll = token_nll(out.logits, labels)
-        return {"nll": float(nll.sum()), "targets": labels.numel(),
-                "correct": float((out.logits.argmax(-1) == labels).sum())}
-
-    def metric_names(self, info):
-        return ("loss", "accuracy")
-
-    def metrics(self, sums, info):
-        metrics = super().metrics(sums, info)
-        metrics["accuracy"] = sums["correct"] / sums["targets"]
-        return metrics
-
-
-class ClassificationTask(_ItemTask):
+class ClassificationTask(_AccuracyTask):
     """``tokens`` (B, L) or ``values`` (B, L, C) with their mask; ``label`` (B,)."""
 
     name, model_class = "classification", "WeirdNetClassifier"
@@ -227,7 +212,7 @@ class ClassificationTask(_ItemTask):
                       labels=labels if with_loss else None), labels, None)
 
 
-class RetrievalTask(_ItemTask):
+class RetrievalTask(_AccuracyTask):
     """Two documents ``tokens``, ``tokens2`` with their masks; ``label`` (B,)."""
 
     name, model_class = "retrieval", "WeirdNetDualEncoder"
