@@ -57,6 +57,11 @@ def test_dry_run_writes_every_record_and_the_report(tmp_path):
         assert record["status"] in ("ok", "passed"), (name, record["note"])
         assert record["mode"] == "dry-run" and record["device"] == "cpu"
     assert records["env"]["data"]["torch"] == torch.__version__
+    backends = records["env"]["data"]["sdpa_backends"]  # which SDPA kernel a call gets
+    assert set(backends) == {"masked float32", "masked bfloat16", "causal bfloat16"}
+    assert all(name in ("MATH", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION")
+               for name in backends.values()), backends
+    assert "| SDPA backend, masked float32 |" in (out / "report.md").read_text()
     tests = records["correctness"]["data"]["tests"]
     assert tests["passed"] == len(gpu_plan.DRY_RUN_TESTS) and tests["failures"] == 0
     assert records["correctness"]["data"]["selfcheck"]["error"] is None

@@ -40,7 +40,35 @@ def job_env(spec: dict) -> dict:
         from weirdnet.lab.harness.machine import cpu_model
 
         info["device_name"] = f"CPU: {cpu_model()}"
+    info["cudnn"] = torch.backends.cudnn.version() if device.type == "cuda" else None
+    info["sdpa_backends"] = sdpa_backends(device)
     return info  # machine_info holds the commit
+
+
+def sdpa_backends(device) -> dict[str, str]:
+    """The backend PyTorch's SDPA picks on ``device`` for a training call shaped like a
+    query block of the ``gpu`` budget's ListOps softmax layer: q, k, v (32, 4, 256 |
+    1984, 32) that need gradients, with a boolean mask (32, 1, 256, 1984) in float32 and
+    bfloat16, and causal without a mask.  Names of ``torch.nn.attention.SDPBackend``;
+    "unknown: ..." where the private chooser is missing or fails."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    choices = {}
+    for label, dtype, masked in (("masked float32", torch.float32, True),
+                                 ("masked bfloat16", torch.bfloat16, True),
+                                 ("causal bfloat16", torch.bfloat16, False)):
+        try:
+            q = torch.zeros(32, 4, 256, 32, dtype=dtype, device=device, requires_grad=True)
+            k = torch.zeros(32, 4, 1984 if masked else 256, 32, dtype=dtype, device=device,
+                            requires_grad=True)
+            mask = (torch.ones(32, 1, 256, 1984, dtype=torch.bool, device=device)
+                    if masked else None)
+            index = torch._fused_sdp_choice(q, k, k, mask, 0.0, not masked)
+            choices[label] = SDPBackend(index).name
+        except Exception as error:  # noqa: BLE001 - a record, not a check: said, not raised
+            choices[label] = f"unknown: {type(error).__name__}: {error}"[:200]
+    return choices
 
 
 def job_selfcheck(spec: dict) -> dict:

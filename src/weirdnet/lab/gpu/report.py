@@ -42,10 +42,13 @@ def render_report(summary: dict, records: list[dict]) -> str:
 
 
 def _env_section(data: dict) -> list[str]:
-    keys = ("device_name", "capability", "memory_gib", "driver", "cuda", "torch", "triton",
-            "python", "weirdnet", "commit", "dirty", "platform")
-    return ["", "| what | value |", "|---|---|"] + [
-        f"| {k} | {data.get(k) if data.get(k) is not None else '–'} |" for k in keys if k in data]
+    keys = ("device_name", "capability", "memory_gib", "driver", "cuda", "cudnn", "torch",
+            "triton", "python", "weirdnet", "commit", "dirty", "platform")
+    rows = [f"| {k} | {data.get(k) if data.get(k) is not None else '–'} |" for k in keys
+            if k in data]
+    rows += [f"| SDPA backend, {label} | {name} |"
+             for label, name in (data.get("sdpa_backends") or {}).items()]
+    return ["", "| what | value |", "|---|---|"] + rows
 
 
 def _correctness_section(data: dict) -> list[str]:
