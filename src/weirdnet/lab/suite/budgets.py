@@ -190,7 +190,9 @@ BUDGETS = {
         "short-first curriculum, to see whether the Transformer then gets past the first "
         "operator", overrides=_LAPTOP, stages={"listops": (_SHORT_LISTOPS,)},
         excluded=_CURRICULUM_EXCLUDED),
-    "gpu": Budget("gpu", "one GPU, about 30 minutes by estimate (not yet measured): "
+    "gpu": Budget("gpu", "one GPU, sized for about 30 minutes, not run as a whole (an H100 "
+                  "pilot's Weird-Net A ListOps cell took 21-51 s: 47-112 minutes for its "
+                  "133 cells, if every cell took as long): "
                   "D=128, N=2, d_ff=256; 300-800 steps per task on the offline data at "
                   "the LRA lengths", overrides=_GPU),
     "paper": Budget("paper", "the papers' configs unchanged (official data, Table II / "
