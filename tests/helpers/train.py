@@ -48,6 +48,13 @@ def write_config(directory: Path, name: str = "tiny.toml", *, steps: int = 12,
     return path
 
 
+def relative_difference(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> float:
+    """||got - want|| / ||want|| over the tensors of ``want`` (every key of ``want`` must be
+    in ``got``), in float64: how far two runs' weights are apart."""
+    num = sum(float((got[k] - want[k]).double().norm() ** 2) for k in want) ** 0.5
+    return num / sum(float(want[k].double().norm() ** 2) for k in want) ** 0.5
+
+
 def subprocess_env() -> dict[str, str]:
     """One thread per process: deterministic, and two processes fit on two cores."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from helpers.train import run_cli, subprocess_env, weirdnet_cmd, write_config
+from helpers.train import relative_difference, run_cli, subprocess_env, weirdnet_cmd, write_config
 from weirdnet.cli import main
 from weirdnet.models.base import CheckpointError, load
 from weirdnet.models.safetensors_io import load_file
@@ -235,8 +235,7 @@ def test_gradient_accumulation_matches_the_full_batch(tmp_path):
     two = _train(tmp_path, "run.name=two", "train.grad_accum=2", steps=4, eval_every=0,
                  checkpoint_every=0, dropout=0.0)
     a, b = _weights(tmp_path / "runs" / "one", 4), _weights(tmp_path / "runs" / "two", 4)
-    diff = sum(float((a[k] - b[k]).norm() ** 2) for k in a) ** 0.5
-    assert diff / sum(float(a[k].norm() ** 2) for k in a) ** 0.5 < 1e-5
+    assert relative_difference(b, a) < 1e-5
     assert one["results"]["val"]["loss"] == pytest.approx(two["results"]["val"]["loss"],
                                                           rel=1e-5)
 
@@ -256,8 +255,7 @@ def test_padding_to_a_multiple_trains_the_same_weights(tmp_path, pattern, causal
     # softmax ignores a key bias (q.b is the same for every key): its gradient is zero up
     # to rounding, which Adam scales up to a full step either way
     a = {k: v for k, v in a.items() if not k.endswith("proj_k.bias")}
-    diff = sum(float((a[k] - b[k]).norm() ** 2) for k in a) ** 0.5
-    assert diff / sum(float(a[k].norm() ** 2) for k in a) ** 0.5 < 1e-5
+    assert relative_difference(b, a) < 1e-5
     for split in ("val", "test"):
         assert eight["results"][split]["loss"] == pytest.approx(
             one["results"][split]["loss"], rel=1e-5)
@@ -273,8 +271,7 @@ def test_compiled_training_matches_eager(tmp_path):
                       eval_every=0, checkpoint_every=0, dropout=0.0)
     a = _weights(tmp_path / "runs" / "eager", 4)
     b = _weights(tmp_path / "runs" / "compiled", 4)
-    diff = sum(float((a[k] - b[k]).norm() ** 2) for k in a) ** 0.5
-    assert diff / sum(float(a[k].norm() ** 2) for k in a) ** 0.5 < 1e-4
+    assert relative_difference(b, a) < 1e-4
     assert compiled["results"]["val"]["loss"] == pytest.approx(
         eager["results"]["val"]["loss"], rel=1e-4)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from helpers.train import subprocess_env, write_config
+from helpers.train import relative_difference, subprocess_env, write_config
 from weirdnet.models.safetensors_io import load_file
 
 pytestmark = [
@@ -36,11 +36,6 @@ def _losses(run_dir):
     return [event["loss"] for event in events if event["event"] == "train"]
 
 
-def _rel_diff(a, b):
-    num = sum(float((a[k] - b[k]).double().norm() ** 2) for k in a) ** 0.5
-    return num / sum(float(b[k].double().norm() ** 2) for k in b) ** 0.5
-
-
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     return _run(tmp_path_factory.mktemp("single"), "single", 1)
@@ -55,7 +50,7 @@ def test_two_processes_equal_one_with_the_same_global_batch(tmp_path, single, mo
     expected, _ = load_file(single[0] / "checkpoints/step-00000006/model.safetensors")
     got, _ = load_file(run_dir / "checkpoints/step-00000006/model.safetensors")
     assert got.keys() == expected.keys()
-    assert _rel_diff(got, expected) < 1e-4
+    assert relative_difference(got, expected) < 1e-4
     assert _losses(run_dir) == pytest.approx(_losses(single[0]), rel=1e-5)
     results = json.loads((run_dir / "results.json").read_text())["results"]
     reference = json.loads((single[0] / "results.json").read_text())["results"]
@@ -72,7 +67,7 @@ def test_a_two_process_checkpoint_resumes_in_one_process(tmp_path, single):
     assert done.returncode == 0, done.stderr[-3000:]
     expected, _ = load_file(single[0] / "checkpoints/step-00000006/model.safetensors")
     got, _ = load_file(run_dir / "checkpoints/step-00000006/model.safetensors")
-    assert _rel_diff(got, expected) < 1e-4
+    assert relative_difference(got, expected) < 1e-4
     assert torch.isfinite(torch.tensor(_losses(run_dir))).all()
 
 
