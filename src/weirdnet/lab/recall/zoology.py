@@ -159,9 +159,10 @@ def settled_at_another_rate(cells: list[ZoologyCell], store) -> tuple[list, list
     import dataclasses
 
     def reached(cell: ZoologyCell) -> bool:
-        if store.state(cell, cell.config_dict(store.work_dir)) != "done":
+        record = store.read(cell)
+        if not record or record.get("status") != "done" or not store.current(cell, record):
             return False
-        val = (store.read(cell).get("results") or {}).get("val") or {}
+        val = (record.get("results") or {}).get("val") or {}
         return val.get("accuracy", 0) >= EARLY_STOP
 
     keep, left_out = [], []
