@@ -188,6 +188,15 @@ def test_zoology_smoke_sweep_gates_its_columns(tmp_path):
     assert "1,024 training sequences instead of 100,000" in report
     assert "vocabulary 64 instead of 8,192" in report
     assert "of Zoology's 64, 128, 256" in report  # the lengths not run are named
+    assert "sampling error at ±1.8 points" in report  # 3,000 test sequences
+
+
+def test_zoology_sampling_error_is_the_worst_case_binomial_half_width():
+    """sampling_error: 1.96 sqrt(1/4 / n), in points; halves when n grows 4x."""
+    from weirdnet.lab.recall.zoology_report import sampling_error
+
+    assert abs(sampling_error(3000) - 100 * 1.96 * 0.5 / 3000 ** 0.5) < 1e-12
+    assert abs(sampling_error(12000) - sampling_error(3000) / 2) < 1e-12
 
 
 def test_a_cells_running_time_leaves_out_pauses():

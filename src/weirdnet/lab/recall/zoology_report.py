@@ -5,6 +5,7 @@ wall time per cell, and every deviation from Zoology's recipe."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,6 +51,23 @@ def gate(groups, done, length: int, width: int) -> tuple[bool, float | None]:
     return best is not None and best >= zoology.GATE, best
 
 
+def sampling_error(sequences: int = zoology.TEST_SEQUENCES) -> float:
+    """The largest 95% half-width (accuracy points) that the test split's sampling alone
+    gives a cell's accuracy: each sequence is one draw of its queries' mean accuracy, a
+    value in [0, 1] whose variance is at most 1/4."""
+    return 100 * 1.96 * math.sqrt(0.25 / sequences)
+
+
+def sampling_note() -> str:
+    return (f"**Intervals.** One seed per cell, so no interval over seeds (MQAR's "
+            f"accuracy jumps at a phase change whose epoch varies by seed). The "
+            f"{zoology.TEST_SEQUENCES:,} test sequences alone bound a cell's sampling "
+            f"error at ±{sampling_error():.1f} points (95%, the worst case of a mean of "
+            f"per-sequence accuracies), and the difference of two cells at "
+            f"±{math.sqrt(2) * sampling_error():.1f}: cells closer than that are not "
+            "ordered by this report.")
+
+
 def _label(name: str, conv: int) -> str:
     return VARIANTS[name].label + (f" + conv{conv}" if conv else "")
 
@@ -73,6 +91,7 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str],
            "evaluations not counted). "
            "`weirdnet bench recall --recipe "
            "zoology`; the recipe: `weirdnet.lab.recall.zoology`.", "",
+           sampling_note(), "",
            f"**Sanity gate.** A column is ranked only where the Transformer++ reaches "
            f"{100 * zoology.GATE:.0f}% test accuracy; elsewhere the budget, not the "
            "mechanisms, is what the column measures.", "",
