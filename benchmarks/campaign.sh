@@ -21,21 +21,25 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 OUT=(--out benchmarks/results)
 
 ZOOLOGY=(--recipe zoology --widths 64 --epochs 8 "${OUT[@]}")
-lane_zoology() {  # about 10-25 min a cell at L = 64, 20-60 at L = 128
-    # the rate validation picked for most mechanisms at L = 64 (1e-2) first, at both
-    # lengths, then the other rate
+lane_zoology() {  # about 10-25 min a cell at L = 64, 20-60 at L = 128, 15-90 at L = 256
+    # the rate validation picked for most mechanisms at L = 64 (1e-2) first, at every
+    # length, then the other rate; at each length the Transformer++ (the gate) first
     for lr in 1e-2 2.2e-3; do
         for mech in linear local relation; do
             for conv in 0 4; do
                 echo "weirdnet bench recall ${ZOOLOGY[*]} --lrs $lr --lengths 64 --mechanisms $mech --short-convs $conv"
             done
         done
-        for mech in transformerpp weird-b softmax weird-a ps linear local relation; do
-            for conv in 0 4; do
-                echo "weirdnet bench recall ${ZOOLOGY[*]} --lrs $lr --lengths 128 --mechanisms $mech --short-convs $conv"
+        for length in 128 256; do
+            for mech in transformerpp weird-b softmax weird-a ps linear local relation; do
+                for conv in 0 4; do
+                    echo "weirdnet bench recall ${ZOOLOGY[*]} --lrs $lr --lengths $length --mechanisms $mech --short-convs $conv"
+                done
             done
         done
     done
+    # the report of the whole grid, from the records
+    echo "weirdnet bench recall ${ZOOLOGY[*]} --lrs 2.2e-3 1e-2 --lengths 64 128 256 --report-only"
 }
 
 # Equal minutes need every model named calibrated on one machine (the minutes are the
