@@ -192,10 +192,11 @@ def test_zoology_smoke_sweep_gates_its_columns(tmp_path):
 
 
 def test_zoology_sampling_error_is_the_worst_case_binomial_half_width():
-    """sampling_error: 1.96 sqrt(1/4 / n), in points; halves when n grows 4x."""
+    """sampling_error: z_0.975 sqrt(1/4 / n), in points; halves when n grows 4x."""
     from weirdnet.lab.recall.zoology_report import sampling_error
+    from weirdnet.lab.sweep.intervals import Z95
 
-    assert abs(sampling_error(3000) - 100 * 1.96 * 0.5 / 3000 ** 0.5) < 1e-12
+    assert abs(sampling_error(3000) - 100 * Z95 * 0.5 / 3000 ** 0.5) < 1e-12
     assert abs(sampling_error(12000) - sampling_error(3000) / 2) < 1e-12
 
 

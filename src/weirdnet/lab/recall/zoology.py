@@ -159,8 +159,8 @@ def settled_at_another_rate(cells: list[ZoologyCell], store) -> tuple[list, list
     import dataclasses
 
     def reached(cell: ZoologyCell) -> bool:
-        record = store.read(cell)
-        if not record or record.get("status") != "done" or not store.current(cell, record):
+        record = store.finished([cell]).get(cell.key)  # done, with the current config
+        if record is None:
             return False
         val = (record.get("results") or {}).get("val") or {}
         return val.get("accuracy", 0) >= EARLY_STOP

@@ -16,6 +16,7 @@ from weirdnet.lab.recall import zoology
 from weirdnet.lab.recall.report import chosen
 from weirdnet.lab.sweep import writing
 from weirdnet.lab.sweep.cell import training_seconds
+from weirdnet.lab.sweep.intervals import Z95
 from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import VARIANTS
 
@@ -55,7 +56,7 @@ def sampling_error(sequences: int = zoology.TEST_SEQUENCES) -> float:
     """The largest 95% half-width (accuracy points) that the test split's sampling alone
     gives a cell's accuracy: each sequence is one draw of its queries' mean accuracy, a
     value in [0, 1] whose variance is at most 1/4."""
-    return 100 * 1.96 * math.sqrt(0.25 / sequences)
+    return 100 * Z95 * math.sqrt(0.25 / sequences)
 
 
 def sampling_note() -> str:
