@@ -4,8 +4,10 @@ line (records, report, plot, skipping finished cells), and the intervals it prin
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+import torch
 
 from helpers.train import run_cli
 from weirdnet.lab.recall.command import causal_mechanisms, plan
@@ -188,7 +190,8 @@ def test_zoology_smoke_sweep_gates_its_columns(tmp_path):
     assert "1,024 training sequences instead of 100,000" in report
     assert "vocabulary 64 instead of 8,192" in report
     assert "of Zoology's 64, 128, 256" in report  # the lengths not run are named
-    assert "sampling error at ±1.8 points" in report  # 3,000 test sequences
+    assert "widest at 50% (±1.8 points" in report  # 3,000 test sequences
+    assert re.search(r"\| Transformer\+\+ \| \d+\.\d \[\d+\.\d, \d+\.\d\]", report)
 
 
 def test_zoology_sampling_error_is_the_worst_case_binomial_half_width():
@@ -198,6 +201,37 @@ def test_zoology_sampling_error_is_the_worst_case_binomial_half_width():
 
     assert abs(sampling_error(3000) - 100 * Z95 * 0.5 / 3000 ** 0.5) < 1e-12
     assert abs(sampling_error(12000) - sampling_error(3000) / 2) < 1e-12
+
+
+def test_zoology_cell_interval_is_wilson_over_sequences():
+    """One record: the Wilson interval over its test sequences, narrow near 100%, as wide
+    as the worst case at 50%; several seeds: never narrower than that."""
+    from weirdnet.lab.recall.zoology_report import sampling_error, test_interval
+
+    def record(accuracy: float) -> dict:
+        return {"results": {"test": {"accuracy": accuracy}}, "evaluated": {"test": 3000}}
+
+    mean, low, high = test_interval([record(1.0)])
+    assert mean == 1.0 and high == 1.0 and 0.998 < low < 1.0
+    mean, low, high = test_interval([record(0.5)])
+    assert abs(100 * (high - low) / 2 - sampling_error(3000)) < 0.01
+    _, low2, high2 = test_interval([record(0.45), record(0.55)])
+    assert low2 < low and high2 > high
+
+
+def test_a_sequence_mean_accuracy_varies_no_more_than_a_bernoulli_draw():
+    """Bhatia-Davis, which the Zoology report's intervals rest on: per-sequence mean
+    accuracies over dependent queries (whole sequences right or wrong together, or
+    queries independent) have variance at most mu (1 - mu)."""
+    generator = torch.Generator().manual_seed(0)
+    for together in (0.0, 0.5, 1.0):
+        skill = torch.rand(20000, 1, generator=generator)  # how hard each sequence is
+        shared = torch.rand(20000, 1, generator=generator) < skill
+        own = torch.rand(20000, 16, generator=generator) < skill
+        pick = torch.rand(20000, 16, generator=generator) < together
+        right = torch.where(pick, shared.expand(-1, 16), own).double().mean(dim=1)
+        mu = right.mean().item()
+        assert right.var().item() <= mu * (1 - mu) + 1e-3
 
 
 def test_a_cells_running_time_leaves_out_pauses():

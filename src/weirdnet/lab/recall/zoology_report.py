@@ -16,7 +16,7 @@ from weirdnet.lab.recall import zoology
 from weirdnet.lab.recall.report import chosen
 from weirdnet.lab.sweep import writing
 from weirdnet.lab.sweep.cell import training_seconds
-from weirdnet.lab.sweep.intervals import Z95
+from weirdnet.lab.sweep.intervals import Z95, accuracy_interval, wilson
 from weirdnet.lab.sweep.store import CellStore
 from weirdnet.lab.variants import VARIANTS
 
@@ -39,6 +39,19 @@ def _test(records: list[dict[str, Any]]) -> float | None:
     return statistics.mean(float(r["results"]["test"]["accuracy"]) for r in records)
 
 
+def test_interval(records: list[dict[str, Any]]) -> tuple[float, float, float]:
+    """(mean, low, high) test accuracy in [0, 1] with its 95% interval: over seeds where
+    several ran, never narrower than the Wilson interval over the test sequences.  A
+    sequence's accuracy is the mean of its queries', a value in [0, 1] whose variance
+    is at most mu (1 - mu) (Bhatia-Davis), the variance of a Bernoulli draw of the same
+    mean, so the Wilson interval over sequences (not over the dependent queries) covers
+    it.  ``records``: one (length, width, model, rate) group's finished records."""
+    sequences = (records[0].get("evaluated") or {}).get("test", zoology.TEST_SEQUENCES)
+    mean, low, high = accuracy_interval(
+        [float(r["results"]["test"]["accuracy"]) for r in records], sequences)
+    return mean, max(low, 0.0), min(high, 1.0)
+
+
 def gate(groups, done, length: int, width: int) -> tuple[bool, float | None]:
     """(whether the column is ranked, the reference's test accuracy or None): ranked when
     the Transformer++ without a convolution (or, if only that ran, with one) reaches
@@ -59,14 +72,22 @@ def sampling_error(sequences: int = zoology.TEST_SEQUENCES) -> float:
     return 100 * Z95 * math.sqrt(0.25 / sequences)
 
 
+def _wilson_half_width(accuracy: float, sequences: int = zoology.TEST_SEQUENCES) -> float:
+    low, high = wilson(accuracy, sequences)
+    return (high - low) / 2
+
+
 def sampling_note() -> str:
     return (f"**Intervals.** One seed per cell, so no interval over seeds (MQAR's "
             f"accuracy jumps at a phase change whose epoch varies by seed). The "
-            f"{zoology.TEST_SEQUENCES:,} test sequences alone bound a cell's sampling "
-            f"error at ±{sampling_error():.1f} points (95%, the worst case of a mean of "
-            f"per-sequence accuracies), and the difference of two cells at "
-            f"±{math.sqrt(2) * sampling_error():.1f}: cells closer than that are not "
-            "ordered by this report.")
+            f"{zoology.TEST_SEQUENCES:,} test sequences alone give each cell the 95% "
+            "interval in brackets: the Wilson interval over sequences, each sequence one "
+            "draw of its queries' mean accuracy, whose variance is at most that of a "
+            "Bernoulli draw of the same mean (Bhatia-Davis). It is widest at 50% "
+            f"(±{sampling_error():.1f} points; a difference of two cells there: "
+            f"±{math.sqrt(2) * sampling_error():.1f}) and narrows towards 0% and 100% "
+            f"(±{100 * _wilson_half_width(0.99):.1f} at 99%). Cells whose intervals "
+            "overlap are not ordered by this report.")
 
 
 def _label(name: str, conv: int) -> str:
@@ -84,14 +105,14 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str],
     groups = _groups(cells)
     models = list(dict.fromkeys(_model(c) for c in cells))
     out = ["# MQAR at Zoology's recipe (ours)", "",
-           "Test accuracy (%) over the 3,000 test sequences' queries at the learning rate "
-           "with the best validation accuracy (in brackets where several ran), and the "
-           "epochs trained (early stopping at 99%), and the minutes a cell trained (its "
-           "steps at its median steps per second, counted in CPU time where the record "
-           "keeps it, so that neither a pause, a resume nor another job changes it; "
-           "evaluations not counted). "
-           "`weirdnet bench recall --recipe "
-           "zoology`; the recipe: `weirdnet.lab.recall.zoology`.", "",
+           f"Test accuracy (%) over the {zoology.TEST_SEQUENCES:,} test sequences' "
+           "queries with its 95% interval [in brackets], at the learning rate with the "
+           "best validation accuracy (in parentheses where several ran), and the epochs "
+           "trained (early stopping at 99%), and the minutes a cell trained (its steps at "
+           "its median steps per second, counted in CPU time where the record keeps it, "
+           "so that neither a pause, a resume nor another job changes it; evaluations "
+           "not counted). `weirdnet bench recall --recipe zoology`; the recipe: "
+           "`weirdnet.lab.recall.zoology`.", "",
            sampling_note(), "",
            f"**Sanity gate.** A column is ranked only where the Transformer++ reaches "
            f"{100 * zoology.GATE:.0f}% test accuracy; elsewhere the budget, not the "
@@ -122,13 +143,14 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str],
             for width in widths:
                 group = groups.get((length, width, name, conv), [])
                 records, rate, swept = chosen(group, done)
-                value = _test(records)
-                if value is None:
+                if not records:
                     row.append("–")
                     continue
+                value, low, high = test_interval(records)
                 epochs = max(r.get("steps") or 0 for r in records) / \
                     zoology.steps_per_epoch(length, group[0].train_sequences)
-                row.append(f"{100 * value:.1f}" + (f" (lr {rate:g})" if swept else "")
+                row.append(f"{100 * value:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+                           + (f" (lr {rate:g})" if swept else "")
                            + f", {epochs:.1f} ep, {_minutes(records)}")
             rows.append(row)
         out += markdown_table(["Model", *(f"D = {w}" for w in widths)], rows) + [""]
