@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import struct
 import warnings
 
@@ -126,6 +127,21 @@ def test_order_metrics_and_ema():
                                          "alpha", "zeta"]
     assert plot.ema([1.0, 3.0, math.nan, 3.0], 0.5) == [1.0, 2.0, 2.0, 2.5]
     assert plot.ema([4.0, 2.0], 0.0) == [4.0, 2.0]
+
+
+def test_read_log_warns_once_however_many_lines_are_malformed(tmp_path):
+    """A file that is mostly not a log: one warning naming the first bad line and the
+    count of the rest, and the good lines still read."""
+    run = _write(tmp_path / "noisy", *_events(range(10, 31, 10)))
+    with (run / "log.jsonl").open("a") as handle:
+        handle.write("".join(f"garbage {i}\n" for i in range(500)) + "[1, 2]\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        log = plot.read_log(run)
+    assert len(caught) == 1
+    assert re.search(r"log\.jsonl:\d+: skipped a malformed line \(.+\) and 500 more$",
+                     str(caught[0].message))
+    assert [p.step for p in log.train] == [10, 20, 30]
 
 
 def test_plot_one_run_writes_png_in_the_run(resumed_run):

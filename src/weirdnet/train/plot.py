@@ -114,27 +114,23 @@ def read_log(path: str | os.PathLike) -> RunHistory:
     For each (event, split, step) the last occurrence wins, and a ``start`` event at
     step S drops the train and eval points after S logged before it (a resumed run
     redoes them).  Unknown events and keys are ignored; a line that is not a JSON object
-    with an ``event`` and an integer ``step`` is skipped with a warning naming it.
+    with an ``event`` and an integer ``step`` is skipped, and one warning names the
+    first such line and counts the rest.
     """
     file = _log_file(path)
     train: dict[int, TrainPoint] = {}
     evals: dict[str, dict[int, dict[str, float]]] = {}
     log = RunHistory(name=file.parent.resolve().name, path=file)
+    skipped: list[tuple[int, str]] = []  # (line number, why) of each malformed line
     with file.open(encoding="utf-8", errors="replace") as handle:
         for lineno, line in enumerate(handle, 1):
             if not line.strip():
                 continue
             try:
-                event = json.loads(line)
-                if not isinstance(event, dict):
-                    raise ValueError("not a JSON object")
-                kind, step = event["event"], event["step"]
-                if not isinstance(step, int) or isinstance(step, bool):
-                    raise ValueError(f"step {step!r} is not an integer")
+                event, kind, step = _event(line)
             except (ValueError, KeyError) as error:
                 reason = f"no {error}" if isinstance(error, KeyError) else str(error)
-                warnings.warn(f"{file}:{lineno}: skipped a malformed line ({reason})",
-                              stacklevel=2)
+                skipped.append((lineno, reason))
                 continue
             if kind == "train":
                 train[step] = TrainPoint(step, _number(event.get("loss")),
@@ -161,7 +157,23 @@ def read_log(path: str | os.PathLike) -> RunHistory:
     log.train = [train[s] for s in sorted(train)]
     log.evals = {split: [(s, points[s]) for s in sorted(points)]
                  for split, points in evals.items() if points}
+    if skipped:  # one warning, however many lines (a log that is not one warns once)
+        (lineno, reason), more = skipped[0], len(skipped) - 1
+        warnings.warn(f"{file}:{lineno}: skipped a malformed line ({reason})"
+                      + (f" and {more} more" if more else ""), stacklevel=2)
     return log
+
+
+def _event(line: str) -> tuple[dict, Any, int]:
+    """(the event, its kind, its step) of one log line; ValueError or KeyError when it is
+    not a JSON object with an ``event`` and an integer ``step``."""
+    event = json.loads(line)
+    if not isinstance(event, dict):
+        raise ValueError("not a JSON object")
+    kind, step = event["event"], event["step"]
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise ValueError(f"step {step!r} is not an integer")
+    return event, kind, step
 
 
 def order_metrics(names) -> list[str]:
