@@ -134,6 +134,42 @@ def test_the_zoology_recipe_is_zoologys(tmp_path):
     assert short.key.replace("--e16", "") == cells[3].key  # a budget apart: its own record
 
 
+@pytest.mark.parametrize("peer", ["mamba", "mamba2", "rwkv"])
+def test_the_zoology_recipe_runs_transformers_peers_with_their_own_blocks(tmp_path, peer):
+    """A peer (Zoology's Figure 2 runs Mamba and RWKV): 4 of its own blocks at the cell's
+    width, no + conv cell (its blocks convolve or shift already), and the deviation
+    named; a grid of peers with convolutions only is refused."""
+    from weirdnet.lab.recall import zoology
+    from weirdnet.lab.variants import get_variant
+
+    variants = [get_variant(n) for n in ("weird-a", peer)]
+    cells = zoology.plan([64], [64], variants, [0, 4], [1e-2], 1, 8)
+    assert [(c.variant.name, c.short_conv) for c in cells] == [
+        ("weird-a", 0), ("weird-a", 4), (peer, 0)]
+    config = TrainConfig.from_dict(cells[-1].config_dict(tmp_path))
+    assert config.model == {"peer": peer, "backbone": {"dim": 64, "depth": 4}}
+    assert config.data.options["placement"] == "power-law"
+    assert any("their own blocks" in line and get_variant(peer).label in line
+               for line in zoology.deviations(cells))
+    assert not any("their own blocks" in line for line in zoology.deviations(cells[:2]))
+    with pytest.raises(ValueError, match="peers run without a short convolution"):
+        zoology.plan([64], [64], variants[1:], [4], [1e-2], 1, 8)
+
+
+def test_the_quick_recipe_runs_a_peer_at_its_matched_depth(tmp_path):
+    """The quick recipe's widths for a transformers peer: Mamba-2 gets twice the layers
+    (one block stands for attention and feed-forward), RWKV the feed-forward width."""
+    from weirdnet.lab.variants import get_variant
+
+    (mamba2,) = plan(["mqar"], [64], [32], ["mamba2"], 1, 10)
+    (rwkv,) = plan(["mqar"], [64], [32], ["rwkv"], 1, 10)
+    assert TrainConfig.from_dict(mamba2.config_dict(tmp_path)).model == {
+        "peer": "mamba2", "backbone": {"dim": 32, "depth": 4}}
+    assert TrainConfig.from_dict(rwkv.config_dict(tmp_path)).model == {
+        "peer": "rwkv", "backbone": {"dim": 32, "depth": 2, "d_ff": 64}}
+    assert get_variant("mamba2").depth_factor == 2
+
+
 def test_a_rate_is_not_run_for_a_model_another_rate_already_settled(tmp_path):
     """settled_at_another_rate: a cell without a record is left out when the same model
     reached 99% validation accuracy at another rate, in a record of its current config;

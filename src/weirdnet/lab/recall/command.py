@@ -117,17 +117,19 @@ class RecallCell:
 
     def config_dict(self, work_dir: Path) -> dict[str, Any]:
         """The cell's training config (a dict ``TrainConfig.from_dict`` takes)."""
-        backbone = {"dim": self.width, "depth": 2, "d_ff": 2 * self.width,
-                    "heads": max(1, self.width // 16), "dropout": 0.0,
-                    **self.variant.backbone_overrides("lm")}
+        widths = {"dim": self.width, "depth": 2, "d_ff": 2 * self.width,
+                  "heads": max(1, self.width // 16)}
+        backbone = {**widths, "dropout": 0.0, **self.variant.backbone_overrides("lm")}
         if self.variant.pattern == "local":  # a window shorter than the sequence
             backbone["mixer_options"] = {"local": {"window": local_window(self.length)}}
+        model = self.variant.lm_model(widths) if self.variant.peer else \
+            {"backbone": backbone}  # a transformers peer: its own blocks at these widths
         return {
             "data": {"dataset": self.diagnostic, "test_split": "test",
                      "options": {**diagnostic_options(self.diagnostic, self.length),
                                  "num_samples": TRAIN_SEQUENCES},
                      "eval_options": {"num_samples": TEST_SEQUENCES}},
-            "model": {"backbone": backbone},
+            "model": model,
             "optim": {"lr": self.lr, "weight_decay": 0.1},
             "schedule": {"name": "cosine", "warmup_steps": 100},
             "train": {"steps": self.steps, "batch_size": BATCH_SIZE,
@@ -191,7 +193,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated (default: %(default)s; zoology: mqar)")
     parser.add_argument("--mechanisms", default=None,
                         help="comma-separated (default: every mechanism with a causal form; "
-                             "zoology: and the Transformer++)")
+                             "zoology: and the Transformer++); transformers peers by name: "
+                             "mamba, mamba2, rwkv (slow on a CPU without mamba_ssm)")
     parser.add_argument("--lengths", type=int, nargs="+", default=None,
                         help=f"default: {' '.join(map(str, LENGTHS))}; zoology: "
                              f"{' '.join(map(str, zoology.PAIRS))}")

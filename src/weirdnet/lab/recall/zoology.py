@@ -16,7 +16,9 @@ option, written in the report):
   (``np.logspace(-4, -2, 4)``), the best chosen on validation accuracy, up to 64 epochs
   with early stopping once validation accuracy reaches 99%;
 - models: every mechanism with a causal form and the Transformer++, each with and without
-  a short causal convolution (``short_conv = 4``; Zoology's BaseConv uses width 3).
+  a short causal convolution (``short_conv = 4``; Zoology's BaseConv uses width 3); asked
+  for by name, ``transformers``' Mamba and RWKV (as in Figure 2) and Mamba-2, with their
+  own blocks (:meth:`ZoologyCell.model_dict`).
 
 The sanity gate: a (length, width) column is ranked only where the Transformer++ reaches
 95% test accuracy (at its best learning rate).  Elsewhere the report prints "budget too
@@ -100,10 +102,20 @@ class ZoologyCell:
     def steps(self) -> int:
         return self.epochs * steps_per_epoch(self.length, self.train_sequences)
 
-    def config_dict(self, work_dir: Path) -> dict[str, Any]:
-        """The cell's training config (a dict ``TrainConfig.from_dict`` takes)."""
-        batch = BATCH.get(self.length, 128)
-        backbone = {"dim": self.width, "depth": 2 if self.variant.name in ATTENTION else 4,
+    def model_dict(self) -> dict[str, Any]:
+        """The cell's ``model`` table: weirdnet's backbone at Zoology's settings, or a
+        ``transformers`` peer (``--mechanisms mamba,mamba2,rwkv``: Zoology's Figure 2
+        runs Mamba and RWKV) with its own blocks at its own defaults, 4 of them as for
+        every mixer but attention in Zoology.  A peer has no ``+ conv`` cell: Mamba's and
+        Mamba-2's blocks already convolve their input (width 4), RWKV's shift tokens."""
+        depth = 2 if self.variant.name in ATTENTION else 4
+        if self.variant.peer:
+            table: dict[str, Any] = {"peer": self.variant.peer,
+                                     "backbone": {"dim": self.width, "depth": depth}}
+            if self.variant.peer_options:
+                table["options"] = dict(self.variant.peer_options)
+            return table
+        backbone = {"dim": self.width, "depth": depth,
                     "heads": 1, "d_ff": 0, "dropout": 0.1, "attn_dropout": 0.1,
                     "init_std": 0.02, "short_conv": self.short_conv,
                     **self.variant.backbone_overrides("lm")}
@@ -111,6 +123,11 @@ class ZoologyCell:
             backbone["positions"] = "none"  # Zoology: positions for attention only
         if self.variant.pattern == "local":
             backbone["mixer_options"] = {"local": {"window": max(4, self.length // 4)}}
+        return {"backbone": backbone}
+
+    def config_dict(self, work_dir: Path) -> dict[str, Any]:
+        """The cell's training config (a dict ``TrainConfig.from_dict`` takes)."""
+        batch = BATCH.get(self.length, 128)
         options = {"seq_len": self.length, "num_pairs": pairs(self.length),
                    "vocab_size": self.vocab_size, "placement": "power-law", "power_a": 0.01,
                    "distinct_values": True}
@@ -119,7 +136,7 @@ class ZoologyCell:
             "data": {"dataset": "mqar", "test_split": "test",
                      "options": {**options, "num_samples": self.train_sequences},
                      "eval_options": {"num_samples": TEST_SEQUENCES}},
-            "model": {"backbone": backbone},
+            "model": self.model_dict(),
             "optim": {"lr": self.lr, "weight_decay": 0.1},
             "schedule": {"name": "cosine", "warmup_steps": min(epoch, 200)},
             "train": {"steps": self.steps, "batch_size": batch, "eval_every": epoch,
@@ -132,8 +149,9 @@ class ZoologyCell:
 def plan(lengths, widths, variants: list[Variant], short_convs, lrs, seeds: int,
          epochs: int, train_sequences: int = TRAIN_SEQUENCES,
          vocab_size: int = VOCAB) -> list[ZoologyCell]:
-    """Every cell; ValueError for a length that cannot hold its pairs under the power-law
-    placement, a rate that is not positive or a bad count."""
+    """Every cell (a peer without a short convolution only); ValueError for a length that
+    cannot hold its pairs under the power-law placement, a rate that is not positive, a
+    bad count or an empty grid."""
     if min(epochs, seeds, train_sequences) < 1 or any(k < 0 for k in short_convs):
         raise ValueError("--epochs, --seeds and --train-sequences must be >= 1, "
                          "--short-convs >= 0")
@@ -143,10 +161,14 @@ def plan(lengths, widths, variants: list[Variant], short_convs, lrs, seeds: int,
         if length < 4 * pairs(length):
             raise ValueError(f"L = {length} cannot hold {pairs(length)} pairs and their "
                              "queries (power-law placement needs L >= 4 x pairs)")
-    return [ZoologyCell(n, w, v, k, lr, s, epochs, train_sequences, vocab_size)
-            for n in lengths for w in widths for v in variants
-            for k in dict.fromkeys(short_convs) for lr in dict.fromkeys(lrs)
-            for s in range(seeds)]
+    cells = [ZoologyCell(n, w, v, k, lr, s, epochs, train_sequences, vocab_size)
+             for n in lengths for w in widths for v in variants
+             for k in dict.fromkeys(short_convs) if not (k and v.peer)
+             for lr in dict.fromkeys(lrs) for s in range(seeds)]
+    if not cells:
+        raise ValueError("no cells: the transformers peers run without a short "
+                         "convolution only (add --short-convs 0)")
+    return cells
 
 
 def settled_at_another_rate(cells: list[ZoologyCell], store) -> tuple[list, list]:
@@ -211,6 +233,13 @@ def deviations(cells: list[ZoologyCell], left_out: int = 0) -> list[str]:
                  "setting)")
     lines.append(f"short convolution width {SHORT_CONV} (Zoology's BaseConv: 3), on the "
                  "mixer's input in every block")
+    peers = list(dict.fromkeys(c.variant.label for c in cells if c.variant.peer))
+    if peers:
+        lines.append(f"{', '.join(peers)}: transformers' models with their own blocks at "
+                     "their own defaults (4 layers, no dropout, their own initialisation; "
+                     "RWKV-4's blocks keep their channel mix, 4 D wide, where Zoology runs "
+                     "RWKV's time mixer alone), and no + conv row (their blocks convolve or "
+                     "shift their input already)")
     lines.append("the attention baseline is weirdnet's Transformer++ (rotary positions, "
                  "SwiGLU is absent with d_ff = 0, RMSNorm); Zoology's is a GPT-2-style block "
                  "with learned positions (weirdnet's 'Transformer' row)")
