@@ -242,16 +242,16 @@ def test_zoology_sampling_error_is_the_worst_case_binomial_half_width():
 def test_zoology_cell_interval_is_wilson_over_sequences():
     """One record: the Wilson interval over its test sequences, narrow near 100%, as wide
     as the worst case at 50%; several seeds: never narrower than that."""
-    from weirdnet.lab.recall.zoology_report import sampling_error, test_interval
+    from weirdnet.lab.recall.zoology_report import cell_interval, sampling_error
 
     def record(accuracy: float) -> dict:
         return {"results": {"test": {"accuracy": accuracy}}, "evaluated": {"test": 3000}}
 
-    mean, low, high = test_interval([record(1.0)])
+    mean, low, high = cell_interval([record(1.0)])
     assert mean == 1.0 and high == 1.0 and 0.998 < low < 1.0
-    mean, low, high = test_interval([record(0.5)])
+    mean, low, high = cell_interval([record(0.5)])
     assert abs(100 * (high - low) / 2 - sampling_error(3000)) < 0.01
-    _, low2, high2 = test_interval([record(0.45), record(0.55)])
+    _, low2, high2 = cell_interval([record(0.45), record(0.55)])
     assert low2 < low and high2 > high
 
 

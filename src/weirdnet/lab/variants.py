@@ -91,8 +91,13 @@ class Variant:
         from weirdnet.models.peers import PEERS
 
         reads = PEERS[self.peer][1]
-        backbone = {"dim": widths["dim"], "depth": widths["depth"] * self.depth_factor,
-                    **{k: widths[k] for k in ("d_ff", "heads") if k in reads and k in widths}}
+        return self.peer_model(
+            {"dim": widths["dim"], "depth": widths["depth"] * self.depth_factor,
+             **{k: widths[k] for k in ("d_ff", "heads") if k in reads and k in widths}})
+
+    def peer_model(self, backbone: dict[str, Any]) -> dict[str, Any]:
+        """The ``model`` table of this ``transformers`` peer with the backbone keys
+        ``backbone`` (dim, depth and those the peer reads), and its ``peer_options``."""
         table: dict[str, Any] = {"peer": self.peer, "backbone": backbone}
         if self.peer_options:
             table["options"] = dict(self.peer_options)

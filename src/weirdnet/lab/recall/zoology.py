@@ -110,11 +110,7 @@ class ZoologyCell:
         Mamba-2's blocks already convolve their input (width 4), RWKV's shift tokens."""
         depth = 2 if self.variant.name in ATTENTION else 4
         if self.variant.peer:
-            table: dict[str, Any] = {"peer": self.variant.peer,
-                                     "backbone": {"dim": self.width, "depth": depth}}
-            if self.variant.peer_options:
-                table["options"] = dict(self.variant.peer_options)
-            return table
+            return self.variant.peer_model({"dim": self.width, "depth": depth})
         backbone = {"dim": self.width, "depth": depth,
                     "heads": 1, "d_ff": 0, "dropout": 0.1, "attn_dropout": 0.1,
                     "init_std": 0.02, "short_conv": self.short_conv,

@@ -39,7 +39,7 @@ def _test(records: list[dict[str, Any]]) -> float | None:
     return statistics.mean(float(r["results"]["test"]["accuracy"]) for r in records)
 
 
-def test_interval(records: list[dict[str, Any]]) -> tuple[float, float, float]:
+def cell_interval(records: list[dict[str, Any]]) -> tuple[float, float, float]:
     """(mean, low, high) test accuracy in [0, 1] with its 95% interval: over seeds where
     several ran, never narrower than the Wilson interval over the test sequences.  A
     sequence's accuracy is the mean of its queries', a value in [0, 1] whose variance
@@ -146,7 +146,7 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str],
                 if not records:
                     row.append("–")
                     continue
-                value, low, high = test_interval(records)
+                value, low, high = cell_interval(records)
                 epochs = max(r.get("steps") or 0 for r in records) / \
                     zoology.steps_per_epoch(length, group[0].train_sequences)
                 row.append(f"{100 * value:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
