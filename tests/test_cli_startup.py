@@ -205,3 +205,55 @@ def test_the_stop_line_starts_a_line_of_its_own_after_a_bar_that_cannot_close(mo
             type(bar).close(bar)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert lines[-1] == "weirdnet bench: interrupted by SIGINT"
+
+
+def test_the_stop_line_starts_a_line_of_its_own_after_a_bar_tqdm_no_longer_lists(monkeypatch,
+                                                                                 capsys):
+    """A bar the signal caught inside its own ``__init__`` has drawn its line but is gone
+    from tqdm's list of bars (CI: export-hf stopped at 2 s, "Writing model shards:   0%|"
+    and the stop message on one line): the line is ended all the same."""
+    from weirdnet import cli
+    from weirdnet._signals import Interrupted
+
+    def stopped(argv, where):
+        where[0] = "weirdnet export-hf"
+        sys.stderr.write("Writing model shards:   0%|          | 0/1 [00:00<?, ?it/s]")
+        raise Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(cli, "_run", stopped)
+    assert cli.main(["export-hf", "a", "b"]) == 130
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == "weirdnet export-hf: interrupted by SIGINT"
+    assert err.count("\n") == 2  # the bar's line, ended once; the one line
+
+
+def test_main_called_from_code_puts_its_stderr_back(monkeypatch):
+    from weirdnet import cli
+
+    before = sys.stderr
+    monkeypatch.setattr(cli, "_run", lambda argv, where: 0)
+    assert cli.main(["info"]) == 0
+    assert sys.stderr is before
+
+
+def test_the_line_end_tracker_writes_through_and_knows_where_the_cursor_is():
+    import io
+
+    from weirdnet._line_end import LineEndTracker, end_the_line
+
+    stream = io.StringIO()
+    tracker = LineEndTracker(stream)
+    assert not tracker.mid_line
+    tracker.write("a bar  10%")
+    assert tracker.mid_line
+    end_the_line(tracker)
+    assert stream.getvalue() == "a bar  10%\n" and not tracker.mid_line
+    tracker.write("\r          \r")  # tqdm removing a bar (leave=False)
+    tracker.write("")  # an empty write changes nothing
+    assert not tracker.mid_line
+    end_the_line(tracker)  # at a line's start: nothing written
+    tracker.writelines(["one\n", "two"])
+    assert tracker.mid_line and stream.getvalue().endswith("\r          \rone\ntwo")
+    assert tracker.getvalue() == stream.getvalue()  # everything else is the stream's
+    end_the_line(stream)  # a plain stream: left alone
+    assert stream.getvalue().endswith("two")

@@ -183,6 +183,8 @@ class StopRequest:
                 except (OSError, ValueError):
                     pass
             line = f"{prefix}: interrupted by {signal_name(signum)} while exiting\n"
+            if getattr(sys.stderr, "mid_line", False) is True:  # a bar's line (cli.main)
+                line = "\n" + line
             try:
                 os.write(2, line.encode())
             finally:

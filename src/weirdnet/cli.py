@@ -28,6 +28,7 @@ import sys
 from types import ModuleType
 
 from weirdnet import __version__
+from weirdnet._line_end import LineEndTracker, end_the_line
 from weirdnet._signals import STOP, Interrupted
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
@@ -137,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         atexit.register(STOP.ignore)
     argv = list(sys.argv[1:] if argv is None else argv)
     where = ["weirdnet"]  # "weirdnet COMMAND" once the command is known
+    tracker = LineEndTracker(sys.stderr)  # so the last line can start a line of its own
     try:
+        sys.stderr = tracker
         return _run(argv, where)
     except (Interrupted, KeyboardInterrupt) as stop:
         STOP.hold()  # a second signal while the line is written is only recorded
@@ -145,9 +148,12 @@ def main(argv: list[str] | None = None) -> int:
             stop = Interrupted(signal.SIGINT)
         if not stop.quiet:
             _close_progress_bars()
+            end_the_line()
             print(f"{where[0]}: {stop.message}", file=sys.stderr, flush=True)
         return stop.exit_status
     finally:
+        if not program and sys.stderr is tracker:
+            sys.stderr = tracker.stream  # called from code: its stream back as it was
         if installed and program:
             STOP.exit_on_signal(where[0])
         elif installed:
@@ -157,18 +163,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _close_progress_bars() -> None:
     """Close the tqdm bars a stopped command left open (ours or a library's, such as
-    ``transformers``' "Writing model shards"), so the last line starts a line of its own.
-    A bar the signal caught half built (or half torn down) cannot be closed: its line is
-    ended with a newline instead."""
+    ``transformers``' "Writing model shards"), so each shows where it stopped.  A bar the
+    signal caught half built (or half torn down) may not close, or not be listed at all:
+    :func:`~weirdnet._line_end.end_the_line` ends its line afterwards."""
     tqdm = sys.modules.get("tqdm")
-    stuck = False
     for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
         try:
             bar.close()
         except Exception:
-            stuck = True
-    if stuck:
-        print(file=sys.stderr, flush=True)
+            pass
 
 
 def _run(argv: list[str], where: list[str]) -> int:

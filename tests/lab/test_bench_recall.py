@@ -315,3 +315,23 @@ def test_a_resumed_cell_lists_every_commit_it_trained_with(tmp_path):
         ["aaa", "bbb+dirty"]
     assert note_code_version(log, {"commit": "ccc", "dirty": False}, resume=False) == ["ccc"]
     assert note_code_version(None, {"commit": "ddd", "dirty": False}, resume=True) == ["ddd"]
+
+
+def test_the_zoology_report_keeps_the_rates_validation_did_not_choose():
+    """A model run at several rates: the entry is the rate validation chose, and each other
+    rate's test accuracy follows it, so a rate that failed stays in the report."""
+    from weirdnet.lab.recall import zoology
+    from weirdnet.lab.recall.zoology_report import markdown
+    from weirdnet.lab.variants import get_variant
+
+    cells = zoology.plan([64], [16], [get_variant("weird-b"), get_variant("softmax")], [0],
+                         [1e-2, 2.2e-3], 1, 2)
+    accuracy = {("weird-b", 1e-2): 0.031, ("weird-b", 2.2e-3): 0.996,
+                ("softmax", 1e-2): 0.70}
+    done = {c.key: {"status": "done", "steps": 10, "evaluated": {"test": 3000},
+                    "results": {"val": {"accuracy": a}, "test": {"accuracy": a}}}
+            for c in cells if (a := accuracy.get((c.variant.name, c.lr))) is not None}
+    report = markdown(cells, done, [])
+    assert re.search(r"\| Weird-Net B \| 99\.6 \[[\d.]+, [\d.]+\] \(lr 0\.0022; 0\.01: 3\.1\)",
+                     report)
+    assert re.search(r"\| Transformer \| 70\.0 \[[\d.]+, [\d.]+\], ", report)  # one rate

@@ -94,6 +94,18 @@ def _label(name: str, conv: int) -> str:
     return VARIANTS[name].label + (f" + conv{conv}" if conv else "")
 
 
+def _other_rates(group: Sequence, done: dict[str, dict], rate: float) -> str:
+    """'; 0.01: 3.1' for each finished rate of ``group`` other than the chosen ``rate``:
+    its test accuracy (mean over seeds), shown so that a rate's failure stays visible;
+    validation alone chose between them."""
+    by_rate: dict[float, list[dict[str, Any]]] = {}
+    for cell in group:
+        if cell.key in done and cell.lr != rate:
+            by_rate.setdefault(cell.lr, []).append(done[cell.key])
+    return "".join(f"; {other:g}: {100 * _test(records):.1f}"
+                   for other, records in sorted(by_rate.items()))
+
+
 def _minutes(records) -> str:
     """The cells' median training time (:func:`training_seconds`)."""
     times = [t for r in records if (t := training_seconds(r))]
@@ -107,7 +119,8 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str],
     out = ["# MQAR at Zoology's recipe (ours)", "",
            f"Test accuracy (%) over the {zoology.TEST_SEQUENCES:,} test sequences' "
            "queries with its 95% interval [in brackets], at the learning rate with the "
-           "best validation accuracy (in parentheses where several ran), and the epochs "
+           "best validation accuracy (in parentheses where several ran, then each other "
+           "rate's test accuracy, which did not choose), and the epochs "
            "trained (early stopping at 99%), and the minutes a cell trained (its steps at "
            "its median steps per second, counted in CPU time where the record keeps it, "
            "so that neither a pause, a resume nor another job changes it; evaluations "
@@ -150,7 +163,8 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str],
                 epochs = max(r.get("steps") or 0 for r in records) / \
                     zoology.steps_per_epoch(length, group[0].train_sequences)
                 row.append(f"{100 * value:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
-                           + (f" (lr {rate:g})" if swept else "")
+                           + (f" (lr {rate:g}{_other_rates(group, done, rate)})"
+                              if swept else "")
                            + f", {epochs:.1f} ep, {_minutes(records)}")
             rows.append(row)
         out += markdown_table(["Model", *(f"D = {w}" for w in widths)], rows) + [""]
