@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-__all__ = ["LineEndTracker", "end_the_line"]
+__all__ = ["LineEndTracker", "end_the_line", "mid_line"]
 
 LINE_ENDS = ("\n", "\r")
 """After either, the cursor is at the start of a line (tqdm ends a bar it removes with
@@ -44,10 +44,16 @@ class LineEndTracker:
         return getattr(self.stream, name)
 
 
-def end_the_line(stream: TextIO | None = None) -> None:
-    """Write a newline to ``stream`` (default ``sys.stderr``) if it is a
-    :class:`LineEndTracker` whose last write left the cursor mid-line."""
+def mid_line(stream: TextIO | None = None) -> bool:
+    """Whether ``stream`` (default ``sys.stderr``) is a :class:`LineEndTracker` whose last
+    write left the cursor mid-line (a plain stream: False, nothing known)."""
     stream = sys.stderr if stream is None else stream
-    if getattr(stream, "mid_line", False) is True:
+    return getattr(stream, "mid_line", False) is True
+
+
+def end_the_line(stream: TextIO | None = None) -> None:
+    """Write a newline to ``stream`` (default ``sys.stderr``) if :func:`mid_line`."""
+    stream = sys.stderr if stream is None else stream
+    if mid_line(stream):
         stream.write("\n")
         stream.flush()

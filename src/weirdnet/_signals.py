@@ -29,6 +29,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from weirdnet._line_end import mid_line
+
 __all__ = ["STOP", "Interrupted", "StopRequest"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -183,7 +185,7 @@ class StopRequest:
                 except (OSError, ValueError):
                     pass
             line = f"{prefix}: interrupted by {signal_name(signum)} while exiting\n"
-            if getattr(sys.stderr, "mid_line", False) is True:  # a bar's line (cli.main)
+            if mid_line():  # a bar's line (stderr is cli.main's LineEndTracker)
                 line = "\n" + line
             try:
                 os.write(2, line.encode())

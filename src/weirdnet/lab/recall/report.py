@@ -66,16 +66,23 @@ def _groups(cells: Sequence) -> dict[tuple, list]:
     return groups
 
 
+def records_by_rate(group: Sequence, done: dict[str, dict]
+                    ) -> dict[float, list[dict[str, Any]]]:
+    """The finished records of one group's cells, by learning rate."""
+    by_rate: dict[float, list[dict[str, Any]]] = {}
+    for cell in group:
+        if cell.key in done:
+            by_rate.setdefault(cell.lr, []).append(done[cell.key])
+    return by_rate
+
+
 def chosen(group: Sequence, done: dict[str, dict]
            ) -> tuple[list[dict[str, Any]], float | None, bool]:
     """The finished records of one group at its chosen learning rate: the rate whose
     seeds' mean validation accuracy is best (ties: the default rate, then the smaller).
     Returns (records, rate, whether several rates were finished); ([], None, False)
     when none is."""
-    by_rate: dict[float, list[dict[str, Any]]] = {}
-    for cell in group:
-        if cell.key in done:
-            by_rate.setdefault(cell.lr, []).append(done[cell.key])
+    by_rate = records_by_rate(group, done)
     if not by_rate:
         return [], None, False
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from weirdnet.lab.opbench.report import markdown_table
 from weirdnet.lab.recall import zoology
-from weirdnet.lab.recall.report import chosen
+from weirdnet.lab.recall.report import chosen, records_by_rate
 from weirdnet.lab.sweep import writing
 from weirdnet.lab.sweep.cell import training_seconds
 from weirdnet.lab.sweep.intervals import Z95, accuracy_interval, wilson
@@ -98,12 +98,9 @@ def _other_rates(group: Sequence, done: dict[str, dict], rate: float) -> str:
     """'; 0.01: 3.1' for each finished rate of ``group`` other than the chosen ``rate``:
     its test accuracy (mean over seeds), shown so that a rate's failure stays visible;
     validation alone chose between them."""
-    by_rate: dict[float, list[dict[str, Any]]] = {}
-    for cell in group:
-        if cell.key in done and cell.lr != rate:
-            by_rate.setdefault(cell.lr, []).append(done[cell.key])
     return "".join(f"; {other:g}: {100 * _test(records):.1f}"
-                   for other, records in sorted(by_rate.items()))
+                   for other, records in sorted(records_by_rate(group, done).items())
+                   if other != rate)
 
 
 def _minutes(records) -> str:
