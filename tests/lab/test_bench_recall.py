@@ -319,7 +319,8 @@ def test_a_resumed_cell_lists_every_commit_it_trained_with(tmp_path):
 
 def test_the_zoology_report_keeps_the_rates_validation_did_not_choose():
     """A model run at several rates: the entry is the rate validation chose, and each other
-    rate's test accuracy follows it, so a rate that failed stays in the report."""
+    rate's test accuracy follows it, so a rate that failed stays in the report; a rate of
+    the grid not run yet is named."""
     from weirdnet.lab.recall import zoology
     from weirdnet.lab.recall.zoology_report import markdown
     from weirdnet.lab.variants import get_variant
@@ -334,4 +335,18 @@ def test_the_zoology_report_keeps_the_rates_validation_did_not_choose():
     report = markdown(cells, done, [])
     assert re.search(r"\| Weird-Net B \| 99\.6 \[[\d.]+, [\d.]+\] \(lr 0\.0022; 0\.01: 3\.1\)",
                      report)
-    assert re.search(r"\| Transformer \| 70\.0 \[[\d.]+, [\d.]+\], ", report)  # one rate
+    # one rate finished of the grid's two: the row says which has not run
+    assert re.search(r"\| Transformer \| 70\.0 \[[\d.]+, [\d.]+\] "
+                     r"\(lr 0\.01; 0\.0022 not run yet\), ", report)
+
+
+def test_a_zoology_row_of_a_one_rate_grid_names_no_rate():
+    from weirdnet.lab.recall import zoology
+    from weirdnet.lab.recall.zoology_report import markdown
+    from weirdnet.lab.variants import get_variant
+
+    cells = zoology.plan([64], [16], [get_variant("softmax")], [0], [1e-2], 1, 2)
+    done = {c.key: {"status": "done", "steps": 10, "evaluated": {"test": 3000},
+                    "results": {"val": {"accuracy": 0.7}, "test": {"accuracy": 0.7}}}
+            for c in cells}
+    assert re.search(r"\| Transformer \| 70\.0 \[[\d.]+, [\d.]+\], ", markdown(cells, done, []))

@@ -94,13 +94,21 @@ def _label(name: str, conv: int) -> str:
     return VARIANTS[name].label + (f" + conv{conv}" if conv else "")
 
 
-def _other_rates(group: Sequence, done: dict[str, dict], rate: float) -> str:
-    """'; 0.01: 3.1' for each finished rate of ``group`` other than the chosen ``rate``:
-    its test accuracy (mean over seeds), shown so that a rate's failure stays visible;
-    validation alone chose between them."""
-    return "".join(f"; {other:g}: {100 * _test(records):.1f}"
-                   for other, records in sorted(records_by_rate(group, done).items())
-                   if other != rate)
+def _rates_note(group: Sequence, done: dict[str, dict], rate: float) -> str:
+    """' (lr 0.01; 0.0022: 3.1)' where several rates of ``group`` finished: the chosen
+    ``rate``, then each other finished rate's test accuracy (mean over seeds), shown so
+    that a rate's failure stays visible (validation alone chose between them); and
+    '0.0022 not run yet' for each rate of the grid whose cell has not finished, so that
+    a row chosen from fewer rates than the grid holds says so.  '' with one rate."""
+    finished = records_by_rate(group, done)
+    pending = sorted({cell.lr for cell in group} - set(finished))
+    if len(finished) < 2 and not pending:
+        return ""
+    parts = [f"lr {rate:g}",
+             *(f"{other:g}: {100 * _test(records):.1f}"
+               for other, records in sorted(finished.items()) if other != rate),
+             *(f"{other:g} not run yet" for other in pending)]
+    return " (" + "; ".join(parts) + ")"
 
 
 def _minutes(records) -> str:
@@ -117,7 +125,8 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str],
            f"Test accuracy (%) over the {zoology.TEST_SEQUENCES:,} test sequences' "
            "queries with its 95% interval [in brackets], at the learning rate with the "
            "best validation accuracy (in parentheses where several ran, then each other "
-           "rate's test accuracy, which did not choose), and the epochs "
+           "rate's test accuracy, which did not choose, and each rate of the grid whose "
+           "cell has not run yet), and the epochs "
            "trained (early stopping at 99%), and the minutes a cell trained (its steps at "
            "its median steps per second, counted in CPU time where the record keeps it, "
            "so that neither a pause, a resume nor another job changes it; evaluations "
@@ -152,7 +161,7 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str],
             row = [_label(name, conv)]
             for width in widths:
                 group = groups.get((length, width, name, conv), [])
-                records, rate, swept = chosen(group, done)
+                records, rate, _ = chosen(group, done)
                 if not records:
                     row.append("–")
                     continue
@@ -160,8 +169,7 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str],
                 epochs = max(r.get("steps") or 0 for r in records) / \
                     zoology.steps_per_epoch(length, group[0].train_sequences)
                 row.append(f"{100 * value:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
-                           + (f" (lr {rate:g}{_other_rates(group, done, rate)})"
-                              if swept else "")
+                           + _rates_note(group, done, rate)
                            + f", {epochs:.1f} ep, {_minutes(records)}")
             rows.append(row)
         out += markdown_table(["Model", *(f"D = {w}" for w in widths)], rows) + [""]
