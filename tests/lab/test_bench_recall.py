@@ -317,6 +317,14 @@ def test_a_resumed_cell_lists_every_commit_it_trained_with(tmp_path):
     assert note_code_version(None, {"commit": "ddd", "dirty": False}, resume=True) == ["ddd"]
 
 
+def _finished_zoology_records(cells, accuracy_of) -> dict[str, dict]:
+    """Finished records, keyed by cell, for the cells whose ``accuracy_of(cell)`` (the
+    same on validation and test) is not None."""
+    return {c.key: {"status": "done", "steps": 10, "evaluated": {"test": 3000},
+                    "results": {"val": {"accuracy": a}, "test": {"accuracy": a}}}
+            for c in cells if (a := accuracy_of(c)) is not None}
+
+
 def test_the_zoology_report_keeps_the_rates_validation_did_not_choose():
     """A model run at several rates: the entry is the rate validation chose, and each other
     rate's test accuracy follows it, so a rate that failed stays in the report; a rate of
@@ -329,9 +337,7 @@ def test_the_zoology_report_keeps_the_rates_validation_did_not_choose():
                          [1e-2, 2.2e-3], 1, 2)
     accuracy = {("weird-b", 1e-2): 0.031, ("weird-b", 2.2e-3): 0.996,
                 ("softmax", 1e-2): 0.70}
-    done = {c.key: {"status": "done", "steps": 10, "evaluated": {"test": 3000},
-                    "results": {"val": {"accuracy": a}, "test": {"accuracy": a}}}
-            for c in cells if (a := accuracy.get((c.variant.name, c.lr))) is not None}
+    done = _finished_zoology_records(cells, lambda c: accuracy.get((c.variant.name, c.lr)))
     report = markdown(cells, done, [])
     assert re.search(r"\| Weird-Net B \| 99\.6 \[[\d.]+, [\d.]+\] \(lr 0\.0022; 0\.01: 3\.1\)",
                      report)
@@ -346,7 +352,5 @@ def test_a_zoology_row_of_a_one_rate_grid_names_no_rate():
     from weirdnet.lab.variants import get_variant
 
     cells = zoology.plan([64], [16], [get_variant("softmax")], [0], [1e-2], 1, 2)
-    done = {c.key: {"status": "done", "steps": 10, "evaluated": {"test": 3000},
-                    "results": {"val": {"accuracy": 0.7}, "test": {"accuracy": 0.7}}}
-            for c in cells}
+    done = _finished_zoology_records(cells, lambda c: 0.7)
     assert re.search(r"\| Transformer \| 70\.0 \[[\d.]+, [\d.]+\], ", markdown(cells, done, []))
