@@ -7,7 +7,9 @@
 - every table included from a generated report by line range
   (``--8<-- "benchmarks/results/....md:START:END"``) is still exactly one whole table
   there, so a report rewritten with more or fewer lines fails here, not silently on the
-  site.
+  site;
+- the README's count of the Zoology grid's finished cells is the report's, so the
+  prose cannot fall behind the records it summarises.
 """
 
 import os
@@ -87,3 +89,14 @@ def test_every_included_table_is_one_whole_table(page, path, start, end):
     after = lines[end] if end < len(lines) else ""
     assert not before.startswith("|") and not after.startswith("|"), \
         f"{where}, which is only part of a table; update the line numbers"
+
+
+def test_the_readme_counts_the_zoology_cells_the_report_counts():
+    report = (ROOT / "benchmarks/results/recall-zoology/recall-zoology.md").read_text(
+        encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    done = re.search(r"^(\d+) of (\d+) cells done", report, re.M)
+    claimed = re.findall(r"(\d+) of (\d+) cells of the grid", readme)
+    assert done and claimed, "the report or the README no longer counts the grid's cells"
+    assert set(claimed) == {done.groups()}, (
+        f"README.md says {claimed} cells of the Zoology grid; the report: {done.groups()}")
