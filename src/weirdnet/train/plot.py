@@ -224,36 +224,50 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike | None = Non
     for p, log in zip(paths, logs):
         if not log.train:
             raise ValueError(f"run {log.name} ({p}) has no training steps logged yet")
-    if metrics is None:
-        metrics = order_metrics(m for log in logs for m in log.metrics("val"))
-    else:
-        available = {m for log in logs for points in log.evals.values()
-                     for _, values in points for m in values}
-        missing = [m for m in metrics if m not in available]
-        if missing:
-            raise ValueError(f"no run has evaluation metric(s) {', '.join(missing)} "
-                             f"(available: {', '.join(order_metrics(available)) or 'none'})")
-        metrics = list(dict.fromkeys(metrics))
+    metrics = _metrics_to_draw(logs, metrics)
     if out is None:
         out = (logs[0].path.parent if len(logs) == 1 else Path.cwd()) / PLOT_NAME
     try:
         from matplotlib import colormaps
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-        from matplotlib.lines import Line2D
-        from matplotlib.ticker import LogFormatter
     except ImportError:
         raise ImportError(_NO_MATPLOTLIB) from None
 
-    labels = _labels(paths, logs)
     palette = colormaps["tab10"].colors
     colours = [palette[i % len(palette)] for i in range(len(logs))]
     panels = 1 + len(metrics)
     fig = Figure(figsize=(_PANEL_SIZE[0] * panels, _PANEL_SIZE[1]), dpi=DPI)
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, panels, squeeze=False)[0]
+    _draw_training_loss(axes[0], logs, _labels(paths, logs), colours, smooth)
+    other_splits = sorted({s for log in logs for s in log.evals} - {"val"})
+    for ax, metric in zip(axes[1:], metrics):
+        _draw_metric(ax, metric, logs, colours, ("val", *other_splits))
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return write_png(fig, out, DPI)
 
-    ax = axes[0]
+
+def _metrics_to_draw(logs: list[RunHistory], metrics: list[str] | None) -> list[str]:
+    """``metrics`` without repeats, each checked against the runs' evaluations; by
+    default every metric of any run's val evaluations, in :func:`order_metrics` order."""
+    if metrics is None:
+        return order_metrics(m for log in logs for m in log.metrics("val"))
+    available = {m for log in logs for points in log.evals.values()
+                 for _, values in points for m in values}
+    missing = [m for m in metrics if m not in available]
+    if missing:
+        raise ValueError(f"no run has evaluation metric(s) {', '.join(missing)} "
+                         f"(available: {', '.join(order_metrics(available)) or 'none'})")
+    return list(dict.fromkeys(metrics))
+
+
+def _draw_training_loss(ax, logs: list[RunHistory], labels: list[str], colours: list,
+                        smooth: float) -> None:
+    """The first panel: each run's raw loss (faint) and its EMA (solid, labelled)."""
     for log, label, colour in zip(logs, labels, colours):
         steps = [p.step for p in log.train]
         loss = _finite(p.loss for p in log.train)
@@ -263,37 +277,41 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike | None = Non
     ax.set_ylabel("loss")
     ax.legend(fontsize="small")
 
-    other_splits = sorted({s for log in logs for s in log.evals} - {"val"})
-    for ax, metric in zip(axes[1:], metrics):
-        splits_drawn = set()
-        for log, colour in zip(logs, colours):
-            for split in ("val", *other_splits):
-                points = [(s, v[metric]) for s, v in log.evals.get(split, ()) if metric in v]
-                if not points:
-                    continue
-                splits_drawn.add(split)
-                steps, values = zip(*points)
-                val = split == "val"
-                ax.plot(steps, _finite(values), color=colour, linewidth=1.4 if val else 1.0,
-                        linestyle="-" if val else "--", marker="o" if val else "x",
-                        markersize=3.5)
-        if metric in LOG_SCALE_METRICS:
-            ax.set_yscale("log")
-            for axis_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
-                axis_formatter(LogFormatter())  # plain "4", "6", "10", not 4×10⁰
-        shown = [s for s in ("val", *other_splits) if s in splits_drawn]
-        ax.set_title(f"{' / '.join(shown) or 'val'} {metric}")
-        ax.set_ylabel(metric + (" (log scale)" if metric in LOG_SCALE_METRICS else ""))
-        if shown != ["val"] and shown:  # tell the splits apart by line style
-            ax.legend(handles=[Line2D([], [], color="grey", linestyle="-" if s == "val"
-                                      else "--", marker="o" if s == "val" else "x",
-                                      markersize=3.5, label=s) for s in shown],
-                      fontsize="small")
-    for ax in axes:
-        ax.set_xlabel("step")
-        ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    return write_png(fig, out, DPI)
+
+def _split_style(split: str) -> dict:
+    """val solid with dots, any other split dashed with crosses."""
+    val = split == "val"
+    return {"linestyle": "-" if val else "--", "marker": "o" if val else "x",
+            "markersize": 3.5}
+
+
+def _draw_metric(ax, metric: str, logs: list[RunHistory], colours: list,
+                 splits: tuple[str, ...]) -> None:
+    """One evaluation panel: ``metric`` of every run (its colour) on every split that has
+    it (its line style); a legend of the styles where more than val is drawn."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import LogFormatter
+
+    splits_drawn = set()
+    for log, colour in zip(logs, colours):
+        for split in splits:
+            points = [(s, v[metric]) for s, v in log.evals.get(split, ()) if metric in v]
+            if not points:
+                continue
+            splits_drawn.add(split)
+            steps, values = zip(*points)
+            ax.plot(steps, _finite(values), color=colour,
+                    linewidth=1.4 if split == "val" else 1.0, **_split_style(split))
+    if metric in LOG_SCALE_METRICS:
+        ax.set_yscale("log")
+        for axis_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+            axis_formatter(LogFormatter())  # plain "4", "6", "10", not 4×10⁰
+    shown = [s for s in splits if s in splits_drawn]
+    ax.set_title(f"{' / '.join(shown) or 'val'} {metric}")
+    ax.set_ylabel(metric + (" (log scale)" if metric in LOG_SCALE_METRICS else ""))
+    if shown != ["val"] and shown:  # tell the splits apart by line style
+        ax.legend(handles=[Line2D([], [], color="grey", label=s, **_split_style(s))
+                           for s in shown], fontsize="small")
 
 
 def _smooth(text: str) -> float:
