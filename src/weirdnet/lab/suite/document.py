@@ -242,38 +242,63 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
     ``stale``: how many stored records were left out as stale (said in the header);
     ``shortcuts``: each task's stored shortcut baselines (:mod:`.shortcuts`)."""
     results = Results(records, shortcuts)
-    mechanisms = [m.name for m in MECHANISMS]
-    out = [f"# Suite results: `{budget.name}` budget", "",
-           f"Budget: {budget.description}.", "", *_provenance(records), *_readouts(records),
-           *(_progress(budget, records, tables) if records else []),
-           *([f"- {stale} stored record(s) left out: their cells' config has changed "
-              "since they ran (they are rerun by the next run of the budget)"]
-             if stale else []), "",
-           "Numbers marked **(ours)** were measured by this suite under this budget; "
-           "numbers marked **(paper)** are the papers' own, copied from the tables named, "
-           "under the papers' far larger budgets and official data. Test accuracy in %, "
-           "mean (± population std over seeds when more than one). `n/a`: the mechanism "
-           "has no causal form; `–`: not run; `error`: see the end.", ""]
+    out = _header(budget, records, tables, stale)
     if records:
         out += ["## What each task ran", "", *_task_lines(budget, records), ""]
         stages = _stage_lines(records)
         if stages:
             out += ["## Curriculum stages", "", *stages, ""]
         out += ["## What this budget decides", "", *_decided_lines(budget, results), ""]
-    if "main" in tables:
-        out += ["## LRA (Table III layout)", "",
-                "Speed and memory: training steps/s and peak memory of the "
-                f"{get_task(results.speed_task()).label} cells relative to the "
-                "Transformer's (ours; the training runs' own steps/s, which may have "
-                "shared the machine with another run: indicative only; only cells run on "
-                "the Transformer's machine are compared, `–` where there are none).", "",
-                *lra_table(results, mechanisms, LRA_COLUMNS), ""]
-        if figure:
-            out += [f"![Fig. 6 layout]({figure})", ""]
-        out += ["## UEA (DBA Table 3 layout)", "",
-                *uea_table(results, mechanisms, UEA_COLUMNS), "",
-                "## Byte-level language modelling", "",
-                *lm_table(results, mechanisms), ""]
+    out += _table_sections(results, tables, figure)
+    out += ["## The papers' orderings, checked", "", _CLAIMS_NOTE, "",
+            *claim_lines(results)]
+    out += _failures(records)
+    return "\n".join(out) + "\n"
+
+
+def _header(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[str],
+            stale: int) -> list[str]:
+    """Title, budget, provenance, readouts, progress and the legend of the numbers."""
+    return [f"# Suite results: `{budget.name}` budget", "",
+            f"Budget: {budget.description}.", "", *_provenance(records), *_readouts(records),
+            *(_progress(budget, records, tables) if records else []),
+            *([f"- {stale} stored record(s) left out: their cells' config has changed "
+               "since they ran (they are rerun by the next run of the budget)"]
+              if stale else []), "",
+            "Numbers marked **(ours)** were measured by this suite under this budget; "
+            "numbers marked **(paper)** are the papers' own, copied from the tables named, "
+            "under the papers' far larger budgets and official data. Test accuracy in %, "
+            "mean (± population std over seeds when more than one). `n/a`: the mechanism "
+            "has no causal form; `–`: not run; `error`: see the end.", ""]
+
+
+_TODAY_NOTE = (
+    "The Transformer++ (rotary positions, SwiGLU, RMSNorm, no biases) and the "
+    "`transformers` peers, each matched to the non-embedding parameters of the "
+    "GPT-2-style Transformer with this task's widths (within 5%, by the "
+    "feed-forward width; Mamba and Mamba-2 by their number of layers), and "
+    "Weird-Net A and B with and without the Transformer++ options (A++ and B++ "
+    "matched the same way). The rows of the papers' own models (Weird-Net A "
+    "and B, the Transformer) keep the papers' widths, so their counts differ: "
+    "the parameters column says by how much; the rows \"Weird-Net A, "
+    "matched\" and \"Weird-Net B, matched\" are those models with the "
+    "feed-forward width matched. On a CPU, Mamba and Mamba-2 run "
+    "`transformers`' pure-PyTorch path: their steps/s is a CPU user's.")
+
+_CLAIMS_NOTE = (
+    "A comparison counts only when the 95% interval of the difference excludes 0 "
+    "(over seeds, or the test set's binomial interval for one seed): \"holds\" and "
+    "\"does not hold\" are decided at this budget, \"undecided\" is not (a larger "
+    "budget, more seeds or more test items would decide it). A claim about the LRA "
+    "average, where this budget ran only some of its tasks, is judged on the "
+    "average over the tasks run (\"... on the tasks run\"): evidence about those "
+    "tasks, not the paper's claim.")
+
+
+def _table_sections(results: Results, tables: Sequence[str],
+                    figure: str | None) -> list[str]:
+    """The sections of ``tables``, in the papers' order."""
+    out = _main_tables(results, figure) if "main" in tables else []
     if "table9" in tables:
         out += ["## W modes (Weird-Net Table IX)", "",
                 *ablation_table(results, numbers.TABLE_IX, LRA_COLUMNS, "W"), ""]
@@ -287,18 +312,7 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
         out += ["## DBA d_p and d_in (DBA Table 12)", "",
                 *ablation_table(results, numbers.TABLE_12, LRA_COLUMNS, "setting"), ""]
     if "today" in tables:
-        out += ["## The baselines the field uses today (byte-level LM)", "",
-                "The Transformer++ (rotary positions, SwiGLU, RMSNorm, no biases) and the "
-                "`transformers` peers, each matched to the non-embedding parameters of the "
-                "GPT-2-style Transformer with this task's widths (within 5%, by the "
-                "feed-forward width; Mamba and Mamba-2 by their number of layers), and "
-                "Weird-Net A and B with and without the Transformer++ options (A++ and B++ "
-                "matched the same way). The rows of the papers' own models (Weird-Net A "
-                "and B, the Transformer) keep the papers' widths, so their counts differ: "
-                "the parameters column says by how much; the rows \"Weird-Net A, "
-                "matched\" and \"Weird-Net B, matched\" are those models with the "
-                "feed-forward width matched. On a CPU, Mamba and Mamba-2 run "
-                "`transformers`' pure-PyTorch path: their steps/s is a CPU user's.", "",
+        out += ["## The baselines the field uses today (byte-level LM)", "", _TODAY_NOTE, "",
                 *lm_table(results, TABLES_BY_NAME["today"].variants), ""]
     if "dba-forms" in tables:
         out += ["## DBA: the authors' code against eqs. 7-12 read literally", "",
@@ -306,15 +320,23 @@ def render(budget: Budget, records: Sequence[dict[str, Any]], tables: Sequence[s
                 "differs (docs/design.md §4). Mean over seeds [95% interval].", "",
                 *form_table(results, ("dba", "dba-literal"), (*LRA_COLUMNS, *UEA_COLUMNS)),
                 ""]
-    out += ["## The papers' orderings, checked", "",
-            "A comparison counts only when the 95% interval of the difference excludes 0 "
-            "(over seeds, or the test set's binomial interval for one seed): \"holds\" and "
-            "\"does not hold\" are decided at this budget, \"undecided\" is not (a larger "
-            "budget, more seeds or more test items would decide it). A claim about the LRA "
-            "average, where this budget ran only some of its tasks, is judged on the "
-            "average over the tasks run (\"... on the tasks run\"): evidence about those "
-            "tasks, not the paper's claim.", "",
-            *claim_lines(results)]
-    out += _failures(records)
-    return "\n".join(out) + "\n"
+    return out
+
+
+def _main_tables(results: Results, figure: str | None) -> list[str]:
+    """LRA (with its speed and memory columns and Fig. 6), UEA and byte-level LM."""
+    mechanisms = [m.name for m in MECHANISMS]
+    out = ["## LRA (Table III layout)", "",
+           "Speed and memory: training steps/s and peak memory of the "
+           f"{get_task(results.speed_task()).label} cells relative to the "
+           "Transformer's (ours; the training runs' own steps/s, which may have "
+           "shared the machine with another run: indicative only; only cells run on "
+           "the Transformer's machine are compared, `–` where there are none).", "",
+           *lra_table(results, mechanisms, LRA_COLUMNS), ""]
+    if figure:
+        out += [f"![Fig. 6 layout]({figure})", ""]
+    return out + ["## UEA (DBA Table 3 layout)", "",
+                  *uea_table(results, mechanisms, UEA_COLUMNS), "",
+                  "## Byte-level language modelling", "",
+                  *lm_table(results, mechanisms), ""]
 
