@@ -354,3 +354,29 @@ def test_a_zoology_row_of_a_one_rate_grid_names_no_rate():
     cells = zoology.plan([64], [16], [get_variant("softmax")], [0], [1e-2], 1, 2)
     done = _finished_zoology_records(cells, lambda c: 0.7)
     assert re.search(r"\| Transformer \| 70\.0 \[[\d.]+, [\d.]+\], ", markdown(cells, done, []))
+
+
+def test_the_zoology_report_says_what_a_second_rate_changed():
+    """Per length, over the models that ran at several rates: how many rates' accuracies
+    differ beyond both intervals, and the models whose reaching 99% depends on the rate."""
+    from weirdnet.lab.recall import zoology
+    from weirdnet.lab.recall.zoology_report import markdown
+    from weirdnet.lab.variants import get_variant
+
+    variants = [get_variant(name) for name in ("weird-b", "softmax", "linear")]
+    cells = zoology.plan([64, 128], [16], variants, [0], [1e-2, 2.2e-3], 1, 2)
+    accuracy = {("weird-b", 1e-2, 64): 0.031, ("weird-b", 2.2e-3, 64): 0.996,
+                ("softmax", 1e-2, 64): 0.700, ("softmax", 2.2e-3, 64): 0.705,
+                ("linear", 1e-2, 64): 0.20, ("linear", 2.2e-3, 64): 0.40,
+                ("softmax", 1e-2, 128): 0.5}
+    done = _finished_zoology_records(
+        cells, lambda c: accuracy.get((c.variant.name, c.lr, c.length)))
+    report = markdown(cells, done, [])
+    section = report.split("## What a second learning rate changed")[1]
+    assert ("L = 64: 3 models ran at more than one rate; the rates' test accuracies "
+            "differ beyond both 95% intervals in 2 (Linear Trans., Weird-Net B), and whether "
+            "the model reaches 99% depends on the rate in 1 (Weird-Net B: 99.6% at 0.0022, "
+            "3.1% at 0.01).") in section
+    assert "L = 128" not in section  # no model there ran at two rates
+    one_rate = _finished_zoology_records(cells, lambda c: 0.5 if c.lr == 1e-2 else None)
+    assert "second learning rate" not in markdown(cells, one_rate, [])

@@ -173,9 +173,64 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str],
                            + f", {epochs:.1f} ep, {_minutes(records)}")
             rows.append(row)
         out += markdown_table(["Model", *(f"D = {w}" for w in widths)], rows) + [""]
+    out += _rate_effect_lines(cells, done)
     out += writing.progress_lines(cells, done, failed)
     out += _remaining(cells, done)
     return "\n".join(out)
+
+
+def _overlap(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
+    """Whether two rates' 95% test-accuracy intervals (:func:`cell_interval`) overlap."""
+    _, low_a, high_a = cell_interval(a)
+    _, low_b, high_b = cell_interval(b)
+    return low_a <= high_b and low_b <= high_a
+
+
+def _rate_effect(length: int, groups: dict[tuple, list], done: dict[str, dict]) -> str | None:
+    """One sentence on what running more than one learning rate changed at ``length``,
+    over the rows where several rates finished: in how many the rates' test accuracies
+    differ beyond both 95% intervals, and in how many whether the model reaches
+    ``zoology.EARLY_STOP`` (solves MQAR) depends on the rate (those named, with each
+    rate's accuracy).  None where no row finished two rates."""
+    compared, differ, flips = 0, [], []
+    several_widths = len({key[1] for key in groups if key[0] == length}) > 1
+    for (row_length, width, name, conv), group in sorted(groups.items()):
+        by_rate = records_by_rate(group, done)
+        if row_length != length or len(by_rate) < 2:
+            continue
+        compared += 1
+        rates = sorted(by_rate.items())
+        label = _label(name, conv) + (f" (D = {width})" if several_widths else "")
+        if any(not _overlap(a, b) for i, (_, a) in enumerate(rates)
+               for _, b in rates[i + 1:]):
+            differ.append(label)
+        solved = {_test(records) >= zoology.EARLY_STOP for _, records in rates}
+        if len(solved) > 1:
+            flips.append(label + ": " + ", ".join(
+                f"{100 * _test(records):.1f}% at {rate:g}" for rate, records in rates))
+    if not compared:
+        return None
+    models = f"{compared} model" + ("s" if compared > 1 else "")
+    sentence = (f"L = {length}: {models} ran at more than one rate; the rates' test "
+                f"accuracies differ beyond both 95% intervals in {len(differ)}"
+                + (f" ({', '.join(differ)})" if differ else "")
+                + f", and whether the model reaches {100 * zoology.EARLY_STOP:.0f}% depends on "
+                f"the rate in {len(flips)}" + (f" ({'; '.join(flips)})" if flips else "") + ".")
+    return sentence
+
+
+def _rate_effect_lines(cells: Sequence, done: dict[str, dict]) -> list[str]:
+    """The section on what the second learning rate changed, per length."""
+    groups = _groups(cells)
+    sentences = [s for length in sorted({c.length for c in cells})
+                 if (s := _rate_effect(length, groups, done))]
+    if not sentences:
+        return []
+    return ["## What a second learning rate changed", "",
+            "The tables show each model at the rate validation chose. Where a model ran at "
+            "more than one rate, how much the rate mattered (a row that ran at one rate "
+            "only may have missed the same):", "",
+            *(f"- {s}" for s in sentences), ""]
 
 
 def _remaining(cells: Sequence, done: dict[str, dict]) -> list[str]:
