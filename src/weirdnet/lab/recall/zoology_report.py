@@ -173,7 +173,7 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str],
                            + f", {epochs:.1f} ep, {_minutes(records)}")
             rows.append(row)
         out += markdown_table(["Model", *(f"D = {w}" for w in widths)], rows) + [""]
-    out += _rate_effect_lines(cells, done)
+    out += _rate_effect_lines(groups, done)
     out += writing.progress_lines(cells, done, failed)
     out += _remaining(cells, done)
     return "\n".join(out)
@@ -194,20 +194,20 @@ def _rate_effect(length: int, groups: dict[tuple, list], done: dict[str, dict]) 
     rate's accuracy).  None where no row finished two rates."""
     compared, differ, flips = 0, [], []
     several_widths = len({key[1] for key in groups if key[0] == length}) > 1
-    for (row_length, width, name, conv), group in sorted(groups.items()):
-        by_rate = records_by_rate(group, done)
-        if row_length != length or len(by_rate) < 2:
+    rows = sorted((key, group) for key, group in groups.items() if key[0] == length)
+    for (_, width, name, conv), group in rows:
+        rates = sorted(records_by_rate(group, done).items())
+        if len(rates) < 2:
             continue
         compared += 1
-        rates = sorted(by_rate.items())
         label = _label(name, conv) + (f" (D = {width})" if several_widths else "")
         if any(not _overlap(a, b) for i, (_, a) in enumerate(rates)
                for _, b in rates[i + 1:]):
             differ.append(label)
-        solved = {_test(records) >= zoology.EARLY_STOP for _, records in rates}
-        if len(solved) > 1:
+        accuracy = {rate: _test(records) for rate, records in rates}
+        if len({value >= zoology.EARLY_STOP for value in accuracy.values()}) > 1:
             flips.append(label + ": " + ", ".join(
-                f"{100 * _test(records):.1f}% at {rate:g}" for rate, records in rates))
+                f"{100 * value:.1f}% at {rate:g}" for rate, value in accuracy.items()))
     if not compared:
         return None
     models = f"{compared} model" + ("s" if compared > 1 else "")
@@ -219,10 +219,10 @@ def _rate_effect(length: int, groups: dict[tuple, list], done: dict[str, dict]) 
     return sentence
 
 
-def _rate_effect_lines(cells: Sequence, done: dict[str, dict]) -> list[str]:
-    """The section on what the second learning rate changed, per length."""
-    groups = _groups(cells)
-    sentences = [s for length in sorted({c.length for c in cells})
+def _rate_effect_lines(groups: dict[tuple, list], done: dict[str, dict]) -> list[str]:
+    """The section on what the second learning rate changed, per length; ``groups``:
+    :func:`_groups` of the report's cells."""
+    sentences = [s for length in sorted({key[0] for key in groups})
                  if (s := _rate_effect(length, groups, done))]
     if not sentences:
         return []
