@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
-from weirdnet.data.registry import DatasetInfo, register
+from weirdnet.data.registry import NO_ROOT, DatasetInfo, register
 
 TINY_LM = """
 [run]
@@ -97,13 +97,13 @@ _SIZES = {"train": 64, "val": 32, "test": 32}
 _SEEDS = {"train": 0, "val": 1, "test": 2}
 
 
-@register("test-parity", splits=("train", "val", "test"), task="classification",
+@register("test-parity", splits=("train", "val", "test"), task="classification", root=NO_ROOT,
           summary="tests only: first-token parity")
 def _parity(split, root=None, size=None):
     return FirstTokenParity(size if size is not None else _SIZES[split], _SEEDS[split])
 
 
-@register("test-parity-pairs", splits=("train", "val", "test"), task="retrieval",
+@register("test-parity-pairs", splits=("train", "val", "test"), task="retrieval", root=NO_ROOT,
           summary="tests only: first-token parity of the first document")
 def _parity_pairs(split, root=None):
     return FirstTokenParity(_SIZES[split], _SEEDS[split], pairs=True)

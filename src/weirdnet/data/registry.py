@@ -3,8 +3,14 @@
 A dataset module registers a *factory* under a name::
 
     @register("listops", splits=("train", "val", "test"), task="classification",
-              summary="LRA ListOps: nested MIN/MAX/MED/SM expressions, 10 classes")
+              summary="LRA ListOps: nested MIN/MAX/MED/SM expressions, 10 classes",
+              root=Root("folder", "the folder holding basic_*.tsv"))
     def _listops(split, root=None, **options) -> torch.utils.data.Dataset: ...
+
+Every dataset declares what its ``root=`` may name (:class:`Root`: a file, a folder,
+either, or nothing for a generated one); :func:`check_root` holds a root to that, so
+``get`` and the config check (``data.root``) refuse a root that does not exist, or a
+file where a folder is needed, in one line that says what the dataset takes.
 
 Item format (every dataset documents its own; the trainer relies on these keys):
 
@@ -50,8 +56,9 @@ from typing import Any
 from weirdnet._registry import Registry
 from weirdnet.typed_config import ConfigError, coerce
 
-__all__ = ["DataMissingError", "DatasetInfo", "DatasetEntry", "available", "check_options",
-           "data_root", "entry", "get", "register", "signature_options"]
+__all__ = ["NO_ROOT", "DataMissingError", "DatasetEntry", "DatasetInfo", "Root", "available",
+           "check_options", "check_root", "data_root", "entry", "get", "register",
+           "signature_options"]
 
 
 class DataMissingError(FileNotFoundError):
@@ -87,6 +94,41 @@ class DatasetInfo:
     encoding: str | None = None
 
 
+ROOT_KINDS = {"file": "a file", "folder": "a folder", "either": "a file or a folder",
+              "none": "no root"}
+"""What a dataset's ``root=`` may name, and how a message says it."""
+
+
+@dataclass(frozen=True)
+class Root:
+    """What ``root=`` of a dataset may name.
+
+    kind: "file", "folder", "either" (a file or a folder) or "none" (generated data: the
+        dataset takes no root).
+    form: what it is, in words ("the text file", "the folder holding aclImdb/"), for
+        messages and ``weirdnet data list``.
+    required: the dataset has no default source, so ``root=None`` is refused.
+    """
+
+    kind: str
+    form: str = ""
+    required: bool = False
+
+    def __post_init__(self):
+        if self.kind not in ROOT_KINDS:
+            raise ValueError(f"Root kind must be one of {', '.join(ROOT_KINDS)}, got "
+                             f"{self.kind!r}")
+
+    def describe(self) -> str:
+        """``"a folder (the folder holding aclImdb/)"``; ``"no root"`` for kind "none"."""
+        what = ROOT_KINDS[self.kind]
+        return f"{what} ({self.form})" if self.form and self.kind != "none" else what
+
+
+NO_ROOT = Root("none", "generated")
+"""The root of a generated dataset: there is none."""
+
+
 @dataclass(frozen=True)
 class DatasetEntry:
     """A registered dataset: its factory and what it offers.
@@ -101,6 +143,7 @@ class DatasetEntry:
     splits: tuple[str, ...]
     task: str
     summary: str
+    root: Root
     options: Mapping[str, Any] | None = None
 
 
@@ -145,8 +188,12 @@ def _factory_options(factory: Callable[..., Any], extra: Mapping[str, Any] | Non
 
 
 def _entry(name: str, factory: Callable[..., Any], *, splits: tuple[str, ...], task: str,
-           summary: str, options: Mapping[str, Any] | None = None) -> DatasetEntry:
-    return DatasetEntry(name, factory, tuple(splits), task, summary,
+           summary: str, root: Root, options: Mapping[str, Any] | None = None
+           ) -> DatasetEntry:
+    if not isinstance(root, Root):
+        raise TypeError(f"dataset {name!r}: root= must be a Root (what root= may name), "
+                        f"got {root!r}")
+    return DatasetEntry(name, factory, tuple(splits), task, summary, root,
                         _factory_options(factory, options))
 
 
@@ -170,16 +217,18 @@ factory), imported on the first lookup (so ``import weirdnet.data`` stays cheap)
 dataset module goes in this list."""
 
 
-def register(name: str, *, splits: tuple[str, ...], task: str, summary: str,
+def register(name: str, *, splits: tuple[str, ...], task: str, summary: str, root: Root,
              options: Mapping[str, Any] | None = None
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register ``factory(split, root=None, **options)`` under ``name``.
 
+    root: what ``root=`` may name (:class:`Root`; :data:`NO_ROOT` for generated data);
+    the factory is only called with a root that :func:`check_root` accepts.
     options: for a factory that passes ``**options`` on, what they may be (name -> type
     hint, e.g. from :func:`signature_options`); the factory's own keyword parameters are
     read from its signature.
     """
-    return DATASETS.register(name, splits=splits, task=task, summary=summary,
+    return DATASETS.register(name, splits=splits, task=task, summary=summary, root=root,
                              options=options)
 
 
@@ -196,14 +245,47 @@ def entry(name: str) -> DatasetEntry:
 def get(name: str, split: str, *, root: str | os.PathLike | None = None, **options: Any):
     """The ``split`` of dataset ``name`` as a ``torch.utils.data.Dataset``.
 
-    root: a directory with the official files (layout per dataset); None uses the offline
-    source (generator cache or packaged real data).  Other options go to the dataset.
+    root: the official files (a file or a folder, as the dataset's :class:`Root` says;
+    :func:`check_root`); None uses the offline source (generator cache or packaged real
+    data).  Other options go to the dataset.
     """
     found = entry(name)
     if split not in found.splits:
         raise ValueError(f"dataset {name!r} has splits {found.splits}, not {split!r}")
     options = check_options(name, options)
-    return found.factory(split, root=None if root is None else Path(root), **options)
+    return found.factory(split, root=check_root(name, root), **options)
+
+
+def check_root(name: str, root: str | os.PathLike | None, key: str = "root", *,
+               present: bool = True) -> Path | None:
+    """``root`` as a Path (None stays None) once it is what dataset ``name`` takes.
+
+    key: how the message names the root ("root", "data.root").  Raises ConfigError for
+    a root given to a generated dataset, a file where a folder is needed or the reverse,
+    and DataMissingError for a root that does not exist (unless ``present`` is False: a
+    config that names data on another machine, or a run whose data has moved, still
+    loads) or a required one not given; each message names the root and the dataset and
+    says what the dataset takes.
+    """
+    spec = entry(name).root
+    if root is None:
+        if spec.required:
+            raise DataMissingError(f"dataset {name!r} needs {key}= {spec.describe()}")
+        return None
+    path = Path(root).expanduser()
+    takes = f"dataset {name!r} takes {spec.describe()}"
+    if spec.kind == "none":
+        raise ConfigError(f"dataset {name!r} is generated; it takes no {key}= "
+                          f"(got {key}={str(root)!r})")
+    if not path.exists():
+        if not present:
+            return path
+        raise DataMissingError(f"{key}={str(root)!r} does not exist; {takes}")
+    found = "folder" if path.is_dir() else "file" if path.is_file() else None
+    if found is None or spec.kind not in ("either", found):
+        what = f"a {found}" if found else "neither a file nor a folder"
+        raise ConfigError(f"{key}={str(root)!r} is {what}; {takes}")
+    return path
 
 
 def check_options(name: str, options: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

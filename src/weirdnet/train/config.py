@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet._tables import merge
-from weirdnet.data.registry import check_options, entry
+from weirdnet.data.registry import check_options, check_root, entry
 from weirdnet.train.rundir import RunDirError, check_run_name
 from weirdnet.typed_config import ConfigError, from_dict
 
@@ -304,9 +304,8 @@ def _check_data(data: DataConfig) -> None:
         found = entry(data.dataset)
     except KeyError as error:
         raise ConfigError(f"data.dataset: {error.args[0]}") from None
-    if data.root and os.path.lexists(data.root) and not Path(data.root).is_dir():
-        raise ConfigError(f"data.root={data.root!r} is a file; it must be the folder that "
-                          f"holds the {data.dataset} files (or \"\" for the default)")
+    check_root(data.dataset, data.root or None, "data.root", present=False)  # its kind;
+    # whether it exists is checked where the data is read (weirdnet.train.setup)
     for key in ("train_split", "eval_split", "test_split"):
         if key != "test_split" or data.test_split:
             _choice(f"data.{key}", getattr(data, key), found.splits)

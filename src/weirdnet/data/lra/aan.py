@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 
 from weirdnet.data.common import SHIFTED_BYTE_VOCAB, byte_tokens, check_option, split_fractions
 from weirdnet.data.lra.pydoc_graph import linked_pairs, read_pages
-from weirdnet.data.registry import DataMissingError, DatasetInfo, data_root, register
+from weirdnet.data.registry import DataMissingError, DatasetInfo, Root, data_root, register
 from weirdnet.data.sources.packages import PYTHON_DOC
 
 __all__ = ["BytePairs", "read_aan_tsv"]
@@ -99,14 +99,16 @@ def _aan_file(root: Path | None, split: str) -> Path:
 
 
 @register("aan", splits=SPLITS, task="retrieval",
-          summary="LRA Retrieval: AAN citation pairs, 2x4000 bytes (root= lra_release/tsv_data)")
+          summary="LRA Retrieval: AAN citation pairs, 2x4000 bytes (official)",
+          root=Root("folder", "the folder holding new_aan_pairs.*.tsv, or lra_release/"))
 def _aan(split: str, root: Path | None = None, *, max_len: int = 4000) -> BytePairs:
     check_option("split", split, SPLITS)
     return BytePairs(*read_aan_tsv(_aan_file(root, split), max_len), max_len=max_len)
 
 
 @register("python-doc-pairs", splits=SPLITS, task="retrieval",
-          summary="linked/unlinked Python doc page pairs (offline: Debian python3.11-doc)")
+          summary="linked/unlinked Python doc page pairs (offline: Debian python3.11-doc)",
+          root=Root("folder", "a Sphinx _sources folder"))
 def _python_doc_pairs(split: str, root: Path | None = None, *, max_len: int = 4000,
                       seed: int = 0) -> BytePairs:
     """root: a Sphinx ``_sources`` folder (default: the python3.11-doc package's)."""

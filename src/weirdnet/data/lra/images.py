@@ -33,7 +33,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from weirdnet.data.common import BYTE_VOCAB, byte_tokens, check_option, seeded_split
-from weirdnet.data.registry import DataMissingError, DatasetInfo, data_root, register
+from weirdnet.data.registry import DataMissingError, DatasetInfo, Root, data_root, register
 from weirdnet.data.sources.packages import FASHION_MNIST
 
 __all__ = ["ImageTokens", "load_cifar_batch", "read_idx", "to_gray"]
@@ -187,7 +187,8 @@ def _select(part: tuple[np.ndarray, np.ndarray], split: str, val_fraction: float
 
 
 @register("cifar10", splits=SPLITS, task="classification",
-          summary="LRA Image: CIFAR-10 gray, 1024 pixel tokens (root= cifar-10-batches-py)")
+          summary="LRA Image: CIFAR-10 gray, 1024 pixel tokens (official)",
+          root=Root("folder", "the folder holding cifar-10-batches-py/, or that folder"))
 def _cifar10(split: str, root: Path | None = None, *, val_fraction: float = 0.1,
              seed: int = 0) -> ImageTokens:
     check_option("split", split, SPLITS)
@@ -204,7 +205,8 @@ def _idx_dataset(folder: Path, split: str, how: str, val_fraction: float,
 
 
 @register("fashion-mnist", splits=SPLITS, task="classification",
-          summary="Fashion-MNIST, 784 pixel tokens (offline: Debian dataset-fashion-mnist)")
+          summary="Fashion-MNIST, 784 pixel tokens (offline: Debian dataset-fashion-mnist)",
+          root=Root("folder", "the folder holding the IDX files"))
 def _fashion_mnist(split: str, root: Path | None = None, *, val_fraction: float = 0.1,
                    seed: int = 0) -> ImageTokens:
     how = f"{FASHION_MNIST.how_to_get()} Or download the files from {FASHION_URL}."
@@ -212,7 +214,8 @@ def _fashion_mnist(split: str, root: Path | None = None, *, val_fraction: float 
 
 
 @register("mnist", splits=SPLITS, task="classification",
-          summary="MNIST, 784 pixel tokens (IDX files; root= their folder)")
+          summary="MNIST, 784 pixel tokens (official IDX files)",
+          root=Root("folder", "the folder holding the IDX files"))
 def _mnist(split: str, root: Path | None = None, *, val_fraction: float = 0.1,
            seed: int = 0) -> ImageTokens:
     folder = data_root() / "mnist" if root is None else Path(root)

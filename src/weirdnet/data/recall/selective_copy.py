@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from weirdnet.data.registry import register
+from weirdnet.data.registry import NO_ROOT, register
 
 from .dataset import IGNORE, SPLITS, RecallDataset, check_int
 
@@ -50,13 +50,12 @@ def selective_copy_sample(rng: np.random.Generator, *, seq_len: int = 128,
 
 
 @register("selective-copy", splits=SPLITS, task="recall",
-          summary="selective copying (Mamba): data tokens among blanks, copied in order")
+          summary="selective copying (Mamba): data tokens among blanks, copied in order",
+          root=NO_ROOT)
 def _selective_copy(split: str, root: Path | None = None, *, seq_len: int = 128,
                     num_tokens: int = 8, vocab_size: int = 16,
                     num_samples: int | None = None, seed: int = 0) -> RecallDataset:
-    """Generated on the fly (root is not used)."""
-    if root is not None:
-        raise ValueError("dataset 'selective-copy' is generated; it takes no root=")
+    """Generated on the fly (no root: the registry refuses one)."""
     return RecallDataset(selective_copy_sample, split, chance=1.0 / (vocab_size - 2),
                          num_samples=num_samples, seed=seed, seq_len=seq_len,
                          num_tokens=num_tokens, vocab_size=vocab_size)

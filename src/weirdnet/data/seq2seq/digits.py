@@ -43,7 +43,7 @@ import torch
 from torch.utils.data import Dataset
 
 from weirdnet.data.common import BYTE_VOCAB, byte_tokens, check_option
-from weirdnet.data.registry import DatasetInfo, register, signature_options
+from weirdnet.data.registry import NO_ROOT, DatasetInfo, register, signature_options
 
 __all__ = ["BOS_ID", "DEFAULT_NUM_SAMPLES", "EOS_ID", "PAD_ID", "SPLITS", "SPLIT_CODE",
            "TASKS", "Seq2SeqDigitsDataset", "decode", "sample_pair"]
@@ -138,10 +138,9 @@ class Seq2SeqDigitsDataset(Dataset):
 
 @register("seq2seq-digits", splits=SPLITS, task="seq2seq",
           summary="synthetic digit strings: reverse, sort or add (task=), ASCII bytes",
+          root=NO_ROOT,
           options=signature_options(Seq2SeqDigitsDataset.__init__, exclude=("self", "split")))
 def _seq2seq_digits(split: str, root: Path | None = None, **options) -> Seq2SeqDigitsDataset:
-    """Generated on the fly (root is not used).  Options: task, min_digits, max_digits,
-    num_samples, seed."""
-    if root is not None:
-        raise ValueError("dataset 'seq2seq-digits' is generated; it takes no root=")
+    """Generated on the fly (no root: the registry refuses one).  Options: task,
+    min_digits, max_digits, num_samples, seed."""
     return Seq2SeqDigitsDataset(split, **options)

