@@ -11,7 +11,9 @@ Conventions used by every module of :mod:`weirdnet.data`:
   fixed fraction of a permutation drawn from ``numpy.random.default_rng(seed)``; the
   training split is the rest, so the two never overlap and never depend on the machine.
 - **Cache.**  Derived files live under :func:`weirdnet.data.registry.data_root`, written to
-  a temporary name and renamed, so an interrupted build never leaves half a file.
+  a temporary name and renamed, so an interrupted build never leaves half a file.  A file
+  built from a source (an archive, a folder) has that source's fingerprint in its name
+  (:func:`source_cached`), so another root never reads what was built from the first.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from weirdnet.data.registry import DataMissingError, data_root
 
 __all__ = ["BYTE_VOCAB", "SHIFTED_BYTE_VOCAB", "byte_tokens", "cache_path",
            "cached_bytes", "check_option", "contiguous_bounds", "require_path",
-           "seeded_split", "split_fractions"]
+           "seeded_split", "source_cached", "split_fractions"]
 
 BYTE_VOCAB = 256
 """Token ids of raw bytes (language modelling, pixels): 0..255."""
@@ -111,6 +113,14 @@ def cached_bytes(path: Path, build: Callable[[], bytes]) -> bytes:
     data = build()
     write_atomic(path, data)
     return data
+
+
+def source_cached(stem: str, source: str, build: Callable[[], bytes],
+                  suffix: str = ".bin") -> bytes:
+    """The bytes cached at ``data_root()/corpora/<stem>-<source><suffix>``, built by
+    ``build()`` on first use; ``source``: the fingerprint of what they are built from
+    (:func:`weirdnet.data.sources.fingerprint.fingerprint`, ``Archive.fingerprint()``)."""
+    return cached_bytes(cache_path("corpora", f"{stem}-{source}{suffix}"), build)
 
 
 def require_path(path: Path, what: str, how: str) -> Path:

@@ -253,7 +253,26 @@ def get(name: str, split: str, *, root: str | os.PathLike | None = None, **optio
     if split not in found.splits:
         raise ValueError(f"dataset {name!r} has splits {found.splits}, not {split!r}")
     options = check_options(name, options)
-    return found.factory(split, root=check_root(name, root), **options)
+    path = check_root(name, root, present=False)
+    if path is not None and not path.exists():
+        raise DataMissingError(_missing_root(found, path, split, options))
+    return found.factory(split, root=path, **options)
+
+
+def _missing_root(found: DatasetEntry, path: Path, split: str, options: Mapping[str, Any]
+                  ) -> str:
+    """The message for a root that does not exist: it, the dataset and what the dataset
+    takes, and how to get the files as the dataset's own DataMissingError says it (the
+    factory is asked; whatever it would have returned is not used)."""
+    message = (f"root={str(path)!r} does not exist; dataset {found.name!r} takes "
+               f"{found.root.describe()}")
+    try:
+        found.factory(split, root=path, **options)
+    except DataMissingError as error:
+        return f"{message}. " + " ".join(str(error).split())  # one line
+    except Exception:  # noqa: BLE001 - only asked for its hint; the missing root is the error
+        pass
+    return message
 
 
 def check_root(name: str, root: str | os.PathLike | None, key: str = "root", *,

@@ -305,7 +305,7 @@ def _check_data(data: DataConfig) -> None:
     except KeyError as error:
         raise ConfigError(f"data.dataset: {error.args[0]}") from None
     check_root(data.dataset, data.root or None, "data.root", present=False)  # its kind;
-    # whether it exists is checked where the data is read (weirdnet.train.setup)
+    # whether it exists is checked where the data is read (weirdnet.data.get)
     for key in ("train_split", "eval_split", "test_split"):
         if key != "test_split" or data.test_split:
             _choice(f"data.{key}", getattr(data, key), found.splits)

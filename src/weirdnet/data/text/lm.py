@@ -42,6 +42,7 @@ from torch.utils.data import Dataset
 from weirdnet.data.common import BYTE_VOCAB, byte_tokens, check_option, contiguous_bounds
 from weirdnet.data.registry import DataMissingError, DatasetInfo, Root, register, signature_options
 from weirdnet.data.sources.download import REMOTE_FILES, RemoteFile
+from weirdnet.data.sources.members import members_under
 
 __all__ = ["LM_OPTIONS", "SPLIT_SCHEMES", "ByteLMDataset", "lm_dataset", "read_official",
            "read_text_file", "read_zip_member", "transcode"]
@@ -155,10 +156,11 @@ def read_zip_member(path: Path, member: str) -> bytes:
     """The bytes of ``member`` inside the zip ``path``; ValueError naming both if absent."""
     try:
         with zipfile.ZipFile(path) as archive:
-            if member not in archive.namelist():
+            members = members_under(archive.namelist())
+            if member not in members:
                 raise ValueError(f"{path} has no member {member!r} "
-                                 f"(members: {', '.join(archive.namelist()[:5])})")
-            return archive.read(member)
+                                 f"(members: {', '.join(list(members)[:5])})")
+            return archive.read(members[member])
     except zipfile.BadZipFile as err:
         raise ValueError(f"{path} is not a valid zip file ({err}); download it again") from err
 

@@ -15,7 +15,9 @@ UTF-8 text (``info.encoding == "utf-8"``).
 The content depends on the Python version (and, slightly, on the distribution's build of
 it): about 12.1 MB (12,143,671 bytes from 734 files) on CPython 3.11.7, built in about
 0.15 s (mostly reading the files) and cached as
-``data_root()/corpora/python-stdlib-<X.Y.Z>.bin``.
+``data_root()/corpora/python-stdlib-<X.Y.Z>-<fingerprint>.bin``, the fingerprint being a
+digest of the kept files' paths, sizes and modification times (so a changed standard
+library is read again).
 
 ``root=`` may name another directory of ``.py`` files to read instead, with the same rules
 (not cached; a missing directory or one without any ``.py`` file raises
@@ -32,8 +34,9 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from weirdnet.data.common import cache_path, cached_bytes
+from weirdnet.data.common import source_cached
 from weirdnet.data.registry import DataMissingError, Root, register
+from weirdnet.data.sources.fingerprint import fingerprint
 from weirdnet.data.text.lm import LM_OPTIONS, SPLITS, ByteLMDataset, lm_dataset
 
 __all__ = ["EXCLUDED_NAMES", "is_excluded", "python_sources", "stdlib_bytes", "stdlib_dir"]
@@ -64,12 +67,17 @@ def python_sources(root: Path) -> list[str]:
     return sorted(found)
 
 
-def _build(root: Path) -> bytes:
-    """The corpus bytes of the ``.py`` files under ``root`` (rules: module doc)."""
+def _sources(root: Path) -> list[str]:
+    """:func:`python_sources` of ``root``; DataMissingError if it is not a folder."""
     if not root.is_dir():
         raise DataMissingError(f"python-stdlib: source directory {root} does not exist "
                                f"(root= must be a directory of .py files)")
-    names = python_sources(root)
+    return python_sources(root)
+
+
+def _build(root: Path, names: list[str]) -> bytes:
+    """The corpus bytes of the ``.py`` files ``names`` under ``root`` (rules: module
+    doc)."""
     if not names:
         raise DataMissingError(f"python-stdlib: no .py file under {root} (outside test, "
                                f"site-packages and __pycache__ directories)")
@@ -91,10 +99,12 @@ def stdlib_bytes(root: Path | None = None) -> bytes:
     """The corpus bytes: of the standard library (cached per Python version) or of the
     ``.py`` files under ``root`` (read every time)."""
     if root is not None:
-        return _build(Path(root))
+        return _build(Path(root), _sources(Path(root)))
     version = ".".join(map(str, sys.version_info[:3]))
-    path = cache_path("corpora", f"python-stdlib-{version}.bin")
-    return cached_bytes(path, lambda: _build(stdlib_dir()))
+    root = stdlib_dir()
+    names = _sources(root)
+    source = fingerprint((root / name for name in names), content=False)
+    return source_cached(f"python-stdlib-{version}", source, lambda: _build(root, names))
 
 
 FILE_STARTS = rb"^# ===== .+ =====$"
