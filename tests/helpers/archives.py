@@ -32,3 +32,19 @@ def installed(name: str) -> bool:
     except importlib.metadata.PackageNotFoundError:
         return False
     return True
+
+
+def write_tar_members(path: Path, members: dict[str, bytes],
+                      links: dict[str, str] | None = None) -> Path:
+    """A .tar.gz with exactly these member names (no top folder added: crafted names such
+    as ``../x`` or ``/abs/x`` stay as given) and symbolic links ``name -> target``."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    return path
