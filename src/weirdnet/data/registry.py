@@ -253,8 +253,10 @@ def get(name: str, split: str, *, root: str | os.PathLike | None = None, **optio
     if split not in found.splits:
         raise ValueError(f"dataset {name!r} has splits {found.splits}, not {split!r}")
     options = check_options(name, options)
-    path = check_root(name, root, present=False)
-    if path is not None and not path.exists():
+    path = check_root(name, root, present=False)  # its kind; whether it is there:
+    if path is None:
+        check_root(name, None)  # a required root not given
+    elif not path.exists():  # with the dataset's own hint on how to get the files
         raise DataMissingError(_missing_root(found, path, split, options))
     return found.factory(split, root=path, **options)
 
@@ -281,14 +283,14 @@ def check_root(name: str, root: str | os.PathLike | None, key: str = "root", *,
 
     key: how the message names the root ("root", "data.root").  Raises ConfigError for
     a root given to a generated dataset, a file where a folder is needed or the reverse,
-    and DataMissingError for a root that does not exist (unless ``present`` is False: a
-    config that names data on another machine, or a run whose data has moved, still
-    loads) or a required one not given; each message names the root and the dataset and
-    says what the dataset takes.
+    and DataMissingError for a root that does not exist or a required one not given
+    (neither unless ``present``: with False, a config that names data on another machine,
+    a run whose data has moved, or a config whose root is to be given with ``--set``,
+    still loads); each message names the root and the dataset and says what it takes.
     """
     spec = entry(name).root
     if root is None:
-        if spec.required:
+        if spec.required and present:
             raise DataMissingError(f"dataset {name!r} needs {key}= {spec.describe()}")
         return None
     path = Path(root).expanduser()

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from weirdnet.data.registry import check_root, get
+from weirdnet.data.registry import get
 from weirdnet.models.backbone import Backbone
 from weirdnet.models.base import model_class
 from weirdnet.train import tasks
@@ -41,20 +41,14 @@ def eval_dataset(data, split: str, **overrides):
     """Split ``split`` of a config's data (``config.data``) as evaluation reads it: its
     ``options``, then its ``eval_options``, then ``overrides`` (e.g. another
     ``seq_len``)."""
-    return get(data.dataset, split, root=data_root_of(data),
+    return get(data.dataset, split, root=data.root or None,
                **{**data.options, **data.eval_options, **overrides})
-
-
-def data_root_of(data):
-    """``data.root`` of a config's data as a Path (None for ""), once it exists and is what
-    the dataset takes (errors name ``data.root``)."""
-    return check_root(data.dataset, data.root or None, "data.root")
 
 
 def load_datasets(config: TrainConfig) -> dict[str, Any]:
     """The train, eval and (if named) test splits."""
     data = config.data
-    splits = {"train": get(data.dataset, data.train_split, root=data_root_of(data),
+    splits = {"train": get(data.dataset, data.train_split, root=data.root or None,
                            **data.options)}
     splits["eval"] = eval_dataset(data, data.eval_split)
     if data.test_split:
