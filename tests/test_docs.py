@@ -9,11 +9,15 @@
   there, so a report rewritten with more or fewer lines fails here, not silently on the
   site;
 - the README's count of the Zoology grid's finished cells is the report's, so the
-  prose cannot fall behind the records it summarises.
+  prose cannot fall behind the records it summarises;
+- the README and docs/index.md state the same test count and time, and the count is
+  within 10% of what pytest collects.
 """
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,3 +104,32 @@ def test_the_readme_counts_the_zoology_cells_the_report_counts():
     assert done and claimed, "the report or the README no longer counts the grid's cells"
     assert set(claimed) == {done.groups()}, (
         f"README.md says {claimed} cells of the Zoology grid; the report: {done.groups()}")
+
+
+# "The second line runs the tests: about N of them; one full run of M took T on ..."
+TEST_COUNT = re.compile(r"runs the tests: about ([\d,]+) of them; one full run of ([\d,]+)\s+"
+                        r"took\s+(\d+ h \d+ min|\d+ min)\s+on\s+([^,(]+)")
+
+
+def _test_claims(path: Path) -> tuple[str, ...]:
+    found = TEST_COUNT.search(" ".join(path.read_text(encoding="utf-8").split()))
+    assert found, f"{path.name} no longer says how many tests there are and how long they take"
+    return found.groups()
+
+
+def test_the_readme_and_the_home_page_state_one_test_count_and_time():
+    """One source of the numbers: the README and docs/index.md say the same (issue 61)."""
+    assert _test_claims(ROOT / "README.md") == _test_claims(DOCS / "index.md")
+
+
+@pytest.mark.slow
+def test_the_stated_test_count_is_what_pytest_collects():
+    """The stated count is within 10% of what `pytest --collect-only` finds (about 15 s)."""
+    about = int(_test_claims(ROOT / "README.md")[0].replace(",", ""))
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+                           "no:cacheprovider", str(ROOT / "tests")], capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
+    collected = re.search(r"^(\d+) tests? collected", done.stdout, re.M)
+    assert collected, done.stdout[-2000:] + done.stderr[-2000:]
+    assert abs(about - int(collected[1])) <= 0.1 * int(collected[1]), \
+        f"README.md says about {about:,} tests; pytest collects {collected[1]}"

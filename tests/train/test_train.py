@@ -50,7 +50,7 @@ def test_lm_run_writes_its_files_and_results(lm_run, capsys):
     assert [e["event"] for e in events][:1] == ["start"] and events[-1]["event"] == "end"
     train_events = [e for e in events if e["event"] == "train"]
     assert [e["step"] for e in train_events] == [5, 10, 12]
-    assert all(e["tokens_per_s"] > 0 and math.isfinite(e["loss"]) for e in train_events)
+    assert all(e["input_tokens_per_s"] > 0 and math.isfinite(e["loss"]) for e in train_events)
     assert [e["step"] for e in events if e["event"] == "eval"] == [6, 12]
     metrics = summary["results"]["val"]
     assert metrics["bpc"] == pytest.approx(metrics["loss"] / math.log(2))

@@ -73,7 +73,8 @@ def test_read_log_last_wins_and_warns_on_bad_line(resumed_run):
     by_step = {p.step: p for p in log.train}
     assert by_step[40].loss == pytest.approx(3.0 / 1.8)  # from before the resume
     assert by_step[50].loss == pytest.approx(2.0 / 2)  # redone after it: last wins
-    assert by_step[60].lr == 1e-3 and by_step[60].tokens_per_s == 4e4
+    assert by_step[60].lr == 1e-3 and by_step[60].targets_per_s == 4e4  # legacy tokens_per_s
+    assert math.isnan(by_step[60].input_tokens_per_s) and by_step[60].samples_per_s == 150
     assert [s for s, _ in log.evals["val"]] == [50, 100]
     assert log.evals["val"][0][1]["loss"] == pytest.approx(1.1)
     assert log.metrics("val") == ["loss", "bpc", "perplexity"]
@@ -199,7 +200,9 @@ def test_run_exit_codes(tmp_path, capsys):
     run = _write(tmp_path / "r", *_events(), tail="{half")
     assert plot.run(_parse(str(run), "--out", str(tmp_path / "x.png")), []) == 0
     captured = capsys.readouterr()
-    assert captured.out.strip() == f"wrote {tmp_path / 'x.png'}"
+    assert captured.out.splitlines() == [f"wrote {tmp_path / 'x.png'}",
+                                         "r: median samples/s 150.0, targets/s 40,000.0"]
+    assert captured.err.count("skipped a malformed line") == 1
     assert "weirdnet plot: warning:" in captured.err and "log.jsonl:" in captured.err
     assert (tmp_path / "x.png").read_bytes()[:8] == PNG_SIGNATURE
 

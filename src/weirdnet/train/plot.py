@@ -5,7 +5,8 @@ A run directory holds ``log.jsonl``, one JSON event per line (``start``, ``train
 :class:`RunHistory`; :func:`plot_runs` draws the runs side by side: the training loss against
 the optimizer step (raw as a faint line, an exponential moving average as the solid one),
 then one panel per evaluation metric (the val split solid with markers, any other split
-dashed), one colour per run in every panel.
+dashed), one colour per run in every panel; :func:`throughput_lines` gives each run's
+median input tokens/s, samples/s and targets/s.
 
 A resumed run appends to the same log, so the steps redone after a crash appear twice:
 for each (event, split, step) the last line wins, and a ``start`` event at step S drops
@@ -18,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -46,7 +48,11 @@ alphabetically; perplexity on a log scale). Each run keeps its colour in every p
 RUN is a run directory written by `weirdnet train` (or its log.jsonl). Steps redone
 after a resume count once (the last logged value wins); a malformed line, such as a
 half-written last line after a crash, is skipped with a warning. The PNG goes to
-RUN/curves.png for one run, else ./curves.png, unless --out says otherwise.
+RUN/curves.png for one run, else ./curves.png, unless --out says otherwise. Then one
+line a run gives its median training throughput: input tokens/s (the positions the model
+reads that are not padding), samples/s and targets/s (the positions the loss counts:
+one a sample for a classifier). A log written before input tokens were counted has
+samples/s and targets/s only (its tokens_per_s counted targets).
 
 examples:
   weirdnet plot runs/quickstart
@@ -58,12 +64,25 @@ _NO_MATPLOTLIB = ("weirdnet plot needs matplotlib: pip install 'weirdnet[plot]' 
 
 
 class TrainPoint(NamedTuple):
-    """One ``train`` event: the step and what was logged there (NaN where missing)."""
+    """One ``train`` event: the step and what was logged there (NaN where missing; see
+    :mod:`weirdnet.train.runlog` for what each rate counts)."""
 
     step: int
     loss: float
     lr: float
-    tokens_per_s: float
+    input_tokens_per_s: float
+    samples_per_s: float
+    targets_per_s: float
+    """Logs written before the rates had these names: their ``tokens_per_s``, which
+    counted targets."""
+
+
+def _train_point(event: dict[str, Any], step: int) -> TrainPoint:
+    """The :class:`TrainPoint` of one ``train`` event."""
+    targets = event.get("targets_per_s", event.get("tokens_per_s"))
+    return TrainPoint(step, _number(event.get("loss")), _number(event.get("lr")),
+                      _number(event.get("input_tokens_per_s")),
+                      _number(event.get("samples_per_s")), _number(targets))
 
 
 @dataclass
@@ -133,9 +152,7 @@ def read_log(path: str | os.PathLike) -> RunHistory:
                 skipped.append((lineno, reason))
                 continue
             if kind == "train":
-                train[step] = TrainPoint(step, _number(event.get("loss")),
-                                         _number(event.get("lr")),
-                                         _number(event.get("tokens_per_s")))
+                train[step] = _train_point(event, step)
             elif kind == "eval":
                 metrics = event.get("metrics")
                 if isinstance(metrics, dict):
@@ -314,6 +331,26 @@ def _draw_metric(ax, metric: str, logs: list[RunHistory], colours: list,
                            for s in shown], fontsize="small")
 
 
+_RATES = (("input_tokens_per_s", "input tokens/s", ",.0f"),
+          ("samples_per_s", "samples/s", ",.1f"), ("targets_per_s", "targets/s", ",.1f"))
+"""(TrainPoint field, its name in ``weirdnet plot``'s output, format)."""
+
+
+def throughput_lines(runs: list[str | os.PathLike]) -> list[str]:
+    """One line per run: the median of each training rate its log has (a log written
+    before input tokens were counted has targets/s only: its ``tokens_per_s``)."""
+    lines = []
+    for run_ in runs:
+        log, rates = read_log(run_), []
+        for name, label, spec in _RATES:
+            values = [getattr(p, name) for p in log.train]
+            values = [v for v in values if math.isfinite(v)]
+            if values:
+                rates.append(f"{label} {statistics.median(values):{spec}}")
+        lines.append(f"{log.name}: median {', '.join(rates) or 'throughput not logged'}")
+    return lines
+
+
 def _smooth(text: str) -> float:
     try:
         value = float(text)
@@ -359,7 +396,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             status, message = 2, text if text.startswith("weirdnet plot") else (
                 f"weirdnet plot: {text}")
         else:
-            status, message = 0, f"wrote {path}"
+            with warnings.catch_warnings():  # plot_runs warned of a malformed line once
+                warnings.simplefilter("ignore")
+                rates = throughput_lines(args.runs)
+            status, message = 0, "\n".join([f"wrote {path}", *rates])
     for warning in caught:
         print(f"weirdnet plot: warning: {warning.message}", file=sys.stderr)
     print(message, file=sys.stderr if status else sys.stdout)

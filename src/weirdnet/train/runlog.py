@@ -4,8 +4,13 @@ the results table printed at the end of every run.
 Events (every one has ``event``, ``step`` (optimizer steps done) and ``time`` (Unix s)):
 
 - ``start``: run, task, world_size, parameters, resumed_from, config;
-- ``train``: loss (mean over the steps since the last line), lr, grad_norm,
-  tokens_per_s, samples_per_s;
+- ``train``: loss (mean over the steps since the last line), lr, grad_norm, and the
+  throughput since the last line: input_tokens_per_s (the non-padding positions the
+  model reads, see :meth:`weirdnet.train.tasks.Task.input_tokens`), samples_per_s,
+  targets_per_s (the positions the loss counts: one a sample for a classifier) and
+  cpu_samples_per_s (by this process's CPU time).  Logs written before these names have
+  ``tokens_per_s``, which counted targets (:func:`weirdnet.train.plot.read_log` reads it
+  as targets_per_s);
 - ``eval``: split, metrics (e.g. loss, accuracy or bpc, perplexity);
 - ``end``: results ({"val": metrics, "test": metrics}), best_step.
 
@@ -54,7 +59,7 @@ class RunLog:
 
     def _tensorboard(self, kind: str, step: int, fields: dict[str, Any]) -> None:
         if kind == "train":
-            for key in ("loss", "lr", "grad_norm", "tokens_per_s"):
+            for key in ("loss", "lr", "grad_norm", "input_tokens_per_s", "samples_per_s"):
                 self.writer.add_scalar(f"train/{key}", fields[key], step)
         elif kind == "eval":
             for key, value in fields["metrics"].items():

@@ -20,6 +20,12 @@ additive statistics and those into metrics.  Every metric is a ratio of sums
 (:class:`Sums`), so shards of an evaluation computed on several processes add up exactly.
 ``exact_match`` is the fraction of sequences whose every target token is the argmax under
 teacher forcing, which is exactly the fraction greedy decoding gets right.
+
+A task's **input tokens** (:meth:`Task.input_tokens`, the trainer's
+``input_tokens_per_s``) are the positions its model reads that are not padding: lm
+``tokens[:, :-1]`` (the last token is only a target); classification ``tokens``, or the
+time steps of ``values`` (B, L, C); retrieval both documents; recall ``tokens``; seq2seq
+``src`` and the decoder's inputs ``tgt[:, :-1]``.
 """
 
 from __future__ import annotations
@@ -58,6 +64,22 @@ class Task:
     model_class: str = ""
     best: str = "-loss"  # the default train.best_metric ("-": lower is better)
     default_model: dict[str, Any] = {}
+    inputs: tuple[tuple[str, int], ...] = ()
+    """(batch key, positions dropped at its end) of each input the model reads."""
+
+    def input_tokens(self, batch: dict[str, Any]) -> int:
+        """The non-padding input positions of ``batch`` (a host batch, before
+        :func:`to_device`): for each of :attr:`inputs` (B, L, ...) present, the True
+        entries of its ``<key>_mask`` (B, L) in the positions read, else B x those."""
+        total = 0
+        for key, dropped in self.inputs:
+            value = batch.get(key)
+            if value is None:
+                continue
+            length = value.shape[1] - dropped
+            mask = batch.get(f"{key}_mask")
+            total += value.shape[0] * length if mask is None else int(mask[:, :length].sum())
+        return total
 
     def forward(self, model: torch.nn.Module, batch: dict[str, Any], with_loss: bool
                 ) -> tuple[Any, torch.Tensor, torch.Tensor | None]:
@@ -94,6 +116,7 @@ class LMTask(Task):
 
     name, model_class = "lm", "WeirdNetLM"
     default_model = {"backbone": {"pattern": "B", "causal": True}}
+    inputs = (("tokens", 1),)
 
     def forward(self, model, batch, with_loss):
         tokens, mask = batch["tokens"], batch.get("tokens_mask")
@@ -132,6 +155,7 @@ class Seq2SeqTask(Task):
     name, model_class, best = "seq2seq", "WeirdNetSeq2Seq", "exact_match"
     default_model = {"encoder": {"pattern": "A", "causal": False},
                      "decoder": {"pattern": "B", "causal": True}}
+    inputs = (("src", 0), ("tgt", 1))
 
     def forward(self, model, batch, with_loss):
         tgt, tgt_mask = batch["tgt"], batch.get("tgt_mask")
@@ -190,6 +214,7 @@ class RecallTask(_AccuracyTask):
 
     name, model_class = "recall", "WeirdNetLM"
     default_model = {"backbone": {"pattern": "B", "causal": True}}
+    inputs = (("tokens", 0),)
 
     def forward(self, model, batch, with_loss):
         tokens, targets, mask = batch["tokens"], batch["targets"], batch.get("tokens_mask")
@@ -204,6 +229,7 @@ class ClassificationTask(_AccuracyTask):
     """``tokens`` (B, L) or ``values`` (B, L, C) with their mask; ``label`` (B,)."""
 
     name, model_class = "classification", "WeirdNetClassifier"
+    inputs = (("tokens", 0), ("values", 0))
 
     def forward(self, model, batch, with_loss):
         key = "tokens" if "tokens" in batch else "values"
@@ -216,6 +242,7 @@ class RetrievalTask(_AccuracyTask):
     """Two documents ``tokens``, ``tokens2`` with their masks; ``label`` (B,)."""
 
     name, model_class = "retrieval", "WeirdNetDualEncoder"
+    inputs = (("tokens", 0), ("tokens2", 0))
 
     def forward(self, model, batch, with_loss):
         labels = batch["label"]

@@ -405,14 +405,17 @@ class Trainer:
             self.state.epoch += 1
             self.state.step_in_epoch = 0
 
-    def _step(self, stream) -> tuple[float, int]:
-        """One optimizer step: (mean loss over the micro-batches, counted targets)."""
-        accum = self.config.train.grad_accum
-        loss_sum, targets = 0.0, 0
+    def _step(self, stream) -> tuple[float, int, int]:
+        """One optimizer step: (mean loss over the micro-batches, counted targets, input
+        tokens read; see :meth:`weirdnet.train.tasks.Task.input_tokens`)."""
+        accum, task = self.config.train.grad_accum, tasks.get(self.task)
+        loss_sum, targets, inputs = 0.0, 0, 0
         for k in range(accum):
-            batch = tasks.to_device(next(stream), self.processes.device)
+            batch = next(stream)
+            inputs += task.input_tokens(batch)  # on the host: no device sync
+            batch = tasks.to_device(batch, self.processes.device)
             with dist_util.no_sync(self.wrapped, k < accum - 1), self._autocast():
-                loss, count = tasks.get(self.task).loss(self.step_module, batch)
+                loss, count = task.loss(self.step_module, batch)
                 self.scaler.scale(loss / accum).backward()
             loss_sum += float(loss.detach())
             targets += count
@@ -430,7 +433,7 @@ class Trainer:
         self.state.step += 1
         self.state.step_in_epoch += 1
         self._last_grad_norm = float(norm)
-        return loss_sum / accum, targets
+        return loss_sum / accum, targets, inputs
 
     def _improved(self, metrics: dict[str, float]) -> bool:
         name, lower = tasks.best_metric(self.task, self.config.train.best_metric)
@@ -525,10 +528,11 @@ class Trainer:
         try:
             while self.state.step < cfg.steps and not stopped_early:
                 self.phase = "step"
-                loss, targets = self._step(stream)
+                loss, targets, inputs = self._step(stream)
                 self.phase = "boundary"
-                window.add(loss, targets * self.processes.world_size, self.micro_batch
-                           * cfg.grad_accum * self.processes.world_size)
+                ranks = self.processes.world_size
+                window.add(loss, targets * ranks, inputs * ranks,
+                           self.micro_batch * cfg.grad_accum * ranks)
                 if self.state.step % cfg.log_every == 0 or self.state.step == cfg.steps:
                     self._log_train(window, bar)
                 if bar is not None:
@@ -635,19 +639,17 @@ class Trainer:
                     desc=self.config.run.name, dynamic_ncols=True, mininterval=1.0)
 
     def _log_train(self, window: _Window, bar) -> None:
-        loss, targets, items, seconds, cpu_seconds = window.take()
+        loss, rates = window.take()
         loss = dist_util.all_reduce_sums({"loss": loss}, self.processes)["loss"] \
             / self.processes.world_size
-        tokens_per_s = targets / max(seconds, 1e-9)
-        # cpu_samples_per_s: this process's items per second of its own CPU time (every
+        # cpu_samples_per_s: this process's samples per second of its own CPU time (every
         # thread), which other jobs on the machine leave unchanged
+        rates["cpu_samples_per_s"] /= self.processes.world_size
         self.log.event("train", self.state.step, loss=loss, lr=self.scheduler.get_last_lr()[0],
-                       grad_norm=self._last_grad_norm, tokens_per_s=tokens_per_s,
-                       samples_per_s=items / max(seconds, 1e-9),
-                       cpu_samples_per_s=items / self.processes.world_size
-                       / max(cpu_seconds, 1e-9))
+                       grad_norm=self._last_grad_norm, **rates)
         if bar is not None:
-            bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
+            bar.set_postfix(loss=f"{loss:.4f}", in_tok_s=f"{rates['input_tokens_per_s']:,.0f}",
+                            samples_s=f"{rates['samples_per_s']:,.1f}", refresh=False)
 
 
 _EXTEND_NOTES = {
@@ -697,20 +699,28 @@ class _Window:
     def __init__(self) -> None:
         self.start, self.cpu_start = time.perf_counter(), time.process_time()
         self.losses: list[float] = []
-        self.targets = self.items = 0
+        self.targets = self.inputs = self.samples = 0
 
-    def add(self, loss: float, targets: int, items: int) -> None:
+    def add(self, loss: float, targets: int, inputs: int, samples: int) -> None:
+        """One step's mean loss, counted targets, input tokens and samples (all ranks)."""
         self.losses.append(loss)
         self.targets += targets
-        self.items += items
+        self.inputs += inputs
+        self.samples += samples
 
-    def take(self) -> tuple[float, int, int, float, float]:
-        """(mean loss, targets, items, wall seconds, this process's CPU seconds)."""
-        now, cpu_now = time.perf_counter(), time.process_time()
-        out = (sum(self.losses) / max(len(self.losses), 1), self.targets, self.items,
-               now - self.start, cpu_now - self.cpu_start)
+    def take(self) -> tuple[float, dict[str, float]]:
+        """(mean loss, rates) since the last take: ``input_tokens_per_s``,
+        ``samples_per_s`` and ``targets_per_s`` by the wall clock, ``cpu_samples_per_s``
+        by this process's CPU time (all ranks' samples); then starts a new window."""
+        seconds = max(time.perf_counter() - self.start, 1e-9)
+        cpu_seconds = max(time.process_time() - self.cpu_start, 1e-9)
+        loss = sum(self.losses) / max(len(self.losses), 1)
+        rates = {"input_tokens_per_s": self.inputs / seconds,
+                 "samples_per_s": self.samples / seconds,
+                 "targets_per_s": self.targets / seconds,
+                 "cpu_samples_per_s": self.samples / cpu_seconds}
         self.__init__()
-        return out
+        return loss, rates
 
 
 def train(config: TrainConfig, *, resume: bool = False, overwrite: bool = False,
