@@ -7,12 +7,13 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from weirdnet import __version__
 from weirdnet._atomic import write_atomic
 from weirdnet.cli import main
 from weirdnet.lab.opbench import analysis
-from weirdnet.lab.opbench.scan import DEFAULT_METHODS
+from weirdnet.lab.opbench.scan import DEFAULT_METHODS, LOG_W
 
 pytestmark = pytest.mark.slow  # benchmark child processes
 
@@ -64,7 +65,8 @@ def test_quick_run_writes_report(tmp_path, capsys):
     assert doc["quick"] is True  # so no later --quick run mistakes it for full results
     rows = doc["results"]
     assert {(r["method"], r["L"]) for r in rows} == {
-        (m, L) for m in DEFAULT_METHODS for L in (64, 128)}
+        (m + sfx, L) for m in DEFAULT_METHODS for L in (64, 128)
+        for sfx in (LOG_W.classes.values() if m.startswith("scan") else [""])}
     for r in rows:
         assert r["error"] is None, r
         assert r["fwd_ms"] > 0 and r["fwdbwd_ms"] > 0
@@ -80,8 +82,50 @@ def test_quick_run_writes_report(tmp_path, capsys):
     assert doc["config"]["dtype"] == "float32" and doc["config"]["batch"] == 1
 
     text = md.read_text()
-    assert "| 64 | weird_scan causal |" in text and "| 128 | SDPA non-causal |" in text
+    assert "| 64 | weird_scan causal, wide log_w |" in text
+    assert "| 64 | weird_scan causal, typical log_w |" in text
+    assert "| 128 | SDPA non-causal |" in text
     assert "## Ratios" in text and "## Targets" not in text
+
+
+@pytest.mark.parametrize("choice,methods", [
+    ("typical", ["scan-typical", "scan-rev-typical", "sdpa-causal"]),
+    ("wide", ["scan", "scan-rev", "sdpa-causal"]),
+    ("both", ["scan-typical", "scan", "scan-rev-typical", "scan-rev", "sdpa-causal"]),
+])
+def test_log_w_option_runs_each_input_class(tmp_path, capsys, choice, methods):
+    """``--log-w`` as ``--help`` shows it: each weird_scan method runs once per chosen
+    class, on its own log_w (the wide class is WeirdAttention's default initialisation)."""
+    assert "--log-w {typical,wide,both}" in _help_text(["bench", "scan", "--help"], capsys)
+    argv = ["bench", "scan", "--quick", "--lengths", "64", "--no-memory", "--log-w", choice,
+            "--methods", "scan,scan-rev,sdpa-causal", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    doc = json.loads((tmp_path / "scan_cpu.json").read_text())
+    assert [r["method"] for r in doc["results"]] == methods
+    assert all(r["error"] is None and r["fwdbwd_ms"] > 0 for r in doc["results"])
+    assert doc["config"]["variant"] == choice
+    assert f"log_w classes (--log-w {choice})" in text
+    for cls in ("typical", "wide"):
+        assert (f"| 64 | weird_scan causal, {cls} log_w |" in text) == (choice in (cls, "both"))
+
+
+def test_log_w_option_refuses_an_unknown_class(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "scan", "--log-w", "steep"])
+    assert exc.value.code == 2
+    assert "--log-w: invalid choice: 'steep'" in capsys.readouterr().err
+
+
+def test_log_w_classes_draw_different_log_w():
+    """typical: cumsum(0.1 N(0, 1)); wide: cumsum(N(0, 1)), ten times the steps."""
+    from weirdnet.lab.opbench.methods import Shape
+    from weirdnet.lab.opbench.scan import methods
+
+    shape = Shape(1, 64, 8)
+    typical = methods()["scan-typical"].build(shape, torch.float64, torch.device("cpu"), 0)
+    wide = methods()["scan"].build(shape, torch.float64, torch.device("cpu"), 0)
+    assert torch.allclose(wide.inputs[2].diff(dim=0), 10 * typical.inputs[2].diff(dim=0))
 
 
 def _row(method: str, L: int, ms: float, mib: float) -> dict:

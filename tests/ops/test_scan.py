@@ -58,15 +58,18 @@ def test_gradients_match_reference(backend, L, reverse):
 
 
 def _gradients_against_reference(backend, a, v, log_w, mask, reverse, grad,
-                                 tolerances=((torch.float64, 1e-10), (torch.float32, 1e-4))):
-    """Every gradient of the scan in each (dtype, tolerance) against the reference's, taken
-    on the same inputs (rounded to the type first)."""
+                                 tolerances=((torch.float64, 1e-10), (torch.float32, 1e-4)),
+                                 doc_ids=None):
+    """The output and every gradient of the scan in each (dtype, tolerance) against the
+    reference's, taken on the same inputs (rounded to the type first)."""
     for dtype, tol in tolerances:
         rounded = [x.to(dtype).to(torch.float64).requires_grad_() for x in (a, v, log_w)]
-        ref = weird_scan_reference(*rounded, reverse=reverse, mask=mask)
+        ref = weird_scan_reference(*rounded, reverse=reverse, mask=mask, doc_ids=doc_ids)
         ref_grads = torch.autograd.grad(ref.nan_to_num(), rounded, grad)
         xs = [x.detach().to(dtype).requires_grad_() for x in (a, v, log_w)]
-        out = weird_scan(*xs, reverse=reverse, mask=mask, backend=backend)
+        out = weird_scan(*xs, reverse=reverse, mask=mask, doc_ids=doc_ids, backend=backend)
+        keep = grad != 0
+        assert rel_err(out.detach()[keep], ref.detach()[keep]) <= tol, ("output", dtype)
         grads = torch.autograd.grad(out, xs, grad.to(dtype))
         for name, got, want in zip(("a", "v", "log_w"), grads, ref_grads):
             assert torch.isfinite(got).all(), name
@@ -91,6 +94,26 @@ def test_gradients_with_widely_spread_logits(backend, scale, L, reverse, seed):
     grad = torch.randn(B, L, D, dtype=torch.float64, generator=g) * keep
     tolerances = [(torch.float64, 1e-8)] + ([(torch.float32, 1e-4)] if scale < 50 else [])
     _gradients_against_reference(backend, a, v, log_w, mask, reverse, grad, tolerances)
+
+
+@pytest.mark.parametrize("L", [1, 2, 3, 7, 1000])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("docs", [False, True], ids=["nodocs", "docs"])
+@pytest.mark.parametrize("steep", [1.0, 4.0])
+def test_gradients_with_wide_spread_log_w(backend, L, reverse, docs, steep):
+    """log_w = cumsum(steep x N(0, 1)) over the levels, the default initialisation's class
+    (steep 1) and a steeper one: most channels' backward takes the running-max form (its
+    level loop is compiled with and without documents, issue 61), without a mask, so the
+    kernels see null mask and document pointers.  Forward and every gradient against the
+    float64 reference, 20 channels (one full block of 16 and a partial one)."""
+    B, D = 2, 20
+    g = torch.Generator().manual_seed(61 + L)
+    a, v = (torch.randn(B, L, D, dtype=torch.float64, generator=g) for _ in range(2))
+    log_w = (steep * torch.randn(max(1, levels_needed(L)), D, dtype=torch.float64,
+                                 generator=g)).cumsum(0)
+    doc_ids = (torch.arange(L) // 5).expand(B, L) if docs else None
+    grad = torch.randn(B, L, D, dtype=torch.float64, generator=g)
+    _gradients_against_reference(backend, a, v, log_w, None, reverse, grad, doc_ids=doc_ids)
 
 
 @pytest.mark.parametrize("log_w_value", [-20.0, -250.0])

@@ -346,6 +346,57 @@ def test_log_w_rows_beyond_the_levels_used_are_not_read(backend):
 
 
 # ---------------------------------------------------------------------------------------
+# Non-finite log_w: refused (issue 65, item 8), unlike a and v, whose NaN is propagated
+# ---------------------------------------------------------------------------------------
+
+LOG_W_REFUSED = r"^log_w must be finite, got (inf|-inf|nan) at level 1, channel 2 "
+
+
+def _log_w_with(value, L=9, D=4, dtype=torch.float32):
+    """(a, v, log_w) with ``value`` at log_w[1, 2], a level that a scan of L uses."""
+    g = torch.Generator().manual_seed(65)
+    a, v = (torch.randn(2, L, D, generator=g, dtype=dtype) for _ in range(2))
+    log_w = random_log_w(levels_needed(L), D, generator=g).to(dtype)
+    log_w[1, 2] = value
+    return a, v, log_w
+
+
+NONFINITE = pytest.mark.parametrize("value", [INF, -INF, NAN], ids=["inf", "-inf", "nan"])
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS, ids=["causal", "reverse", "bidir"])
+@NONFINITE
+def test_nonfinite_log_w_is_refused_like_the_reference(backend, value, direction):
+    """One ValueError line naming log_w, from every backend and from the reference (which
+    used to disagree: NaN over the whole channel against NaN at some positions or none)."""
+    if backend == "triton" and CUDA:
+        pytest.skip("on CUDA the values of log_w are not read")
+    a, v, log_w = _log_w_with(value)
+    with pytest.raises(ValueError, match=LOG_W_REFUSED) as err:
+        scan(backend, a, v, log_w, None, direction)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=LOG_W_REFUSED):
+        weird_scan_reference(a, v, log_w, reverse=bool(direction))
+
+
+@NONFINITE
+def test_nonfinite_log_w_is_refused_by_the_custom_op_compiled_and_the_cache(value):
+    """The custom op itself (called directly, or inside a compiled graph) and the
+    decoding cache refuse it too, so no path computes with it."""
+    a, v, log_w = _log_w_with(value)
+    with pytest.raises(ValueError, match=LOG_W_REFUSED):
+        torch.ops.weirdnet.weird_scan(a, v, log_w, None, None, False, -1, "torch")
+
+    compiled = torch.compile(lambda a, v, w: weird_scan(a, v, w, backend="torch"),
+                             fullgraph=True, backend="eager")
+    assert torch.isfinite(compiled(a, v, log_w.nan_to_num(posinf=1.0, neginf=-1.0))).all()
+    with pytest.raises(ValueError, match=LOG_W_REFUSED):
+        compiled(a, v, log_w)
+    with pytest.raises(ValueError, match=LOG_W_REFUSED):
+        WeirdScanCache(log_w, 2)
+
+
+# ---------------------------------------------------------------------------------------
 # Decoding
 # ---------------------------------------------------------------------------------------
 

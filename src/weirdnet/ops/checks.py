@@ -80,6 +80,19 @@ def check_same_layout(x, y, xname: str, yname: str) -> None:
         )
 
 
+def check_finite_log_w(log_w: torch.Tensor, levels: int, name: str = "log_w") -> None:
+    """The ``levels`` rows of ``log_w`` (K, D) that a scan of that many levels uses must be
+    finite: +-inf or NaN there is refused, not propagated.  This reads the values, so call
+    it only where that is free (a CPU tensor, see :func:`on_host`; inside a custom op's
+    CPU implementation it is free under ``torch.compile`` too)."""
+    used = log_w[:levels]
+    bad = ~torch.isfinite(used)
+    if bool(bad.any()):
+        k, d = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"{name} must be finite, got {used[k, d].item()} at level {k}, "
+                         f"channel {d} (of {int(bad.sum())} non-finite entries)")
+
+
 def check_scan_inputs(a, v, log_w, mask=None, doc_ids=None) -> tuple[int, int, int]:
     """Validate ``weird_scan`` arguments; returns (B, L, D)."""
     check_float_tensor(a, "a", 3)

@@ -6,8 +6,10 @@ closure.  Inputs are drawn directly in their final shape and dtype, so building 
 creates no temporary larger than one input (the memory child relies on that).
 
 - weird_scan (:func:`scan_builder`): ``a, v`` of shape (B, L, D), ``log_w`` of shape
-  (K, D) with K = max(1, ceil(log2 L)), drawn as the cumulative sum of N(0, 1) (the
-  paper's ``"cumexp"`` parametrisation).  Output (B, L, D).
+  (K, D) with K = max(1, ceil(log2 L)), drawn as the cumulative sum of ``step`` x N(0, 1)
+  (the paper's ``"cumexp"`` parametrisation): step 1 is the default initialisation of
+  ``WeirdAttention`` (the "wide" class: log-weights spread over tens, most channels' backward
+  runs the running-max form), step 0.1 the "typical" class.  Output (B, L, D).
 - SDPA (:func:`sdpa_builder`): ``q, k, v`` of shape (B, H, L, D / H) with
   H = D / head_dim heads (4 x 64 for D = 256), i.e. each the size of ``a``.
   Output (B, H, L, D / H).
@@ -115,8 +117,10 @@ def scan_ops_check(name: str) -> Callable[[], str | None]:
     return check
 
 
-def scan_builder(reverse: bool, backend: str | None, bidirectional: bool = False):
-    """Build function for ``weird_scan`` (or ``weird_scan_bidirectional``)."""
+def scan_builder(reverse: bool, backend: str | None, bidirectional: bool = False,
+                 step: float = 1.0):
+    """Build function for ``weird_scan`` (or ``weird_scan_bidirectional``); log_w is the
+    cumulative sum of ``step`` x N(0, 1)."""
 
     def build(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int) -> Case:
         from weirdnet import ops
@@ -125,7 +129,7 @@ def scan_builder(reverse: bool, backend: str | None, bidirectional: bool = False
         size = (shape.B, shape.L, shape.D)
         a = _randn(size, gen, dtype, device).requires_grad_()
         v = _randn(size, gen, dtype, device).requires_grad_()
-        log_w = _randn((shape.levels, shape.D), gen, dtype, device).cumsum(0)
+        log_w = (step * _randn((shape.levels, shape.D), gen, dtype, device)).cumsum(0)
         log_w.requires_grad_()
         grad_out = _randn(size, gen, dtype, device)
         if bidirectional:
@@ -158,9 +162,10 @@ class _DirectScan(torch.autograd.Function):
         return da, dv, grad_log_w, None, None
 
 
-def direct_scan_builder():
-    """Build function for the causal scan's kernels called without the custom op."""
-    scan_build = scan_builder(False, None)
+def direct_scan_builder(step: float = 1.0):
+    """Build function for the causal scan's kernels called without the custom op (log_w
+    as :func:`scan_builder`'s)."""
+    scan_build = scan_builder(False, None, step=step)
 
     def build(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int) -> Case:
         from weirdnet.ops.checks import levels_needed

@@ -73,6 +73,10 @@ def add_arguments(p: argparse.ArgumentParser, suite: OpBench) -> None:
     if suite.cap is not None:
         p.add_argument(suite.cap.option, dest="cap_max_len", type=int, metavar="L",
                        default=suite.cap.default, help=suite.cap.help)
+    if suite.variants is not None:
+        v = suite.variants
+        p.add_argument(v.option, dest="variant", choices=v.choices, default=v.default,
+                       help=v.help)
     p.add_argument("--threads", type=int,
                    help="torch threads (default: torch's default); memory children use the same")
     p.add_argument("--no-memory", dest="memory", action="store_false",
@@ -113,6 +117,7 @@ class Config:
     mem_jobs: int
     seed: int
     memory_how: str = ""
+    variant: str = ""
 
 
 def _flatten(values: list[list] | None) -> list | None:
@@ -130,14 +135,19 @@ def resolve_config(args: argparse.Namespace, suite: OpBench) -> Config:
         raise SystemExit(f"--dim {dim} is not a multiple of --head-dim {head_dim}")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     default_methods = suite.default_methods or suite.method_names()
+    methods = _flatten(args.methods) or list(default_methods)
+    variant = getattr(args, "variant", "") or ""
+    if suite.variants is not None:
+        methods = suite.variants.expand(methods, suite.method_names(), variant)
     return Config(
         batch=args.batch or base["batch"], dim=dim, head_dim=head_dim, heads=dim // head_dim,
         lengths=_flatten(args.lengths) or list(base["lengths"]),
-        methods=_flatten(args.methods) or list(default_methods), dtype=args.dtype,
+        methods=methods, dtype=args.dtype,
         device=device, repeats=args.repeats or base["repeats"], warmup=args.warmup,
         cap_max_len=getattr(args, "cap_max_len", 0) or 0,
         threads=args.threads or (1 if args.quick else torch.get_num_threads()),
         memory=args.memory, mem_jobs=args.mem_jobs or (2 if args.quick else 1), seed=args.seed,
+        variant=variant,
     )
 
 

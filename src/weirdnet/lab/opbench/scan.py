@@ -19,12 +19,20 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from weirdnet.lab.opbench import runner
-from weirdnet.lab.opbench.spec import Cap, OpBench, Ratio, Target
+from weirdnet.lab.opbench.spec import Cap, OpBench, Ratio, Target, Variants
 
 if TYPE_CHECKING:  # pragma: no cover
     from weirdnet.lab.opbench.methods import Method
 
 DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
+LOG_W = Variants(
+    "--log-w", {"typical": "-typical", "wide": ""}, "both",
+    "input class of the weird_scan methods' log_w = cumsum(step N(0, 1)) over the levels: "
+    "typical (step 0.1), wide (step 1, the default initialisation of WeirdAttention: "
+    "log-weights spread over tens, the backward's running-max form) or both (default: "
+    "both; each scan method NAME runs as NAME-typical and NAME; ratios and targets use "
+    "the wide rows)")
+LOG_W_STEP = {"typical": 0.1, "wide": 1.0}
 DEFAULT_METHODS = ("scan", "scan-kernel", "scan-rev", "scan-bidir", "scan-torch", "sdpa-causal",
                    "sdpa")
 
@@ -41,19 +49,26 @@ def methods() -> dict[str, Method]:
     )
 
     scan_ok, bidir_ok = scan_ops_check("weird_scan"), scan_ops_check("weird_scan_bidirectional")
+    scans = []
+    for cls, suffix in LOG_W.classes.items():
+        step, tag = LOG_W_STEP[cls], f", {cls} log_w"
+        scans += [
+            Method("scan" + suffix, "weird_scan causal" + tag, "scan",
+                   scan_builder(False, None, step=step), check=scan_ok),
+            Method("scan-kernel" + suffix,
+                   "weird_scan causal, kernels called without the custom op" + tag, "scan",
+                   direct_scan_builder(step), check=scan_ok),
+            Method("scan-rev" + suffix, "weird_scan reverse" + tag, "scan",
+                   scan_builder(True, None, step=step), check=scan_ok),
+            Method("scan-bidir" + suffix, "weird_scan bidirectional" + tag, "scan",
+                   scan_builder(False, None, bidirectional=True, step=step), check=bidir_ok),
+            Method("scan-torch" + suffix, "weird_scan causal, backend=torch" + tag, "scan",
+                   scan_builder(False, "torch", step=step), capped=True, check=scan_ok),
+        ]
     return {
         m.name: m
         for m in (
-            Method("scan", "weird_scan causal", "scan", scan_builder(False, None),
-                   check=scan_ok),
-            Method("scan-kernel", "weird_scan causal, kernels called without the custom op",
-                   "scan", direct_scan_builder(), check=scan_ok),
-            Method("scan-rev", "weird_scan reverse", "scan", scan_builder(True, None),
-                   check=scan_ok),
-            Method("scan-bidir", "weird_scan bidirectional", "scan",
-                   scan_builder(False, None, bidirectional=True), check=bidir_ok),
-            Method("scan-torch", "weird_scan causal, backend=torch", "scan",
-                   scan_builder(False, "torch"), capped=True, check=scan_ok),
+            *scans,
             Method("sdpa-causal", "SDPA causal", "sdpa", sdpa_builder(True)),
             Method("sdpa", "SDPA non-causal", "sdpa", sdpa_builder(False)),
         )
@@ -100,13 +115,16 @@ def _describe(doc: dict) -> list[str]:
     c = doc["config"]
     return [f"- shapes: B={c['batch']}, D={c['dim']}, dtype {c['dtype']}; scan: a, v (B, L, D), "
             f"log_w (K, D), K = ceil(log2 L); SDPA: q, k, v (B, {c['heads']}, L, "
-            f"{c['dim'] // c['heads']})"]
+            f"{c['dim'] // c['heads']})",
+            f"- log_w classes (--log-w {c.get('variant') or 'wide'}): "
+            "typical = cumsum(0.1 N(0, 1)), wide = cumsum(N(0, 1)) over the K levels "
+            "(WeirdAttention's default initialisation); rows without a class are SDPA's"]
 
 
 OPBENCH = OpBench(
     name="scan",
     title="weird_scan vs SDPA",
-    method_names=lambda: DEFAULT_METHODS,
+    method_names=lambda: tuple(methods()),
     method=lambda name: methods()[name],
     default_lengths=DEFAULT_LENGTHS,
     ratios=_ratios,
@@ -116,6 +134,7 @@ OPBENCH = OpBench(
     grad_inputs="all inputs (log_w too)",
     ratio_note="Speed: SDPA time / scan time (above 1: the scan is faster). "
                "Memory: scan / SDPA peak extra memory.",
+    variants=LOG_W,
     cap=Cap("--torch-max-len", 4096,
             "longest L for the slow backend='torch' scan row, 0 for no limit (default: 4096)"),
 )
@@ -141,6 +160,11 @@ custom op and checks: what the wrapper costs), scan-rev (reverse=True, anti-caus
 (weird_scan_bidirectional: half the channels each way), scan-torch (backend="torch",
 the pure-PyTorch fallback), sdpa-causal, sdpa (non-causal); SDPA uses D/64 heads of 64.
 
+Input classes (--log-w): each weird_scan method runs on log_w = cumsum(0.1 N(0, 1))
+("typical", as NAME-typical) and on log_w = cumsum(N(0, 1)) ("wide", as NAME: the
+default initialisation of WeirdAttention, whose spread sends most channels' backward to
+the running-max form); --log-w typical or wide runs one class only.
+
 glibc is told to keep freed memory in the heap (no mmap/munmap per big tensor) in the
 timing process and in each memory child, so timings are not dominated by page faults.
 
@@ -155,6 +179,7 @@ examples:
   weirdnet bench scan                          # full run (a few minutes on CPU)
   weirdnet bench scan --out benchmarks/results # full run, into the committed results
   weirdnet bench scan --lengths 1024 4096 --methods scan,sdpa-causal
+  weirdnet bench scan --log-w wide --methods scan,sdpa-causal
   weirdnet bench scan --quick                  # seconds-long smoke run
 """
 

@@ -70,6 +70,36 @@ class Cap:
 
 
 @dataclass(frozen=True)
+class Variants:
+    """An input-class option of a suite (e.g. ``--log-w``): every method that has a twin
+    per class runs once per chosen class, as the method named ``name + classes[class]``.
+
+    ``classes``: class -> method-name suffix, in report order; ``both`` (a choice too)
+    runs every class; ``default``: the choice when the option is not given.
+    """
+
+    option: str
+    classes: dict[str, str]
+    default: str
+    help: str
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """What the option accepts: each class and "both"."""
+        return (*self.classes, "both")
+
+    def expand(self, methods: Sequence[str], known: Sequence[str], choice: str) -> list[str]:
+        """``methods`` with each name that has a twin per class replaced by the twins of
+        ``choice`` (every class for "both"); other names kept."""
+        chosen = list(self.classes) if choice == "both" else [choice]
+        out = []
+        for name in methods:
+            twins = [name + self.classes[c] for c in chosen]
+            out += twins if all(t in known for t in twins) else [name]
+        return list(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
 class OpBench:
     """A benchmark suite.
 
@@ -84,6 +114,7 @@ class OpBench:
     - ``describe(doc)``: report header lines on shapes and methods; ``grad_inputs``: what
       requires grad in fwd+bwd; ``ratio_note``: how to read the ratios.
     - ``cap``: optional length cap for the methods marked ``capped``.
+    - ``variants``: optional input-class option (:class:`Variants`).
     - ``methods_help``: help text of ``--methods`` (default: the list of names).
     """
 
@@ -100,6 +131,7 @@ class OpBench:
     ratio_note: str = ""
     cap: Cap | None = None
     methods_help: str = ""
+    variants: Variants | None = None
 
 
 OPBENCH_MODULES = {"scan": "weirdnet.lab.opbench.scan", "mixers": "weirdnet.lab.opbench.mixers"}

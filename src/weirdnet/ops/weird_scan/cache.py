@@ -12,12 +12,14 @@ from __future__ import annotations
 import torch
 
 from ..checks import (
+    check_finite_log_w,
     check_float_tensor,
     check_mask,
     check_rows,
     check_same_layout,
     levels_needed,
     max_len_for_levels,
+    on_host,
 )
 from . import dispatch
 from .dispatch import compute_dtype, prepare_input
@@ -54,6 +56,8 @@ class WeirdScanCache:
         self.device = log_w.device
         self.backend = dispatch.resolve(self.device, backend).name
         self.levels = levels_needed(max_len)
+        if on_host(log_w):
+            check_finite_log_w(log_w, self.levels)
         self.log_w = log_w.detach().to(self.dtype).contiguous()
         rows = (1 << self.levels) - 1
         shape = (rows, self.batch_size, D)

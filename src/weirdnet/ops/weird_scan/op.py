@@ -58,7 +58,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..checks import check_scan_inputs, levels_needed
+from ..checks import check_finite_log_w, check_scan_inputs, levels_needed
 from ..packing import segment_ids
 from . import dispatch
 
@@ -103,8 +103,12 @@ def weird_scan(a, v, log_w, *, reverse=False, mask=None, doc_ids=None, backend=N
         0, as before.
       * Gradients: every real input in the window of a NaN output gets NaN dA and dV
         (padding gets 0), and d log_w of a channel with a NaN output is NaN; elsewhere they
-        are finite and exact.  ``log_w`` must be finite (the layers make it so); finite
-        logits are assumed above -1e29 (-1e299 in float64), the padding level.
+        are finite and exact.  Finite logits are assumed above -1e29 (-1e299 in
+        float64), the padding level.
+      * ``log_w`` must be finite (the layers make it so): +-inf or NaN in a level the
+        scan uses raises a ValueError on CPU tensors, with the custom op and under
+        ``torch.compile`` too, as in the reference and the decoding cache.  On CUDA the
+        values are not read (that would wait for the device), and the result is undefined.
     """
     return _scan(a, v, log_w, mask, doc_ids, bool(reverse), NO_SPLIT, backend)
 
@@ -151,6 +155,8 @@ def scan_op(a: Tensor, v: Tensor, log_w: Tensor, mask: Tensor | None, doc: Tenso
             reverse: bool, split: int, backend: str) -> Tensor:
     """O (B, L, D) in the directions ``reverse`` and ``split`` name (module docstring)."""
     impl = dispatch.resolve(a.device, backend or None)
+    if a.device.type == "cpu":  # eager or compiled, the values are at hand here
+        check_finite_log_w(log_w, levels_needed(a.shape[1]))
     n_causal = causal_channels(a.shape[-1], reverse, split)
     out = impl.fwd(a, v, log_w, mask, doc, n_causal, levels_needed(a.shape[1]))
     return out.to(a.dtype).contiguous()

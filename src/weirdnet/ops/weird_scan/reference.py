@@ -19,7 +19,8 @@ Non-finite values: this function is the specification the backends follow.
   * Gradients are autograd's through this formula: every real input in the window of a NaN
     output gets NaN dA and dV, padded inputs get 0, and every level of ``log_w`` enters every
     distance's log-weight (``0 * sum(log_w)`` is added), so d log_w of a channel is NaN as
-    soon as one output of that channel is NaN.  ``log_w`` itself must be finite.
+    soon as one output of that channel is NaN.  ``log_w`` itself must be finite: a
+    non-finite entry in a level the scan uses is refused with a ValueError (on the CPU).
 
 Memory is O(rows * L * D) per block of output rows, so it is practical up to a few
 thousand positions.  It is differentiable with autograd (all of a, v, log_w).
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import check_scan_inputs, levels_needed
+from ..checks import check_finite_log_w, check_scan_inputs, levels_needed, on_host
 from ..packing import segment_ids
 
 _ROW_BLOCK_ELEMENTS = 1 << 24
@@ -54,6 +55,8 @@ def weird_scan_reference(a, v, log_w, *, reverse=False, mask=None, doc_ids=None)
     Returns O (B, L, D) in float64.
     """
     B, L, D = check_scan_inputs(a, v, log_w, mask, doc_ids)
+    if on_host(log_w):
+        check_finite_log_w(log_w, levels_needed(L))
     a, v = a.to(torch.float64), v.to(torch.float64)
     segments = None if doc_ids is None else segment_ids(doc_ids)
     if reverse:

@@ -36,6 +36,9 @@
 
 #define LANES 16
 
+/* Inlined at every call, so that a constant flag argument specialises the body. */
+#define WN_INLINE static inline __attribute__((always_inline))
+
 typedef int64_t i64;
 
 /* ------------------------------------------------------------------ */

@@ -242,14 +242,20 @@ static const uint8_t *WN_NAME(scan_order_mask)(const uint8_t *mask, i64 L, i64 b
  *   dst[p] = src[p] (+) W * src[p+s]
  * where (fm, fh, fu) is the forward state before this level and (sm, s1, s2) the adjoint
  * state after the levels above it.  The sum runs in float64 over ACC partial sums in a
- * fixed order, so it vectorises and its value does not depend on how. */
+ * fixed order, so it vectorises and its value does not depend on how.
+ *
+ * The body is compiled twice, for docs = 0 (seg is NULL) and docs = 1: a run-time
+ * `!seg || seg[x] == seg[y]` in the vectorised loop became masked loads of seg[x] and
+ * seg[y] from the NULL base, which AVX-512 executes with fault suppression: a microcode
+ * assist per vector, 77% of the running-max backward's time (issue 61: fwd+bwd 10x the
+ * forward on wide-spread log_w).  With docs a constant, no load of seg is left. */
 #define WN_ACC 16
-static double WN_NAME(level_bwd_row)(const WN_T *restrict fm, const WN_T *restrict fh,
-                                     const WN_T *restrict fu, const WN_T *restrict sm,
-                                     const WN_T *restrict s1, const WN_T *restrict s2,
-                                     WN_T *restrict dm, WN_T *restrict d1,
-                                     WN_T *restrict d2, i64 L, i64 s, WN_T c,
-                                     const i64 *restrict seg) {
+WN_INLINE double WN_NAME(level_bwd_body)(const WN_T *restrict fm, const WN_T *restrict fh,
+                                         const WN_T *restrict fu, const WN_T *restrict sm,
+                                         const WN_T *restrict s1, const WN_T *restrict s2,
+                                         WN_T *restrict dm, WN_T *restrict d1,
+                                         WN_T *restrict d2, i64 L, i64 s, WN_T c,
+                                         const i64 *restrict seg, const int docs) {
     double part[WN_ACC];
     for (int j = 0; j < WN_ACC; j++) part[j] = 0.0;
     i64 body = L > s ? L - s : 0;
@@ -257,7 +263,7 @@ static double WN_NAME(level_bwd_row)(const WN_T *restrict fm, const WN_T *restri
         int width = body - p0 < WN_ACC ? (int)(body - p0) : WN_ACC;
         for (int j = 0; j < width; j++) {
             const i64 x = p0 + j, y = x + s;
-            int join = !seg || seg[x] == seg[y]; /* no adjoint across a document start */
+            int join = !docs || seg[x] == seg[y]; /* no adjoint across a document start */
             WN_T mq = sm[y] + c;
             WN_T w = WN_EXP(mq + fm[x]);
             WN_T term = w * (fh[x] * s1[y] - fu[x] * s2[y]);
@@ -275,6 +281,17 @@ static double WN_NAME(level_bwd_row)(const WN_T *restrict fm, const WN_T *restri
     return wn_sum_parts(part, WN_ACC);
 }
 #undef WN_ACC
+
+static double WN_NAME(level_bwd_row)(const WN_T *restrict fm, const WN_T *restrict fh,
+                                     const WN_T *restrict fu, const WN_T *restrict sm,
+                                     const WN_T *restrict s1, const WN_T *restrict s2,
+                                     WN_T *restrict dm, WN_T *restrict d1,
+                                     WN_T *restrict d2, i64 L, i64 s, WN_T c,
+                                     const i64 *restrict seg) {
+    if (seg)
+        return WN_NAME(level_bwd_body)(fm, fh, fu, sm, s1, s2, dm, d1, d2, L, s, c, seg, 1);
+    return WN_NAME(level_bwd_body)(fm, fh, fu, sm, s1, s2, dm, d1, d2, L, s, c, NULL, 0);
+}
 
 /* Adjoint state of one channel from its final forward state, in place over it:
  *   BH = e^bm b1 = G / U,   BU = -e^bm b2 = -G O / U,   bm = -log U
