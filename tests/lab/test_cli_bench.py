@@ -141,7 +141,15 @@ def test_targets_pass_fail_and_unmeasured():
     assert ratios[1]["fwdbwd_speedup_causal"] == pytest.approx(14.0)
     assert ratios[1]["fwdbwd_speedup_reverse"] is None  # no scan-rev rows
     verdicts = {t["key"]: t["passed"] for t in analysis.evaluate_targets(ratios)}
-    assert verdicts == {"speed_16k": True, "parity_1k": False, "memory_16k": True}
+    assert verdicts == {"speed_16k": True, "parity_1k": False, "memory_16k": True,
+                        "backward_cost_16k": True}  # fwd+bwd 3x its forward
+    slow_backward = [*rows[:2], _row("scan", 16384, 1000.0, 500.0) | {"fwd_ms": 100.0},
+                     rows[3]]
+    costs = analysis.compute_ratios(slow_backward[1:])
+    assert costs[-1]["backward_cost_wide"] == pytest.approx(10.0)
+    assert costs[-1]["backward_cost_typical"] is None  # no scan-typical rows
+    assert not {t["key"]: t["passed"] for t in analysis.evaluate_targets(costs)}[
+        "backward_cost_16k"]
     only_1k = analysis.evaluate_targets(analysis.compute_ratios(rows[:2]))
     assert [t["key"] for t in only_1k] == ["parity_1k"]
 

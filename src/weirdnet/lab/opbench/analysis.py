@@ -40,7 +40,8 @@ def compute_ratios(rows: list[dict], suite: OpBench | None = None) -> list[dict]
     for L in sorted({row["L"] for row in rows}):
         entry: dict = {"L": L}
         for r in specs:
-            num, den = _value(rows, r.num, L, r.metric), _value(rows, r.den, L, r.metric)
+            num = _value(rows, r.num, L, r.metric)
+            den = _value(rows, r.den, L, r.den_metric or r.metric)
             entry[r.key] = num / den if num is not None and den else None
         out.append(entry)
     return out

@@ -26,7 +26,8 @@ class Ratio:
 
     ``group``: the report puts ratios of one group in one table, titled ``group`` (ratios
     without a group share one untitled table); ``column`` is the table's column header
-    (default: ``label``).
+    (default: ``label``).  ``den_metric``: the denominator's metric where it is not
+    ``metric`` (for example a method's fwd+bwd over its own forward).
     """
 
     key: str
@@ -36,6 +37,7 @@ class Ratio:
     den: str
     group: str = ""
     column: str = ""
+    den_metric: str = ""
 
 
 @dataclass(frozen=True)
