@@ -24,8 +24,8 @@ import shutil
 import stat
 from pathlib import Path
 
-__all__ = ["MARKER", "NOFOLLOW", "discard", "is_empty_leftover", "is_ours", "make", "mark", "parse",
-           "remove", "stale_marker", "temp_name", "unmark"]
+__all__ = ["MARKER", "NOFOLLOW", "discard", "is_empty_leftover", "is_ours", "make", "mark",
+           "parse", "remove", "stale_marker", "temp_name", "unmark"]
 
 MARKER = ".weirdnet-temp"
 """The marker file in every temporary folder (and, for a moment, in a folder renamed from

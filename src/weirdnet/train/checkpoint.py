@@ -42,8 +42,9 @@ from weirdnet._warnings import WeirdnetWarning, warn
 from weirdnet.models.base import WEIGHTS_FILE, CheckpointError
 from weirdnet.models.safetensors_io import load_file
 
-__all__ = ["CheckpointError", "DamagedCheckpointWarning", "DiskFullError", "capture_rng", "list_checkpoints",
-           "load_latest", "read_checkpoint", "restore_rng", "save_checkpoint", "save_directory"]
+__all__ = ["DISK_FULL", "CheckpointError", "DamagedCheckpointWarning", "DiskFullError",
+           "capture_rng", "list_checkpoints", "load_latest", "read_checkpoint", "restore_rng",
+           "save_checkpoint", "save_directory"]
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 MANIFEST, TRAINER_STATE = "manifest.json", "trainer.pt"
@@ -90,7 +91,7 @@ def save_directory(target: Path, write_files: Callable[[Path], None],
         if old is not None and not os.path.lexists(target):
             old.rename(target)  # the new one never took its place: the old one stays
             _temps.unmark(target)
-        if isinstance(error, OSError) and error.errno in _FULL:
+        if isinstance(error, OSError) and error.errno in DISK_FULL:
             raise DiskFullError(target, needed or written) from None
         raise
     if old is not None:
@@ -98,19 +99,22 @@ def save_directory(target: Path, write_files: Callable[[Path], None],
     return target
 
 
-_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+"""The ``errno`` values of a full disk (or a full quota)."""
 
 
 class DiskFullError(CheckpointError):
-    """No space was left on the device for a checkpoint or ``best/`` (nothing of it was
-    kept; what was there before stays as it was)."""
+    """No space was left on the device for ``target`` (a checkpoint, ``best/``, a run
+    file): nothing of it was kept, and what was there before stays as it was."""
 
-    def __init__(self, target: Path, needed: int):
+    def __init__(self, target: Path, needed: int | None = None):
+        target = Path(target)
         free = shutil.disk_usage(target.parent).free if target.parent.is_dir() else 0
+        need = f"it needs about {_size(needed)}, " if needed else ""
         super().__init__(f"no space left on the device of {target.parent} for "
-                         f"{target.name}: it needs about {_size(needed)}, {_size(free)} "
-                         "are free; free some space (the earlier checkpoints are intact) "
-                         "and run the same command again")
+                         f"{target.name}: {need}{_size(free)} are free; free some space "
+                         "(what was written before is intact) and run the same command "
+                         "again")
 
 
 def _size(count: int) -> str:
