@@ -157,6 +157,9 @@ def remove(folder: Path) -> None:
 def discard(folder: Path) -> None:
     """Rename the real folder ``folder`` to a ``del`` temporary of ours, then delete it:
     a kill mid-way never leaves a half-deleted folder under its real name."""
+    from weirdnet._faults import fault_point
+
     doomed = mark(folder, "del")
     os.rename(folder, doomed)
+    fault_point("checkpoint-prune")
     remove(doomed)

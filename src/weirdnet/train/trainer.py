@@ -283,14 +283,15 @@ class Trainer:
         """A resumed run's ``best/`` is verified: when it is damaged, one line says so and
         the best so far is forgotten, so the next evaluation writes a new ``best/``."""
         best = self.run_dir / "best"
-        if self.state.best_step is None or not best.is_dir():
+        if not best.is_dir():
             return
         try:
             ckpt.verify_directory(best)
         except ckpt.CheckpointError as error:
-            self._say(f"{best} is damaged ({error}); the best model so far (step "
-                      f"{self.state.best_step}) is lost: the next evaluation's model "
-                      "becomes best/")
+            step = self.state.best_step
+            self._say(f"{best} is damaged ({error}); the best model so far"
+                      f"{f' (step {step})' if step is not None else ''} is lost: the next "
+                      "evaluation's model becomes best/")
             self.state.best_value = self.state.best_step = None
             self.state.evals_without_improvement = 0
             self.best_lost = True
