@@ -24,7 +24,7 @@ import shutil
 import stat
 from pathlib import Path
 
-__all__ = ["MARKER", "NOFOLLOW", "discard", "is_empty_leftover", "is_ours", "make", "mark",
+__all__ = ["MARKER", "NOFOLLOW", "clear", "discard", "is_empty_leftover", "is_ours", "make", "mark",
            "parse", "remove", "stale_marker", "temp_name", "unmark"]
 
 MARKER = ".weirdnet-temp"
@@ -140,16 +140,22 @@ def unmark(folder: Path) -> None:
     (Path(folder) / MARKER).unlink(missing_ok=True)
 
 
-def remove(folder: Path) -> None:
-    """Delete a temporary folder of ours: everything but the marker first, then the
-    marker, then the folder, so that a kill at any moment leaves it recognisable."""
+def clear(folder: Path, keep: str) -> None:
+    """Delete every entry of ``folder`` but the one named ``keep`` (a link is removed,
+    never followed)."""
     for entry in Path(folder).iterdir():
-        if entry.name == MARKER:
+        if entry.name == keep:
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
             entry.unlink()
+
+
+def remove(folder: Path) -> None:
+    """Delete a temporary folder of ours: everything but the marker first, then the
+    marker, then the folder, so that a kill at any moment leaves it recognisable."""
+    clear(folder, keep=MARKER)
     unmark(folder)
     os.rmdir(folder)
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -333,13 +332,7 @@ def _remove_run(run_dir: Path) -> None:
     """Delete the entries of a recognised run (the directory and its lock file stay);
     refuse if anything in it, at any level, is not weirdnet's."""
     _refuse_foreign(run_dir)
-    for entry in run_dir.iterdir():
-        if entry.name == LOCK_FILE:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
+    _temps.clear(run_dir, keep=LOCK_FILE)
 
 
 def clean_stale(run_dir: Path) -> list[str]:
