@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Iterable
@@ -68,24 +69,29 @@ def obstacle(parts: Iterable[Path]) -> tuple[Path, str] | None:
 
 
 def write_atomic(path: str | os.PathLike, data: str | bytes | Iterable[bytes]) -> Path:
-    """Write ``data`` (text as UTF-8, bytes, or an iterable of byte chunks) to ``path``
-    via a temporary file and ``os.replace``; creates the parent folder.  The file's mode
-    is 0666 less the umask.  Returns the path."""
+    """Write ``data`` (text as UTF-8, bytes, or an iterable of byte chunks) to ``path``:
+    into a temporary folder of weirdnet's own beside it (:func:`weirdnet._temps.make`, so
+    that a crash's leftover is recognised), flushed, then moved onto ``path`` (``os.replace``)
+    (a symlink at ``path`` is replaced, never followed); creates the parent folder.  The
+    file's mode is 0666 less the umask.  Returns the path."""
+    from weirdnet import _temps
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     chunks = [data.encode()] if isinstance(data, str) else [data] if isinstance(
         data, bytes | bytearray) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    folder = _temps.make(path.parent, path.name)
     try:
+        tmp = folder / path.name
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _temps.NOFOLLOW, 0o666)
         with os.fdopen(fd, "wb") as handle:
-            apply_umask(tmp)
             for chunk in chunks:
                 handle.write(chunk)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+        _temps.remove(folder)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
         raise
     return path
 

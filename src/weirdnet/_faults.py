@@ -6,7 +6,8 @@ named point of its work.
 ``COUNT`` times (default 1) to this process, e.g. ``checkpoint-write=SIGTERM``,
 ``eval-batch=SIGINTx2@3``.  Points: ``step`` (between backward and the optimizer step),
 ``checkpoint-write`` (files written, not yet renamed into place), ``checkpoint-rename``
-(between the two renames that replace a directory), ``eval-batch`` (before an
+(between the two renames that replace a directory), ``checkpoint-prune`` (an old
+checkpoint renamed to a temporary, not yet deleted), ``eval-batch`` (before an
 evaluation batch).  Unset (always, outside the tests), a point costs one dict lookup.
 """
 

@@ -5,24 +5,72 @@ holder's PID, command and start time into it.  A second writer fails at once wit
 :class:`DirectoryBusyError`, whose message names the holder's PID.  The operating system
 drops the lock when the holder's process ends, however it ends (even SIGKILL), so a
 stale lock file never blocks the next run; the file itself stays (it is recognised as
-weirdnet's own by its name).
+weirdnet's own by its name).  The lock file is never opened through a symlink, and only
+written when it is a plain file with no other hard link
+(:class:`UnsafeLockFileError` otherwise), so a planted ``.lock`` link cannot make weirdnet
+overwrite a file outside the directory.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import time
 from pathlib import Path
 
-__all__ = ["LOCK_FILE", "DirectoryBusyError", "DirectoryLock"]
+__all__ = ["LOCK_FILE", "DirectoryBusyError", "DirectoryLock", "UnsafeLockFileError"]
 
 LOCK_FILE = ".lock"
 
 
 class DirectoryBusyError(RuntimeError):
     """Another process holds the directory's lock."""
+
+
+class UnsafeLockFileError(DirectoryBusyError):
+    """The lock file is a symlink, not a plain file, or has another hard link: weirdnet
+    does not write through it (the directory cannot be locked)."""
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO planted as the lock never blocks
+
+
+def open_lock_file(path: Path, create: bool) -> int | None:
+    """A descriptor of the lock file ``path`` (read-write, made if ``create`` and missing,
+    atomically with ``O_EXCL``), never through a symlink; None when it is missing and not
+    to be made.  :class:`UnsafeLockFileError` unless it is a plain file without other
+    hard links."""
+    fd = None
+    if create:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+        except FileExistsError:
+            pass
+    if fd is None:
+        try:
+            fd = os.open(path, (os.O_RDWR if create else os.O_RDONLY) | _NOFOLLOW | _NONBLOCK)
+        except FileNotFoundError:
+            return None
+        except OSError:  # ELOOP: a symlink; EISDIR: a folder
+            if not os.path.lexists(path):
+                raise
+            what = "is a symbolic link" if os.path.islink(path) else "is not a plain file"
+            raise UnsafeLockFileError(_unsafe(path, what)) from None
+    info = os.fstat(fd)
+    problem = ("is not a plain file" if not stat.S_ISREG(info.st_mode)
+               else "has another hard link" if info.st_nlink > 1 else None)
+    if problem:
+        os.close(fd)
+        raise UnsafeLockFileError(_unsafe(path, problem))
+    return fd
+
+
+def _unsafe(path: Path, problem: str) -> str:
+    return (f"{path.parent} cannot be locked: {path} {problem}, not weirdnet's lock file "
+            "(weirdnet never writes through it); remove it")
 
 
 class DirectoryLock:
@@ -48,7 +96,7 @@ class DirectoryLock:
         except ImportError:  # pragma: no cover - not POSIX
             return self
         self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_lock_file(self.path, create=True)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -69,9 +117,8 @@ class DirectoryLock:
             import fcntl
         except ImportError:  # pragma: no cover - not POSIX
             return
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except OSError:
+        fd = open_lock_file(self.path, create=False)
+        if fd is None:
             return  # no lock file: nobody holds it
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -12,10 +12,11 @@ Where it is raised is decided by :data:`STOP` (one per process, like the handler
   except in the middle of an import (a C extension such as torch, half initialized, breaks
   the code that runs after it with errors of its own): there it is sent again every
   :data:`RETRY_S` seconds until the import is complete;
-- inside ``with STOP.deferred():`` (a training loop) the first signal is only recorded;
-  the loop calls :meth:`StopRequest.check` at safe points (between steps, between
-  evaluation batches) and stops cleanly there.  A second signal raises at once, so a
-  stuck step can still be stopped;
+- inside ``with STOP.deferred():`` (a training loop) the first signal is only recorded,
+  and its ``notice`` (if given) is written at once, so a user whose step takes minutes
+  knows the signal arrived; the loop calls :meth:`StopRequest.check` at safe points
+  (between steps, between evaluation batches) and stops cleanly there.  A second signal
+  raises at once, so a stuck step can still be stopped;
 - inside ``with STOP.shielded():`` (writing a checkpoint) every signal waits until the
   block ends, so the write is never cut in half.
 """
@@ -84,6 +85,7 @@ class StopRequest:
         self._held = False
         self._retrying = False
         self._previous: dict[int, object] | None = None
+        self._notice: str | None = None
 
     # -- handlers --
 
@@ -105,7 +107,10 @@ class StopRequest:
 
     def _handle(self, signum: int, frame) -> None:
         if self._held or self._shield or (self._defer and self.signum is None):
+            first = self.signum is None
             self.signum = self.signum or signum
+            if first and self._defer and self._notice and not self._held:
+                write_line(self._notice.format(signal=signal_name(signum)))
             return
         self.signum = self.signum or signum
         if _importing(frame):  # never cut an import in half (a C extension's init breaks)
@@ -141,14 +146,18 @@ class StopRequest:
             raise Interrupted(self.signum, message, at_safe_point=True)
 
     @contextmanager
-    def deferred(self) -> Iterator[StopRequest]:
-        """The first signal is recorded, not raised: poll :meth:`check`."""
+    def deferred(self, notice: str | None = None) -> Iterator[StopRequest]:
+        """The first signal is recorded, not raised: poll :meth:`check`.  ``notice`` (its
+        ``{signal}`` replaced by the signal's name) is written to stderr the moment that
+        signal arrives."""
         installed = self.install()
         self._defer += 1
+        outer, self._notice = self._notice, notice
         try:
             yield self
         finally:
             self._defer -= 1
+            self._notice = outer
             if installed:
                 self.uninstall()
 
@@ -179,16 +188,8 @@ class StopRequest:
             return
 
         def leave(signum: int, frame) -> None:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            line = f"{prefix}: interrupted by {signal_name(signum)} while exiting\n"
-            if mid_line():  # a bar's line (stderr is cli.main's LineEndTracker)
-                line = "\n" + line
             try:
-                os.write(2, line.encode())
+                write_line(f"{prefix}: interrupted by {signal_name(signum)} while exiting")
             finally:
                 os._exit(128 + signum)
 
@@ -210,6 +211,24 @@ class StopRequest:
         """Forget a recorded signal (tests; a library caller that handled it)."""
         self.signum = None
         self._held = False
+
+
+def write_line(text: str) -> None:
+    """``text`` as one line on stderr, from a signal handler: the streams are flushed,
+    the line starts a line of its own (after a progress bar's) and goes straight to the
+    file descriptor (a buffered write could be re-entered)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, RuntimeError):
+            pass
+    line = text + "\n"
+    if mid_line():  # a bar's line (stderr is cli.main's LineEndTracker)
+        line = "\n" + line
+    try:
+        os.write(2, line.encode())
+    except OSError:
+        pass
 
 
 STOP = StopRequest()

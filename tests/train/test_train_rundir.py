@@ -150,21 +150,33 @@ def test_a_second_writer_fails_at_once_naming_the_first(tmp_path, flags):
     assert [e["event"] for e in log].count("start") == 1
 
 
+def _leftover(parent, name, kind, marked=True):
+    """A temporary of weirdnet's that a killed process (PID above pid_max) left."""
+    folder = parent / f".{name}.{kind}-99999999-0123abcd"
+    folder.mkdir(parents=True)
+    if marked:
+        (folder / ".weirdnet-temp").write_text(f"weirdnet temporary {folder.name}\n")
+    return folder
+
+
 def test_stale_temporaries_are_cleaned_and_a_half_replaced_best_is_restored(tmp_path):
     run_dir = tmp_path / "run"
-    (run_dir / "checkpoints" / ".step-00000004.tmp-99999").mkdir(parents=True)
-    (run_dir / "checkpoints" / ".step-00000004.tmp-99999" / "model.safetensors").write_bytes(
-        b"x" * 100)
-    (run_dir / ".best.old-99999").mkdir()
-    (run_dir / ".best.old-99999" / "config.json").write_text("{}")
-    (run_dir / ".best.tmp-99999").mkdir()
-    (run_dir / ".results.json.abc_123.tmp").write_text("half")
-    (run_dir / "checkpoints" / "step-00000002").mkdir()
+    half = _leftover(run_dir / "checkpoints", "step-00000004", "tmp")
+    (half / "model.safetensors").write_bytes(b"x" * 100)
+    old = _leftover(run_dir, "best", "old")
+    (old / "config.json").write_text("{}")
+    _leftover(run_dir, "best", "tmp")
+    _leftover(run_dir, "results.json", "tmp")
+    _leftover(run_dir, "log.jsonl", "tmp", marked=False)  # killed before its marker
+    step = run_dir / "checkpoints" / "step-00000002"
+    step.mkdir()
+    (step / ".weirdnet-temp").write_text("weirdnet temporary .step-00000002.del-1-0123abcd\n")
     done = clean_stale(run_dir)
-    assert len(done) == 4
+    assert len(done) == 5, done
     assert sorted(p.name for p in run_dir.iterdir()) == ["best", "checkpoints"]
-    assert (run_dir / "best" / "config.json").read_text() == "{}"
+    assert sorted(p.name for p in (run_dir / "best").iterdir()) == ["config.json"]
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step-00000002"]
+    assert list(step.iterdir()) == []  # the stale marker went, the checkpoint stayed
 
 
 # ---- continuing a run ----------------------------------------------------------------
@@ -325,9 +337,12 @@ def test_overwrite_removes_a_run_with_its_tensorboard_events_and_temporaries(tmp
     run_dir = tmp_path / "runs" / "r"
     (run_dir / "tensorboard").mkdir()
     (run_dir / "tensorboard" / "events.out.tfevents.1700000000.host.42.0").write_bytes(b"x")
-    (run_dir / "best" / ".metrics.json.abc123.tmp").write_text("half")
-    (run_dir / "checkpoints" / "step-00000002" / ".trainer.pt.x_y.tmp").write_text("half")
+    (_leftover(run_dir / "best", "metrics.json", "tmp") / "metrics.json").write_text("half")
+    _leftover(run_dir / "checkpoints" / "step-00000002", "trainer.pt", "tmp")
     assert foreign_entries(run_dir) == []
+    (run_dir / "best" / ".metrics.json.abc123.tmp").write_text("a user's")
+    assert foreign_entries(run_dir) == ["best/.metrics.json.abc123.tmp"]
+    (run_dir / "best" / ".metrics.json.abc123.tmp").unlink()
     _train(tmp_path, "run.name=r", overwrite=True, steps=1, eval_every=0)
     assert not (run_dir / "tensorboard").exists()
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step-00000001"]

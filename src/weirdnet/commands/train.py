@@ -63,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue the run from its last intact checkpoint")
     parser.add_argument("--overwrite", action="store_true",
-                        help="delete an existing run directory of the same name first")
+                        help="delete an existing run directory of the same name first "
+                             "(not with --resume or a run directory as CONFIG)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -71,11 +72,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Load the config (or the run's), train; the exit status."""
     from weirdnet.train.config import load_config
     from weirdnet.train.named_configs import resolve
+    from weirdnet.train.rundir import RunDirError, check_flags
     from weirdnet.train.trainer import train
 
     resume = args.resume
     try:
         source = resolve(args.config)
+        check_flags(resume, args.overwrite, run_dir_given=source.is_dir())
         if source.is_dir():
             resume = True
             config = run_dir_config(source, args.overrides)
@@ -83,7 +86,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             config = load_config(source, args.overrides)
         train(config, resume=resume, overwrite=args.overwrite,
               progress_bar=not args.no_progress)
-    except expected_errors() as error:
+    except (RunDirError, *expected_errors()) as error:
         return fail("train", error)
     return 0
 

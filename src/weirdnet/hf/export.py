@@ -18,7 +18,7 @@ import os
 import shutil
 from pathlib import Path
 
-from weirdnet._atomic import make_temp_dir, write_atomic
+from weirdnet._atomic import make_temp_dir, obstacle, write_atomic
 from weirdnet.models import WeirdNetLM
 from weirdnet.train.trained import load_trained
 
@@ -46,15 +46,20 @@ def export_hf(source: str | os.PathLike, out: str | os.PathLike, *,
     model, _, info, model_dir = load_trained(Path(source))
     _check_source(model, info or {}, model_dir)
     hf_model = WeirdNetForCausalLM.from_weirdnet(model)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = make_temp_dir(f".{out.name}.export-", out.parent)  # mode as mkdir gives
+    staging = None
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = make_temp_dir(f".{out.name}.export-", out.parent)  # mode as mkdir gives
         hf_model.save_pretrained(staging)
         byte_tokenizer(max_length=model.max_len).save_pretrained(staging)
         write_atomic(staging / "README.md", model_card(model, model_dir, out.name))
         _replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as error:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, OSError):  # read-only, full disk, no permission: one line
+            raise ExportError(f"cannot write {out}: {error.strerror or error} "
+                              f"({error.filename or out.parent})") from None
         raise
     return out
 
@@ -62,6 +67,12 @@ def export_hf(source: str | os.PathLike, out: str | os.PathLike, *,
 def _check_out(out: Path, overwrite: bool) -> None:
     if out.parent.exists() and not out.parent.is_dir():
         raise ExportError(f"{out.parent} is not a folder")
+    found = obstacle((out.parent, *out.parent.parents))
+    if found is not None:
+        part, problem = found
+        raise ExportError(f"cannot write {out}: {part} is a file, not a folder"
+                          if problem == "file" else
+                          f"cannot write {out}: the folder {part} is not writable")
     if not out.exists() or (out.is_dir() and not any(out.iterdir())):
         return
     if not out.is_dir():

@@ -10,9 +10,9 @@ A checkpoint is a directory ``RUN/checkpoints/step-00001200/``:
   needs to know of its data (vocabulary, text encoding, special ids);
 - ``manifest.json``: the SHA-256 of every other file, written last.
 
-It is written into a hidden temporary directory which is renamed into place, so a crash
-leaves either no checkpoint or a complete one (the hidden leftovers of a killed writer are
-removed, or put back, when the run is next opened:
+It is written into a temporary directory of weirdnet's own (:mod:`weirdnet._temps`) which
+is renamed into place, so a crash leaves either no checkpoint or a complete one (the
+leftovers of a killed writer are removed, or put back, when the run is next opened:
 :func:`weirdnet.train.rundir.clean_stale`).  :func:`load_latest` verifies the manifest; a
 damaged checkpoint is reported and the one before it is used.
 ``RUN/best/`` (the best model so far) is replaced the same way.
@@ -20,6 +20,7 @@ damaged checkpoint is reported and the one before it is used.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -34,14 +35,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from weirdnet import _temps
 from weirdnet._atomic import write_atomic
 from weirdnet._faults import fault_point
 from weirdnet._warnings import WeirdnetWarning, warn
 from weirdnet.models.base import WEIGHTS_FILE, CheckpointError
 from weirdnet.models.safetensors_io import load_file
 
-__all__ = ["CheckpointError", "DamagedCheckpointWarning", "capture_rng", "list_checkpoints",
-           "load_latest", "read_checkpoint", "restore_rng", "save_checkpoint", "save_directory"]
+__all__ = ["DISK_FULL", "CheckpointError", "DamagedCheckpointWarning", "DiskFullError",
+           "capture_rng", "list_checkpoints", "load_latest", "read_checkpoint", "restore_rng",
+           "save_checkpoint", "save_directory"]
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 MANIFEST, TRAINER_STATE = "manifest.json", "trainer.pt"
@@ -60,28 +63,73 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def save_directory(target: Path, write_files: Callable[[Path], None]) -> Path:
-    """Write a directory atomically: ``write_files(tmp)`` fills a hidden temporary sibling,
-    a manifest of checksums is added, then it replaces ``target``."""
+def save_directory(target: Path, write_files: Callable[[Path], None],
+                   needed: int | None = None) -> Path:
+    """Write a directory atomically: ``write_files(tmp)`` fills a temporary sibling of
+    weirdnet's own (:mod:`weirdnet._temps`), a manifest of checksums is added, then it
+    replaces ``target`` (the old one is renamed to an ``old`` temporary first, and put
+    back if the new one cannot take its place).  A full disk is a :class:`DiskFullError`
+    naming the folder and ``needed`` (bytes; default: what was written when it filled)."""
     target = Path(target)
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = _temps.make(target.parent, target.name)
+    old = None
     try:
         write_files(tmp)
-        files = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())
+                 if p.is_file() and p.name != _temps.MARKER}
         write_atomic(tmp / MANIFEST, json.dumps({"files": files}, indent=1) + "\n")
         fault_point("checkpoint-write")
-        old = target.parent / f".{target.name}.old-{os.getpid()}"
-        if target.exists():
+        if target.is_dir() and not target.is_symlink():
+            old = _temps.mark(target, "old")
             target.rename(old)
             fault_point("checkpoint-rename")
         tmp.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+        _temps.unmark(target)
+    except BaseException as error:
+        written = _tree_bytes(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not os.path.lexists(target):
+            old.rename(target)  # the new one never took its place: the old one stays
+            _temps.unmark(target)
+        if isinstance(error, OSError) and error.errno in DISK_FULL:
+            raise DiskFullError(target, needed or written) from None
         raise
+    if old is not None:
+        _temps.remove(old)
     return target
+
+
+DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+"""The ``errno`` values of a full disk (or a full quota)."""
+
+
+class DiskFullError(CheckpointError):
+    """No space was left on the device for ``target`` (a checkpoint, ``best/``, a run
+    file): nothing of it was kept, and what was there before stays as it was."""
+
+    def __init__(self, target: Path, needed: int | None = None):
+        target = Path(target)
+        free = shutil.disk_usage(target.parent).free if target.parent.is_dir() else 0
+        need = f"it needs about {_size(needed)}, " if needed else ""
+        super().__init__(f"no space left on the device of {target.parent} for "
+                         f"{target.name}: {need}{_size(free)} are free; free some space "
+                         "(what was written before is intact) and run the same command "
+                         "again")
+
+
+def _size(count: int) -> str:
+    """'1.3 MB' (decimal units)."""
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if count < 1000 or unit == "GB":
+            return f"{count:.0f} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1000
+    return f"{count:.1f} TB"  # pragma: no cover - unreachable
+
+
+def _tree_bytes(folder: Path) -> int:
+    """The bytes of the plain files below ``folder`` (0 if it is gone)."""
+    return sum(p.stat().st_size for p in Path(folder).rglob("*")
+               if p.is_file() and not p.is_symlink()) if Path(folder).is_dir() else 0
 
 
 def verify_directory(directory: Path) -> None:
@@ -101,41 +149,61 @@ def verify_directory(directory: Path) -> None:
 
 
 def save_checkpoint(run_dir: Path, step: int, write_model: Callable[[Path], None],
-                    trainer_state: dict[str, Any], keep_last: int) -> Path:
-    """Write ``RUN/checkpoints/step-<step>`` (``write_model(dir)`` writes the model and the
-    run's description files) and delete all but the newest ``keep_last``."""
+                    trainer_state: dict[str, Any], keep_last: int,
+                    model_bytes: int = 0) -> Path:
+    """Write ``RUN/checkpoints/step-<step>`` (``write_model(dir)`` writes the model, of
+    about ``model_bytes``, and the run's description files) and delete all but the newest
+    ``keep_last``, each renamed to a temporary first (:func:`weirdnet._temps.discard`)."""
+    buffer = io.BytesIO()
+    torch.save(trainer_state, buffer)
+    state = buffer.getvalue()
+
     def write_files(tmp: Path) -> None:
         write_model(tmp)
-        buffer = io.BytesIO()
-        torch.save(trainer_state, buffer)
-        write_atomic(tmp / TRAINER_STATE, buffer.getvalue())
+        write_atomic(tmp / TRAINER_STATE, state)
 
-    path = save_directory(Path(run_dir) / "checkpoints" / f"step-{step:08d}", write_files)
+    path = save_directory(Path(run_dir) / "checkpoints" / f"step-{step:08d}", write_files,
+                          needed=model_bytes + len(state) if model_bytes else None)
     for old in list_checkpoints(run_dir)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+        _temps.discard(old)
     return path
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
-    """The run's checkpoint directories, oldest first."""
+    """The run's checkpoint directories, oldest first (real folders only: a symlink
+    named like one is never read or deleted)."""
     folder = Path(run_dir) / "checkpoints"
-    if not folder.is_dir():
+    if not folder.is_dir() or folder.is_symlink():
         return []
     found = [(int(m.group(1)), p) for p in folder.iterdir()
-             if p.is_dir() and (m := _STEP_DIR.match(p.name))]
+             if p.is_dir() and not p.is_symlink() and (m := _STEP_DIR.match(p.name))]
     return [p for _, p in sorted(found)]
+
+
+_STATE_KEYS = ("progress", "optimizer", "scheduler", "scaler", "rng")
 
 
 def read_checkpoint(directory: Path, map_location: str | torch.device = "cpu"
                     ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """(model state dict, trainer state) of a verified checkpoint directory."""
+    """(model state dict, trainer state) of a verified checkpoint directory.  A file that
+    its checksum passes but that cannot be read (a garbage or malicious pickle, which
+    ``weights_only`` refuses; a state without the trainer's keys) is a
+    :class:`CheckpointError` naming it, like any other damage."""
     verify_directory(directory)
     try:
         tensors, _ = load_file(directory / WEIGHTS_FILE, map_location)
-        state = torch.load(directory / TRAINER_STATE, map_location=map_location,
-                           weights_only=True)
     except (ValueError, RuntimeError, OSError) as error:
         raise CheckpointError(f"{directory} cannot be read: {error}") from None
+    path = directory / TRAINER_STATE
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any unpickling failure is damage
+        reason = " ".join(str(error).split())[:200] or type(error).__name__
+        raise CheckpointError(f"{path} cannot be read ({type(error).__name__}: "
+                              f"{reason})") from None
+    if not (isinstance(state, dict) and all(key in state for key in _STATE_KEYS)):
+        raise CheckpointError(f"{path} is not a trainer state (expected a dict with "
+                              f"{', '.join(_STATE_KEYS)})")
     return tensors, state
 
 

@@ -14,8 +14,11 @@ A run directory ``RUN = run.out_dir/run.name`` holds only files that weirdnet wr
   someone else;
 - an advisory lock (:class:`weirdnet._lock.DirectoryLock`) is held for the whole run, so a
   second writer fails at once with the holder's PID;
-- leftovers of a crash (hidden temporary checkpoint directories and files) are removed,
-  and a ``best/`` or checkpoint caught between its two renames is put back.
+- leftovers of a crash are removed, and a ``best/`` or checkpoint caught between its two
+  renames is put back: only temporaries weirdnet can prove it made
+  (:func:`weirdnet._temps.is_ours`: exact name with a PID, marker inside), never a user's
+  file that merely looks like one;
+- resuming and overwriting exclude each other (:func:`check_flags`).
 
 :func:`check_run_dir` makes every check that changes nothing (the busy lock included), so
 the trainer runs them before it builds its data and model, and claims the directory only
@@ -27,14 +30,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from weirdnet import _temps
 from weirdnet._atomic import obstacle
 from weirdnet._lock import LOCK_FILE, DirectoryBusyError, DirectoryLock
 
-__all__ = ["MODEL_DIR_FILES", "RUN_FILES", "Claim", "RunDirError", "check_out_dir",
+__all__ = ["MODEL_DIR_FILES", "RUN_FILES", "Claim", "RunDirError", "check_flags", "check_out_dir",
            "check_run_dir", "check_run_name", "claim_run_dir",
            "clean_stale", "foreign_entries", "is_run_dir"]
 
@@ -48,10 +51,6 @@ RUN_FILES = frozenset({"train_config.json", "data_info.json", "log.jsonl", "resu
 """Every entry weirdnet writes directly in a run directory."""
 
 _STEP_DIR = re.compile(r"^step-\d+$")
-# save_directory's temporaries (.NAME.tmp-PID, .NAME.old-PID) and write_atomic's
-# (.NAME.RANDOM.tmp)
-_DIR_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-\d+$")
-_FILE_TEMP = re.compile(r"^\.(?P<name>.+)\.[A-Za-z0-9_]+\.tmp$")
 
 
 def check_run_name(name: str) -> None:
@@ -75,8 +74,9 @@ def is_run_dir(path: Path) -> bool:
     return isinstance(config, dict) and {"run", "data", "train"} <= config.keys()
 
 
-def _is_own_temp(name: str) -> bool:
-    return bool(_DIR_TEMP.match(name) or _FILE_TEMP.match(name))
+def _is_own_temp(path: Path) -> bool:
+    """A crash's leftover temporary of weirdnet's (see :mod:`weirdnet._temps`)."""
+    return _temps.is_ours(path) or _temps.is_empty_leftover(path)
 
 
 MODEL_DIR_FILES = frozenset({"config.json", "model.safetensors", "train_config.json",
@@ -97,12 +97,13 @@ def foreign_entries(path: Path) -> list[str]:
     ``step-N`` folders, in them and in ``best/`` only the files of a model directory
     (those of :data:`MODEL_DIR_FILES`, ``trainer.pt``/``metrics.json`` and whatever the
     folder's manifest lists); in ``tensorboard/`` only ``events.out.tfevents.*`` files;
-    anywhere, the hidden temporaries of an interrupted write."""
+    anywhere, the temporaries of an interrupted write that are provably weirdnet's
+    (:mod:`weirdnet._temps`)."""
     path = Path(path)
     found: list[str] = []
     for entry in path.iterdir():
         name = entry.name
-        if _is_own_temp(name):
+        if _is_own_temp(entry):
             continue
         if name not in RUN_FILES or entry.is_symlink() \
                 or entry.is_dir() != (name in _RUN_DIRS):
@@ -124,7 +125,7 @@ def _plain_file(path: Path) -> bool:
 def _foreign_checkpoints(folder: Path) -> list[str]:
     found = []
     for entry in folder.iterdir():
-        if _is_own_temp(entry.name):
+        if _is_own_temp(entry):
             continue
         where = f"checkpoints/{entry.name}"
         if _STEP_DIR.match(entry.name) and entry.is_dir() and not entry.is_symlink():
@@ -137,8 +138,10 @@ def _foreign_checkpoints(folder: Path) -> list[str]:
 def _foreign_model_files(folder: Path, where: str) -> list[str]:
     """Entries of a model directory (``best/`` or a checkpoint) that are not its files."""
     own = MODEL_DIR_FILES | {"trainer.pt", "metrics.json"} | _manifest_names(folder)
+    if _temps.stale_marker(folder):
+        own |= {_temps.MARKER}
     return [f"{where}/{p.name}" for p in folder.iterdir()
-            if not (_is_own_temp(p.name) or (p.name in own and _plain_file(p)))]
+            if not (_is_own_temp(p) or (p.name in own and _plain_file(p)))]
 
 
 def _manifest_names(folder: Path) -> set[str]:
@@ -200,6 +203,30 @@ def check_out_dir(out_dir: str) -> None:
                       "run.out_dir at a folder you may write to")
 
 
+def check_flags(resume: bool, overwrite: bool, run_dir_given: bool = False) -> None:
+    """Raise :class:`RunDirError` when the flags contradict each other: ``--resume`` (or
+    a run directory as CONFIG, which implies it) continues a run, ``--overwrite`` deletes
+    it; nothing is touched."""
+    if not overwrite:
+        return
+    if run_dir_given:
+        raise RunDirError("--overwrite with a run directory as CONFIG: a run directory is "
+                          "continued where it is, never deleted; to start it over, give its "
+                          "train_config.json as CONFIG with --overwrite")
+    if resume:
+        raise RunDirError("--resume and --overwrite exclude each other: --resume continues "
+                          "the run, --overwrite deletes it and starts over; give one")
+
+
+def _check_lock_file(run_dir: Path) -> None:
+    """A ``.lock`` that is not a plain file (a symlink, say) is never written through."""
+    lock = run_dir / LOCK_FILE
+    if os.path.lexists(lock) and (lock.is_symlink() or not lock.is_file()):
+        kind = "a symbolic link" if lock.is_symlink() else "not a plain file"
+        raise RunDirError(f"{lock} is {kind}, not weirdnet's lock file (weirdnet never "
+                          "writes through it); remove it")
+
+
 def check_run_dir(out_dir: str, name: str, *, resume: bool, overwrite: bool,
                   is_main: bool = True) -> Path:
     """The checks of :func:`claim_run_dir` that change nothing (run before a run builds
@@ -207,13 +234,16 @@ def check_run_dir(out_dir: str, name: str, *, resume: bool, overwrite: bool,
     behind): a plain name, a usable ``run.out_dir``, no foreign directory, no existing run
     without ``--resume``/``--overwrite``, nothing foreign for ``--overwrite`` to delete,
     no other writer (asked by the main process only: in a torchrun job the others would
-    find the main one's lock).  Returns ``out_dir/name``."""
+    find the main one's lock), flags that exclude each other, a lock file that is not a
+    plain file.  Returns ``out_dir/name``."""
+    check_flags(resume, overwrite)
     check_run_name(name)
     check_out_dir(out_dir)
     run_dir = Path(out_dir) / name
     if os.path.lexists(run_dir) and not run_dir.is_dir():
         raise RunDirError(f"{run_dir} exists and is not a directory; pick another run.name "
                           "or run.out_dir")
+    _check_lock_file(run_dir)
     if not _has_content(run_dir):
         return run_dir
     if not is_run_dir(run_dir):
@@ -302,36 +332,40 @@ def _remove_run(run_dir: Path) -> None:
     """Delete the entries of a recognised run (the directory and its lock file stay);
     refuse if anything in it, at any level, is not weirdnet's."""
     _refuse_foreign(run_dir)
-    for entry in run_dir.iterdir():
-        if entry.name == LOCK_FILE:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
+    _temps.clear(run_dir, keep=LOCK_FILE)
 
 
 def clean_stale(run_dir: Path) -> list[str]:
-    """Repair what a killed writer left (the caller holds the run's lock): restore a
-    directory caught between the two renames of ``save_directory``, delete the hidden
-    temporaries.  Returns what it did, one phrase each."""
+    """Repair what a killed writer left (the caller holds the run's lock): put back a
+    directory caught between the two renames of ``save_directory``, delete the
+    temporaries that are provably weirdnet's (:func:`weirdnet._temps.is_ours`; anything
+    else, however it is named, stays), drop a marker left in a folder renamed into
+    place.  Returns what it did, one phrase each."""
     done: list[str] = []
-    for folder in (run_dir, run_dir / "checkpoints", run_dir / "best"):
-        if not folder.is_dir():
-            continue
-        for entry in sorted(folder.iterdir()):
-            match = _DIR_TEMP.match(entry.name) or _FILE_TEMP.match(entry.name)
-            if match is None:
-                continue
-            target = folder / match.group("name")
-            if entry.is_dir() and match.groupdict().get("kind") == "old" \
-                    and not target.exists():
-                entry.rename(target)
-                done.append(f"restored {target}")
-            elif entry.is_dir():
-                shutil.rmtree(entry, ignore_errors=True)
-                done.append(f"removed {entry}")
-            else:
-                entry.unlink(missing_ok=True)
-                done.append(f"removed {entry}")
+    checkpoints = run_dir / "checkpoints"
+    steps = sorted(p for p in checkpoints.iterdir() if _STEP_DIR.match(p.name)) \
+        if checkpoints.is_dir() and not checkpoints.is_symlink() else []
+    for folder in (run_dir, checkpoints, run_dir / "best"):
+        if folder.is_dir() and not folder.is_symlink():
+            done += filter(None, map(_clean_entry, sorted(folder.iterdir())))
+    for folder in (run_dir / "best", *steps):
+        if folder.is_dir() and not folder.is_symlink() and _temps.stale_marker(folder):
+            _temps.unmark(folder)
     return done
+
+
+def _clean_entry(entry: Path) -> str | None:
+    """Remove or put back one leftover temporary; what was done, or None (not ours)."""
+    if _temps.is_empty_leftover(entry):
+        entry.rmdir()
+        return f"removed {entry} (empty)"
+    if not _temps.is_ours(entry):
+        return None
+    name, kind, _ = _temps.parse(entry.name)
+    target = entry.parent / name
+    if kind == "old" and not os.path.lexists(target):
+        entry.rename(target)
+        _temps.unmark(target)
+        return f"restored {target}"
+    _temps.remove(entry)
+    return f"removed {entry}"

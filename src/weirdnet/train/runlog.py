@@ -14,13 +14,16 @@ Events (every one has ``event``, ``step`` (optimizer steps done) and ``time`` (U
 - ``eval``: split, metrics (e.g. loss, accuracy or bpc, perplexity);
 - ``end``: results ({"val": metrics, "test": metrics}), best_step.
 
-A resumed run appends to the same file; readers keep the last event of each
-(event, split, step) (see :func:`weirdnet.train.plot.read_log`).
+A resumed run appends to the same file, starting on a fresh line when the last one was
+torn (a killed writer, a full disk), so its first event is never glued to a broken line;
+readers keep the last event of each (event, split, step) (see
+:func:`weirdnet.train.plot.read_log`).  The file is never opened through a symlink.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,7 @@ class RunLog:
         if not enabled:
             return
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.handle = open(run_dir / "log.jsonl", "a", encoding="utf-8")
+        self.handle = open_log(run_dir / "log.jsonl")
         if tensorboard:
             try:  # tensorboard is optional: imported only when the config asks for it
                 from torch.utils.tensorboard import SummaryWriter
@@ -71,6 +74,20 @@ class RunLog:
             self.handle.close()
         if self.writer is not None:
             self.writer.close()
+
+
+def open_log(path: Path):
+    """``path`` opened for appending text (made if missing, never through a symlink),
+    positioned on a fresh line: a torn last line gets its line end first."""
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+                 0o666)
+    size = os.fstat(fd).st_size
+    torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+    handle = os.fdopen(fd, "a", encoding="utf-8")
+    if torn:
+        handle.write("\n")
+        handle.flush()
+    return handle
 
 
 _ORDER = ("loss", "bpc", "perplexity", "accuracy", "token_accuracy", "exact_match")

@@ -21,6 +21,8 @@ import math
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,7 @@ class Trainer:
         self.config = config
         self.progress_bar = progress_bar
         self.processes = dist_util.setup(config.run.device)
+        self.best_lost = False  # a resumed run's best/ was damaged (see _check_best)
         # Everything is checked before the run directory is created or changed: a run that
         # cannot start leaves nothing behind (and an existing run stays as it was).
         try:
@@ -257,7 +260,7 @@ class Trainer:
             with STOP.shielded():  # a signal waits until the checkpoint is complete
                 path = ckpt.save_checkpoint(
                     self.run_dir, self.state.step, lambda d: self._write_model(d, model_state),
-                    trainer_state, self.config.train.keep_last)
+                    trainer_state, self.config.train.keep_last, _tensor_bytes(model_state))
         self.last_checkpoint_step = self.state.step
         dist_util.barrier(self.processes)
         return path
@@ -271,8 +274,27 @@ class Trainer:
                 write_atomic(directory / "metrics.json", json.dumps(document, indent=2) + "\n")
 
             with STOP.shielded():
-                ckpt.save_directory(self.run_dir / "best", write)
+                best = ckpt.save_directory(self.run_dir / "best", write,
+                                           needed=_tensor_bytes(model_state))
+            ckpt.verify_directory(best)  # read back: what was written is what is kept
         dist_util.barrier(self.processes)
+
+    def _check_best(self) -> None:
+        """A resumed run's ``best/`` is verified: when it is damaged, one line says so and
+        the best so far is forgotten, so the next evaluation writes a new ``best/``."""
+        best = self.run_dir / "best"
+        if not best.is_dir():
+            return
+        try:
+            ckpt.verify_directory(best)
+        except ckpt.CheckpointError as error:
+            step = self.state.best_step
+            self._say(f"{best} is damaged ({error}); the best model so far"
+                      f"{f' (step {step})' if step is not None else ''} is lost: the next "
+                      "evaluation's model becomes best/")
+            self.state.best_value = self.state.best_step = None
+            self.state.evals_without_improvement = 0
+            self.best_lost = True
 
     def _write_model(self, directory: Path, model_state: dict[str, torch.Tensor]) -> None:
         """The model and the files that describe its run (config, data info)."""
@@ -310,6 +332,7 @@ class Trainer:
         saved = _saved_config(directory)
         self.state = Progress(**trainer_state["progress"])
         self._say(f"resuming {self.run_dir} from step {self.state.step} ({directory.name})")
+        self._check_best()
         self._continue_schedule(saved)
         rngs = trainer_state["rng"]
         if len(rngs) == self.processes.world_size:
@@ -481,7 +504,10 @@ class Trainer:
         complete = self._completed_summary()
         if complete is not None:
             return complete
-        with STOP.deferred():
+        notice = ("weirdnet train: {signal} received: stopping after the current step "
+                  "(or evaluation batch), with a checkpoint; a second {signal} stops at "
+                  "once") if self.processes.is_main else None
+        with STOP.deferred(notice):
             try:
                 return self._fit()
             except (Interrupted, KeyboardInterrupt) as stop:
@@ -494,7 +520,8 @@ class Trainer:
         trained or rewritten), else None."""
         results = self.run_dir / "results.json"
         finished = self.state.step >= self.config.train.steps or self.state.stopped_early
-        if not finished or self.state.eval_pending or not results.is_file():
+        if not finished or self.state.eval_pending or self.best_lost \
+                or not results.is_file():
             return None
         try:
             summary = json.loads(results.read_text(encoding="utf-8"))
@@ -628,6 +655,7 @@ class Trainer:
             set_model_state_dict,
         )
 
+        ckpt.verify_directory(self.run_dir / "best")  # damaged since it was written: an error
         tensors, _ = load_file(self.run_dir / "best" / WEIGHTS_FILE, "cpu")
         set_model_state_dict(self.wrapped, tensors,
                              options=StateDictOptions(full_state_dict=True))
@@ -657,6 +685,12 @@ _EXTEND_NOTES = {
     "rewarm": "warm up again to optim.lr, then decay over the remaining steps",
     "stretch": "the schedule is laid out again over all train.steps",
 }
+
+
+def _tensor_bytes(state: dict[str, torch.Tensor]) -> int:
+    """The bytes of a state dict's tensors (what its safetensors file needs)."""
+    return sum(t.numel() * t.element_size() for t in state.values()
+               if isinstance(t, torch.Tensor))
 
 
 def _saved_config(directory: Path) -> dict[str, Any]:
@@ -727,14 +761,28 @@ def train(config: TrainConfig, *, resume: bool = False, overwrite: bool = False,
           progress_bar: bool = True) -> dict[str, Any]:
     """Run ``config`` to the end and return its results (see :meth:`Trainer.fit`); prints
     the results table on rank 0."""
-    trainer = Trainer(config, resume=resume, overwrite=overwrite, progress_bar=progress_bar)
+    with _disk_full_is_an_error(Path(config.run.out_dir) / config.run.name):
+        trainer = Trainer(config, resume=resume, overwrite=overwrite,
+                          progress_bar=progress_bar)
+        try:
+            summary = trainer.fit()
+            if trainer.processes.is_main:
+                print(results_table(summary), flush=True)
+            return summary
+        finally:
+            trainer.close()
+            dist_util.teardown(trainer.processes)
+
+
+@contextmanager
+def _disk_full_is_an_error(run_dir: Path) -> Iterator[None]:
+    """A full disk anywhere in the run (the log, a run file) is a one-line
+    :class:`~weirdnet.train.checkpoint.DiskFullError` naming what could not be written."""
     try:
-        summary = trainer.fit()
-        if trainer.processes.is_main:
-            print(results_table(summary), flush=True)
-        return summary
-    finally:
-        trainer.close()
-        dist_util.teardown(trainer.processes)
+        yield
+    except OSError as error:
+        if error.errno not in ckpt.DISK_FULL:
+            raise
+        raise ckpt.DiskFullError(Path(error.filename or run_dir / "log.jsonl")) from None
 
 
