@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from typing import Any
@@ -69,14 +70,32 @@ def coerce(hint: Any, value: Any, where: str) -> Any:
     return _scalar(hint, value, where)
 
 
+INT_RANGE = (-2**63, 2**63 - 1)
+"""The ints a config value may hold (what torch and the C kernels take: 64 bits)."""
+
+
 def _scalar(hint: Any, value: Any, where: str) -> Any:
+    """``value`` checked against a scalar type: an int fits in 64 bits, a float is finite
+    (a config that means "no limit" says so with a None default, never inf or NaN)."""
     if hint is Any:
         return value
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = _float_of_int(value, where)
     if hint is int and isinstance(value, bool):
         raise ConfigError(f"{where} must be an int, got {value!r}")
     if isinstance(hint, type) and not isinstance(value, hint):
         raise ConfigError(f"{where} must be {hint.__name__}, got {value!r} "
                           f"({type(value).__name__})")
+    if hint is int and not INT_RANGE[0] <= value <= INT_RANGE[1]:
+        raise ConfigError(f"{where} must be an int of at most 64 bits "
+                          f"(|value| < 2^63), got {value}")
+    if hint is float and not math.isfinite(value):
+        raise ConfigError(f"{where} must be a finite number, got {value}")
     return value
+
+
+def _float_of_int(value: int, where: str) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        raise ConfigError(f"{where} must be a finite number, got {value}") from None

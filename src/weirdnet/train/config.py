@@ -353,6 +353,9 @@ holds what the config ``lra/listops-cpu`` changes (a CPU-sized run of the same e
 the path ``lra/listops-cpu.toml``, where no such file exists, is ``lra/listops.toml`` with
 that table merged over it.  An overlay is not inherited through ``extends``."""
 OVERLAY_NAME = re.compile(r"[a-z0-9]+")
+MAX_EXTENDS_DEPTH = 32
+"""The longest chain of ``extends`` a config may have (the shipped configs use at most 3);
+a longer one is a :class:`ConfigError`, as is a chain that loops."""
 
 
 def read_toml(path: str | os.PathLike, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
@@ -391,6 +394,9 @@ def _read_file(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], dict
     path = path.resolve()
     if path in seen:
         raise ConfigError(f"{path}: 'extends' loops back to itself")
+    if len(seen) > MAX_EXTENDS_DEPTH:
+        raise ConfigError(f"{seen[0]}: 'extends' is more than {MAX_EXTENDS_DEPTH} files deep "
+                          f"(reached {path}); merge some of the chain into one file")
     data = _parse(path)
     overlays = _overlays(data, path)
     data.pop(OVERLAYS, None)

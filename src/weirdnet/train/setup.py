@@ -66,7 +66,26 @@ def build_model(config: TrainConfig, info) -> nn.Module:
     """The model for the dataset ``info`` (errors name the ``model.`` key)."""
     class_name, model_config = tasks.build_model_config(config.model, info)
     cls = model_class(class_name)
-    return cls(from_dict(cls.config_class, model_config, where="model"))
+    typed = from_dict(cls.config_class, model_config, where="model")
+    try:
+        return cls(typed)
+    except (torch.OutOfMemoryError, RuntimeError) as error:
+        text = str(error)
+        if not isinstance(error, torch.OutOfMemoryError) and not (
+                "allocate" in text or "overflow" in text):
+            raise
+        raise ConfigError(f"model: {_parameter_count(cls, typed)} parameters do not fit in "
+                          "this machine's memory; make the [model] sizes smaller") from None
+
+
+def _parameter_count(cls, typed_config) -> str:
+    """The parameters of ``cls(typed_config)``, counted on the meta device (no memory)."""
+    try:
+        with torch.device("meta"):
+            model = cls(typed_config)
+    except RuntimeError:  # a tensor's size overflows 64 bits
+        return "more than 2^63"
+    return f"{sum(p.numel() for p in model.parameters()):,}"
 
 
 def enable_activation_checkpointing(model: nn.Module, mode: str, every: int,

@@ -326,7 +326,8 @@ def build_model_config(model: dict[str, Any], info: DatasetInfo) -> tuple[str, d
     preset_name = table.pop("preset", None)
     class_name = table.pop("class", None)
     task_class = MODEL_CLASSES[info.task]
-    if "peer" in table and class_name is None and not preset_name:
+    if "peer" in table:
+        _check_peer_alone(preset_name, class_name)
         class_name = "PeerLM"  # a transformers model (weirdnet.models.peers)
     if class_name == "PeerLM":
         if info.task not in PEER_TASKS:
@@ -353,6 +354,17 @@ def build_model_config(model: dict[str, Any], info: DatasetInfo) -> tuple[str, d
     if info.task in ("classification", "retrieval"):
         _set_from_data(config, table, "num_classes", info.num_classes, "model")
     return class_name, config
+
+
+def _check_peer_alone(preset_name: str | None, class_name: str | None) -> None:
+    """``model.peer`` (a ``transformers`` model) excludes a weirdnet preset or class."""
+    if preset_name:
+        raise ConfigError(f"model.peer and model.preset exclude each other: peer names a "
+                          f"transformers model, preset {preset_name!r} a weirdnet one; use a "
+                          "config without model.preset for a peer")
+    if class_name not in (None, "PeerLM"):
+        raise ConfigError(f"model.peer and model.class exclude each other: peer names a "
+                          f"transformers model, class {class_name!r} a weirdnet one")
 
 
 def _backbones(config: dict[str, Any], task: str) -> dict[str, dict[str, Any]]:
