@@ -252,6 +252,29 @@ def _flip_a_weight_byte(folder):
     path.write_bytes(bytes(data))
 
 
+@pytest.mark.parametrize("key,value", [("num_hidden_layers", 6), ("hidden_size", 32),
+                                       ("vocab_size", 256), ("tie_word_embeddings", False)])
+def test_a_top_level_derived_key_that_agrees_is_accepted(saved, tmp_path, key, value):
+    copy = shutil.copytree(saved[2], tmp_path / "model")
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, key: value}))
+    loaded = AutoModelForCausalLM.from_pretrained(copy)
+    assert getattr(loaded.config, key) == value
+
+
+@pytest.mark.parametrize("key,value", [("num_hidden_layers", 2), ("max_position_embeddings",
+                                                                   4096)])
+def test_a_top_level_derived_key_that_conflicts_is_one_clear_error(saved, tmp_path, key,
+                                                                    value):
+    copy = shutil.copytree(saved[2], tmp_path / "model")
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, key: value}))
+    with pytest.raises(ValueError, match=f"{key}={value} .*conflicts"):
+        AutoModelForCausalLM.from_pretrained(copy)
+    with pytest.raises(ValueError, match=f"{key}={value} .*conflicts"):
+        AutoModelForCausalLM.from_pretrained(saved[2], **{key: value})
+
+
 def test_the_export_stores_the_weights_sha256(saved):
     from weirdnet.models.safetensors_io import load_file
 
