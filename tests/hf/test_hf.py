@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -251,6 +252,29 @@ def _flip_a_weight_byte(folder):
     path.write_bytes(bytes(data))
 
 
+@pytest.mark.parametrize("key,value", [("num_hidden_layers", 6), ("hidden_size", 32),
+                                       ("vocab_size", 256), ("tie_word_embeddings", False)])
+def test_a_top_level_derived_key_that_agrees_is_accepted(saved, tmp_path, key, value):
+    copy = shutil.copytree(saved[2], tmp_path / "model")
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, key: value}))
+    loaded = AutoModelForCausalLM.from_pretrained(copy)
+    assert getattr(loaded.config, key) == value
+
+
+@pytest.mark.parametrize("key,value", [("num_hidden_layers", 2), ("max_position_embeddings",
+                                                                   4096)])
+def test_a_top_level_derived_key_that_conflicts_is_one_clear_error(saved, tmp_path, key,
+                                                                    value):
+    copy = shutil.copytree(saved[2], tmp_path / "model")
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, key: value}))
+    with pytest.raises(ValueError, match=f"{key}={value} .*conflicts"):
+        AutoModelForCausalLM.from_pretrained(copy)
+    with pytest.raises(ValueError, match=f"{key}={value} .*conflicts"):
+        AutoModelForCausalLM.from_pretrained(saved[2], **{key: value})
+
+
 def test_the_export_stores_the_weights_sha256(saved):
     from weirdnet.models.safetensors_io import load_file
 
@@ -332,6 +356,55 @@ def test_importing_without_transformers_says_what_to_install():
     assert "pip install 'weirdnet[hf]'" in out.stdout, out.stderr
 
 
+# ---- the documented paths run no file of the folder ------------------------------------
+
+_MARKER = "remote-code-ran"
+
+
+def _tampered_copy(out, where):
+    """A copy of the export whose module files write a marker and raise when imported."""
+    copy = where / out.name  # the name its README loads
+    shutil.copytree(out, copy)
+    for name in hf.remote.REMOTE_FILES:
+        (copy / name).write_text(f"import pathlib\npathlib.Path({str(where / _MARKER)!r})"
+                                 f".write_text({name!r})\nraise RuntimeError('tampered')\n")
+    return copy
+
+
+def _code_blocks(markdown: str, language: str = "") -> list[str]:
+    parts = markdown.split("```")[1::2]
+    return [block.split("\n", 1)[1] for block in parts if block.startswith(language)]
+
+
+def test_the_model_card_code_runs_no_file_of_the_folder(saved, tmp_path):
+    copy = _tampered_copy(saved[2], tmp_path)
+    code = "\n".join(_code_blocks((copy / "README.md").read_text(), "python"))
+    code = code.replace("max_new_tokens=100", "max_new_tokens=5")
+    env = {**subprocess_env(), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (tmp_path / _MARKER).exists()
+    trusting = ("from transformers import AutoConfig\n"  # the files do run when trusted
+                f"AutoConfig.from_pretrained({str(copy)!r}, trust_remote_code=True)")
+    done = subprocess.run([sys.executable, "-c", trusting], capture_output=True, text=True,
+                          env=env, timeout=300, cwd=tmp_path)
+    assert "tampered" in done.stderr and (tmp_path / _MARKER).exists()
+
+
+def test_no_documented_command_trusts_remote_code(saved):
+    docs = (Path(__file__).parents[2] / "docs" / "hf.md").read_text()
+    card = (saved[2] / "README.md").read_text()
+    from weirdnet.commands import export_hf, harness_tasks
+    examples = [command.DESCRIPTION for command in (export_hf, harness_tasks)]
+    for block in [*_code_blocks(docs), *_code_blocks(card), *examples]:
+        commands = [line for line in block.splitlines()
+                    if any(word in line for word in ("from_pretrained(", "--model_args"))]
+        assert not any("trust_remote_code=True" in line for line in commands), block
+    for text in (docs, card, *examples):  # where it is mentioned, its risk is stated
+        assert "trust_remote_code" not in text or "run code as you" in text
+
+
 # ---- outside this process: remote code and lm-evaluation-harness ------------------------
 
 @pytest.mark.slow
@@ -367,13 +440,15 @@ def test_lm_eval_scores_the_export_offline(saved, tmp_path):
                  "--passages", "2"]) == 0
     env = {**subprocess_env(), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_HOME": str(tmp_path / "hf-home")}
+    tampered = _tampered_copy(out, tmp_path)  # lm_eval through weirdnet runs none of its files
     command = [sys.executable, "-m", "weirdnet.hf.harness", "--model", "hf", "--model_args",
-               f"pretrained={out}", "--include_path", str(tmp_path / "tasks"), "--tasks",
+               f"pretrained={tampered}", "--include_path", str(tmp_path / "tasks"), "--tasks",
                "weirdnet_stdlib_nextline,weirdnet_stdlib_bpb", "--device", "cpu",
                "--batch_size", "4", "--log_samples", "--output_path", str(tmp_path / "res")]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600,
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert not (tmp_path / _MARKER).exists()
     assert "weirdnet_stdlib_nextline" in done.stdout and "bits_per_byte" in done.stdout
     samples = next((tmp_path / "res").rglob("samples_weirdnet_stdlib_nextline_*.jsonl"))
     records = [json.loads(line) for line in samples.read_text().splitlines()]

@@ -14,17 +14,19 @@ model.safetensors (the same weights, the same names), generation_config.json, th
 tokenizer, a README and the two small remote-code modules, written into a temporary folder
 and renamed into place. OUT loads with
 
-  import weirdnet.hf; AutoModelForCausalLM.from_pretrained(OUT)
-  AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)   # no import first
+  import weirdnet.hf; AutoModelForCausalLM.from_pretrained(OUT)   # runs no file of OUT
   AutoTokenizer.from_pretrained(OUT)
   weirdnet.models.load(OUT)
+
+(trust_remote_code=True also loads it without the import, but runs OUT's own Python
+files: anyone who could change OUT could run code as you. Do not use it.)
 
 An existing non-empty OUT is replaced only with --overwrite, and only when it holds an
 earlier export and nothing else.
 
 examples:
   weirdnet export-hf runs/quickstart hf/quickstart
-  lm_eval --model hf --model_args pretrained=hf/quickstart,trust_remote_code=True ...
+  python -m weirdnet.hf.harness --model hf --model_args pretrained=hf/quickstart ...
 """
 
 
@@ -47,5 +49,5 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"weirdnet export-hf: {error}", file=sys.stderr)
         return 2
     print(f"wrote {out}: load it with AutoModelForCausalLM.from_pretrained({str(out)!r}) "
-          "after `import weirdnet.hf`, or with trust_remote_code=True")
+          "after `import weirdnet.hf` (no trust_remote_code: it would run the folder's files)")
     return 0

@@ -19,10 +19,13 @@ keeps only the whole lines that fit.
 
 examples:
   weirdnet harness-tasks tasks/ --max-len 256   # sized to the quickstart model
-  lm_eval --model hf --model_args pretrained=hf/quickstart,trust_remote_code=True \\
-      --include_path tasks/ --tasks weirdnet_stdlib_nextline,weirdnet_stdlib_bpb
   python -m weirdnet.hf.harness --model hf --model_args pretrained=hf/quickstart \\
-      --include_path tasks/ --tasks weirdnet_stdlib_nextline   # no trust_remote_code
+      --include_path tasks/ --tasks weirdnet_stdlib_nextline,weirdnet_stdlib_bpb
+
+python -m weirdnet.hf.harness is lm_eval with the weirdnet classes registered: it needs no
+trust_remote_code and runs no Python file of the model folder. (Plain lm_eval needs
+trust_remote_code=True, which runs the folder's own Python files: anyone who could change
+the folder could run code as you.)
 """
 
 

@@ -4,9 +4,11 @@ Importing this package registers :class:`WeirdNetConfig` (``model_type = "weirdn
 ``AutoConfig`` and :class:`WeirdNetForCausalLM` with ``AutoModelForCausalLM``, so a folder
 written by ``weirdnet export-hf`` (or ``save_pretrained``) loads with
 ``AutoModelForCausalLM.from_pretrained(folder)`` and generates through ``generate()``
-(greedy, sampling, beam search, left-padded batches).  The folder also loads with
-``trust_remote_code=True`` without this import, and is scored by lm-evaluation-harness
-(``lm_eval --model hf``; see :mod:`.harness`).
+(greedy, sampling, beam search, left-padded batches), and no Python file of the folder is
+run.  lm-evaluation-harness scores it through ``python -m weirdnet.hf.harness`` (``lm_eval``
+with these classes registered; see :mod:`.harness`).  The folder also loads with
+``trust_remote_code=True`` without this import, but that runs the folder's own Python
+files (see :data:`.remote.RISK`): do not use it on a folder you did not write.
 
 Tested with the ``transformers`` versions of :data:`TESTED_TRANSFORMERS` (the range the
 ``hf`` extra pins): the cache and generation interfaces change between releases.

@@ -5,7 +5,9 @@ class name and its config) under ``weirdnet``, so the one ``config.json`` reads 
 Hugging Face config and through ``weirdnet.models.load``.  The names that tools read
 (``vocab_size``, ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
 ``max_position_embeddings``, ``tie_word_embeddings``) are read-only views of that
-document, so they can never disagree with the model that is built.
+document, so they can never disagree with the model that is built: a ``config.json`` (or
+a ``from_pretrained`` argument) may repeat one with the document's value, and any other
+value is a ValueError naming the key.
 
 Special tokens are bytes (the byte tokenizer of :mod:`.tokenizer`): ``pad`` = 0 (NUL),
 ``bos`` = 2 (STX, start of text), ``eos`` = 3 (ETX, end of text).
@@ -32,6 +34,32 @@ def lm_document(config: LMConfig | dict | None = None) -> dict[str, Any]:
     elif isinstance(config, dict):
         config = from_dict(LMConfig, config)
     return model_document(WeirdNetLM.__name__, config)
+
+
+_DEFAULTS = {"tie_embeddings": True}
+
+
+def _derived(name: str, *path: str) -> property:
+    """A read-only view of ``weirdnet["config"][path...]`` named ``name``.
+
+    Setting it (a ``config.json`` with a top-level ``name``, or ``from_pretrained(...,
+    name=value)``) is accepted when the value equals the document's and is a ValueError
+    naming the key otherwise, so the view can never disagree with the model built."""
+    def get(self) -> Any:
+        node = self.weirdnet["config"]
+        for key in path[:-1]:
+            node = node[key]
+        return node.get(path[-1], _DEFAULTS.get(path[-1]))
+
+    def set_(self, value: Any) -> None:
+        held = get(self)
+        if value != held:
+            raise ValueError(f"WeirdNetConfig: {name}={value!r} (in config.json or an "
+                             f"argument) conflicts with the weirdnet model config "
+                             f"({'.'.join(path)}={held!r}), from which {name} is derived: "
+                             f"remove {name} or make it {held!r}")
+
+    return property(get, set_, doc=f"``weirdnet.config.{'.'.join(path)}`` (read-only).")
 
 
 class WeirdNetConfig(PreTrainedConfig):
@@ -83,33 +111,12 @@ class WeirdNetConfig(PreTrainedConfig):
         """The weirdnet :class:`~weirdnet.models.LMConfig` (built afresh on each read)."""
         return from_dict(LMConfig, self.weirdnet["config"])
 
-    @property
-    def _backbone(self) -> dict[str, Any]:
-        return self.weirdnet["config"]["backbone"]
-
-    @property
-    def vocab_size(self) -> int:
-        return self._backbone["vocab_size"]
-
-    @property
-    def hidden_size(self) -> int:
-        return self._backbone["dim"]
-
-    @property
-    def num_hidden_layers(self) -> int:
-        return self._backbone["depth"]
-
-    @property
-    def num_attention_heads(self) -> int | None:
-        return self._backbone.get("heads")
-
-    @property
-    def max_position_embeddings(self) -> int:
-        return self._backbone["max_len"]
-
-    @property
-    def tie_word_embeddings(self) -> bool:
-        return self.weirdnet["config"].get("tie_embeddings", True)
+    vocab_size = _derived("vocab_size", "backbone", "vocab_size")
+    hidden_size = _derived("hidden_size", "backbone", "dim")
+    num_hidden_layers = _derived("num_hidden_layers", "backbone", "depth")
+    num_attention_heads = _derived("num_attention_heads", "backbone", "heads")
+    max_position_embeddings = _derived("max_position_embeddings", "backbone", "max_len")
+    tie_word_embeddings = _derived("tie_word_embeddings", "tie_embeddings")
 
 
 def _checked_document(document: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from weirdnet.models import WeirdNetLM
 from weirdnet.train.trained import load_trained
 
 from .modeling import WeirdNetForCausalLM
-from .remote import REMOTE_FILES
+from .remote import REMOTE_FILES, RISK
 from .tokenizer import byte_tokenizer
 
 EXPORT_FILES = frozenset({
@@ -137,7 +137,10 @@ ids = tokenizer("def ", return_tensors="pt").input_ids
 print(tokenizer.decode(model.generate(ids, max_new_tokens=100, do_sample=True)[0]))
 ```
 
-Without `import weirdnet.hf`: `from_pretrained("{name}", trust_remote_code=True)` (the
-code comes from the installed `weirdnet` package: `pip install "weirdnet[hf]"`).
-The same folder loads as a weirdnet model: `weirdnet.models.load("{name}")`.
+This runs no Python file of the folder. Score it with lm-evaluation-harness through
+`python -m weirdnet.hf.harness --model hf --model_args pretrained={name} ...` (lm_eval
+with the classes registered). The same folder loads as a weirdnet model:
+`weirdnet.models.load("{name}")`.
+
+Do not load it with `trust_remote_code=True`: {RISK}
 """

@@ -14,13 +14,15 @@ so ``lm_eval`` runs with no download:
 Run them on an exported model (``weirdnet export-hf``)::
 
     weirdnet harness-tasks tasks/ --max-len 256   # the model's max_len: no request is cut
-    lm_eval --model hf --model_args pretrained=OUT,trust_remote_code=True \\
+    python -m weirdnet.hf.harness --model hf --model_args pretrained=OUT \\
         --include_path tasks/ --tasks weirdnet_stdlib_nextline,weirdnet_stdlib_bpb
 
-or, without ``trust_remote_code``, ``python -m weirdnet.hf.harness`` with the same
-arguments (it imports :mod:`weirdnet.hf`, which registers the classes, then runs
-``lm_eval``'s command line).  On a machine that reaches the Hugging Face Hub the usual
-tasks work the same way: ``--tasks lambada_openai,hellaswag,arc_easy``.
+``python -m weirdnet.hf.harness ARGS`` is ``lm_eval ARGS`` after ``import weirdnet.hf``,
+which registers the classes, so no ``trust_remote_code`` is needed and no Python file of
+the model folder runs.  (``lm_eval`` itself would need ``trust_remote_code=True`` in
+``--model_args``, which runs the folder's files: :data:`.remote.RISK`.)  On a machine that
+reaches the Hugging Face Hub the usual tasks work the same way:
+``--tasks lambada_openai,hellaswag,arc_easy``.
 """
 
 from __future__ import annotations

@@ -76,7 +76,8 @@ class WeirdNetPreTrainedModel(PreTrainedModel):
         in its metadata (as ``model.save`` stores it: checked by ``from_pretrained`` and
         ``weirdnet.models.load``), and the remote-code files and ``auto_map``
         (:mod:`.remote`), so the folder also loads with ``trust_remote_code=True`` in a
-        process that never imported ``weirdnet.hf``."""
+        process that never imported ``weirdnet.hf`` (which runs the folder's Python files:
+        :data:`.remote.RISK`)."""
         classes = (type(self), type(self.config))
         registered = [cls._auto_class for cls in classes]
         for cls in classes:  # never let transformers copy this package's files into the folder

@@ -33,6 +33,7 @@ import torch.nn as nn
 from ..ops.checks import check_float_tensor, check_mask, check_rows
 from ..ops.packing import check_doc_ids, per_document
 from ..ops.softmax_attention import check_dropout, check_step_mask, merge_heads, split_heads
+from .ownership import check_owner, own
 
 
 def select_rows(index: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -94,7 +95,7 @@ class Mixer(nn.Module):
             raise self.not_decodable("init_cache() is not available")
         check_positive_int(batch_size, "batch_size")
         check_positive_int(max_len, "max_len", optional=True)
-        return self._new_cache(batch_size, max_len)
+        return own(self._new_cache(batch_size, max_len), self)
 
     def step(self, x_t: torch.Tensor, cache, mask_t: torch.Tensor | None = None
              ) -> torch.Tensor:
@@ -115,12 +116,14 @@ class Mixer(nn.Module):
         check_mask(mask, x.shape[0], x.shape[1])
 
     def check_cache(self, cache, batch: int) -> None:
-        """``cache`` must come from this mixer's :meth:`init_cache`, for ``batch`` rows."""
+        """``cache`` must come from this mixer's :meth:`init_cache` (this very layer's:
+        :func:`.ownership.check_owner`), for ``batch`` rows."""
         if not self.causal or self.cache_type is None:
             raise self.not_decodable("forward() takes no cache")
         if not isinstance(cache, self.cache_type):
             raise ValueError(f"cache must come from {type(self).__name__}.init_cache(), "
                              f"got {type(cache).__name__}")
+        check_owner(cache, self)
         if cache.batch_size != batch:
             raise ValueError(f"cache was made for batch_size={cache.batch_size}, "
                              f"got a batch of {batch}")

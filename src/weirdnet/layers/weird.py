@@ -20,6 +20,7 @@ import torch.nn as nn
 from ..ops import WeirdScanCache, levels_needed, weird_scan, weird_scan_bidirectional
 from ..ops.block_step import ScanMixerWeights
 from .base import Mixer
+from .ownership import check_owner
 from .registry import register
 
 WEIGHT_MODES = ("cumexp", "exp", "ones")
@@ -155,10 +156,12 @@ class WeirdAttention(Mixer):
 
     def fused_step_parts(self, cache):
         """``(ScanMixerWeights, scan cache)`` for a fused block step over ``cache``, or
-        None: not causal, not this layer's cache, a scan cache on a backend other than
-        the C kernel, or a cache dtype other than the weights'."""
+        None: not causal, not a Weird-attention cache, a scan cache on a backend other
+        than the C kernel, or a cache dtype other than the weights'.  Another layer's
+        cache is a ValueError (:func:`.ownership.check_owner`)."""
         if not self.causal or not isinstance(cache, WeirdAttentionCache):
             return None
+        check_owner(cache, self)
         scan = cache.scan
         if scan.backend != "cpu" or scan.dtype != self.proj_o.weight.dtype:
             return None

@@ -26,6 +26,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from weirdnet.layers.base import clear_rows, select_rows
+from weirdnet.layers.ownership import check_owner, own
 from weirdnet.ops.checks import check_mask, check_rows, on_host
 from weirdnet.ops.packing import check_doc_ids, per_document, positions_in_document
 from weirdnet.ops.rotary import token_positions
@@ -277,6 +278,7 @@ class Backbone(nn.Module):
         return run(partial(_run_block, block), *args)
 
     def _extend(self, inputs, mask, cache: BackboneCache, context, context_mask):
+        check_owner(cache, self)
         batch, length = inputs.shape[:2]
         if batch != cache.lengths.shape[0]:
             raise ValueError(f"cache holds {cache.lengths.shape[0]} sequences, inputs have "
@@ -306,8 +308,10 @@ class Backbone(nn.Module):
         causal Weird-attention block on CPU runs as one fused C call
         (:mod:`weirdnet.ops.block_step`, made at the cache's first step from the weights
         of that moment); other blocks run as PyTorch ops.  Token ids are not
-        range-checked here (the embedding rejects one out of range).
+        range-checked here (the embedding rejects one out of range).  A cache made by
+        another backbone is a ValueError (:func:`weirdnet.layers.ownership.check_owner`).
         """
+        check_owner(cache, self)
         if not self.takes_tokens or not isinstance(tokens, torch.Tensor) \
                 or tokens.shape != (cache.batch_size,):
             raise ValueError(f"step takes token ids of shape ({cache.batch_size},) on a "
@@ -357,7 +361,7 @@ class Backbone(nn.Module):
                              f"max_len={self.config.max_len}")
         layers = [block.init_cache(batch_size, max_len) for block in self.blocks]
         lengths = torch.zeros(batch_size, dtype=torch.long, device=self.embed.weight.device)
-        return BackboneCache(layers, lengths, 0, max_len)
+        return own(BackboneCache(layers, lengths, 0, max_len), self)
 
 
 def _link_z_carriers(blocks) -> bool:
