@@ -57,12 +57,13 @@ def inputs(masked=True):
 
 
 def test_the_count_sees_the_checks_of_cpu_eager_mode(monkeypatch):
-    """On CPU in eager mode the id range check reads the ids (free there): counted."""
+    """On CPU in eager mode the id range check reads the ids and the scan checks that
+    log_w is finite (both free there): counted."""
     torch.manual_seed(0)
     model = WeirdNetLM({"backbone": {**SMALL, "pattern": "B", "causal": True}})
     reads = count_reads(monkeypatch)
     model(*inputs()[:1])
-    assert reads == ["tolist"]  # min and max of the ids in one read
+    assert reads == ["tolist", "__bool__"]  # min and max of the ids in one read; log_w
 
 
 @pytest.mark.parametrize("pattern", ["B", "linear", "local", "relation", "weird,softmax"])

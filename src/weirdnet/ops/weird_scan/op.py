@@ -58,7 +58,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..checks import check_finite_log_w, check_scan_inputs, levels_needed
+from ..checks import check_finite_log_w, check_scan_inputs, levels_needed, on_host
 from ..packing import segment_ids
 from . import dispatch
 
@@ -155,7 +155,7 @@ def scan_op(a: Tensor, v: Tensor, log_w: Tensor, mask: Tensor | None, doc: Tenso
             reverse: bool, split: int, backend: str) -> Tensor:
     """O (B, L, D) in the directions ``reverse`` and ``split`` name (module docstring)."""
     impl = dispatch.resolve(a.device, backend or None)
-    if a.device.type == "cpu":  # eager or compiled, the values are at hand here
+    if on_host(log_w):  # the values are at hand (in a compiled graph too: an opaque op)
         check_finite_log_w(log_w, levels_needed(a.shape[1]))
     n_causal = causal_channels(a.shape[-1], reverse, split)
     out = impl.fwd(a, v, log_w, mask, doc, n_causal, levels_needed(a.shape[1]))
