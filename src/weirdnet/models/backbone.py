@@ -25,8 +25,12 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
-from weirdnet.layers.base import clear_rows, select_rows
-from weirdnet.layers.ownership import check_owner, own
+from weirdnet.layers.base import (  # the mixer contract's cache ownership
+    check_owner,
+    clear_rows,
+    own,
+    select_rows,
+)
 from weirdnet.ops.checks import check_mask, check_rows, on_host
 from weirdnet.ops.packing import check_doc_ids, per_document, positions_in_document
 from weirdnet.ops.rotary import token_positions
