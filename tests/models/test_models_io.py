@@ -220,8 +220,10 @@ def test_damaged_checkpoint_warning_is_one_clean_line(tmp_path):
     from weirdnet.train import checkpoint as ckpt
 
     model = models()[0]
-    for step in (1, 2):
-        ckpt.save_checkpoint(tmp_path, step, model.save, {"step": step}, keep_last=2)
+    for step in (1, 2):  # a trainer state has these keys (an incomplete one is damage)
+        state = {key: {} for key in ("progress", "optimizer", "scheduler", "scaler", "rng")}
+        ckpt.save_checkpoint(tmp_path, step, model.save, state | {"progress": {"step": step}},
+                             keep_last=2)
     weights = tmp_path / "checkpoints" / "step-00000002" / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-3] ^= 0x01
