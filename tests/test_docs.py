@@ -5,7 +5,7 @@
   reports included) is in the nav, so none is reachable only by its address;
 - every relative link in README.md points at a file or folder that exists;
 - every table included from a generated report by line range
-  (``--8<-- "benchmarks/results/....md:START:END"``) is still exactly one whole table
+  (``--8<-- "lab/results/....md:START:END"``) is still exactly one whole table
   there, so a report rewritten with more or fewer lines fails here, not silently on the
   site;
 - the README's count of the Zoology grid's finished cells is the report's, so the
@@ -54,7 +54,7 @@ def test_every_nav_page_exists(page):
 
 
 def test_every_page_is_in_the_nav():
-    """docs/results links to benchmarks/results: a new report folder needs a nav line."""
+    """docs/results links to lab/results: a new report folder needs a nav line."""
     pages = {str((Path(folder) / name).relative_to(DOCS))
              for folder, _, names in os.walk(DOCS, followlinks=True)
              for name in names if name.endswith(".md")}
@@ -73,7 +73,7 @@ def test_every_relative_link_in_the_readme_exists():
 
 
 def test_the_reports_are_pages_of_the_site():
-    assert (DOCS / "results").resolve() == (ROOT / "benchmarks" / "results").resolve()
+    assert (DOCS / "results").resolve() == (ROOT / "lab" / "results").resolve()
 
 
 @pytest.mark.parametrize("page,path,start,end", _snippets())
@@ -96,7 +96,7 @@ def test_every_included_table_is_one_whole_table(page, path, start, end):
 
 
 def test_the_readme_counts_the_zoology_cells_the_report_counts():
-    report = (ROOT / "benchmarks/results/recall-zoology/recall-zoology.md").read_text(
+    report = (ROOT / "lab/results/recall-zoology/recall-zoology.md").read_text(
         encoding="utf-8")
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     done = re.search(r"^(\d+) of (\d+) cells done", report, re.M)

@@ -1,5 +1,5 @@
 """The package's layering, read from the source (no imports run): the core (ops, layers,
-models, data, train, hf) never imports the lab (weirdnet.lab), and the model layer
+models, data, train, hf) never imports the lab (weirdnet_lab), and the model layer
 reaches a mixer only through the mixer contract, never by naming one."""
 
 import ast

@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
 # The long CPU runs behind the committed records of `bench lm`, `bench recall --recipe
 # zoology` and `bench context`, as lanes of commands in priority order.  Every command
-# stores each finished cell as a record under benchmarks/results/ and skips the cells
+# stores each finished cell as a record under lab/results/ and skips the cells
 # already recorded, so running a lane again resumes at its first unfinished cell (a cell
 # interrupted part-way resumes from its checkpoint while its run directory is there).
 #
-#   benchmarks/campaign.sh lm        # equal CPU-minutes and seeds (issue 30)
-#   benchmarks/campaign.sh zoology   # MQAR at Zoology's recipe (issue 31)
-#   benchmarks/campaign.sh context   # 16K-byte training, bits/byte by position (issue 31)
-#   benchmarks/campaign.sh listops   # ListOps after a short-first curriculum (issue 31)
-#   benchmarks/campaign.sh --list    # print the lanes' commands
+#   lab/benchmarks/campaign.sh lm        # equal CPU-minutes and seeds (issue 30)
+#   lab/benchmarks/campaign.sh zoology   # MQAR at Zoology's recipe (issue 31)
+#   lab/benchmarks/campaign.sh context   # 16K-byte training, bits/byte by position (issue 31)
+#   lab/benchmarks/campaign.sh listops   # ListOps after a short-first curriculum (issue 31)
+#   lab/benchmarks/campaign.sh --list    # print the lanes' commands
 #
 # Two lanes can run side by side on a 2-core machine (each cell takes one thread:
 # OMP_NUM_THREADS=1).  Times are for one thread of the 2-core VMs the records name.
 # SIGINT or SIGTERM to the running `weirdnet bench` stops its cell cleanly (exit 130/143)
 # and ends the lane there.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-OUT=(--out benchmarks/results)
+OUT=(--out lab/results)
 
 ZOOLOGY=(--recipe zoology --widths 64 --epochs 8 "${OUT[@]}")
 lane_zoology() {  # about 10-25 min a cell at L = 64, 20-60 at L = 128, 15-90 at L = 256
@@ -98,5 +98,5 @@ run_lane() {  # a failed command is reported and the lane goes on; a stopped one
 case "${1:-}" in
     lm|zoology|context|listops) run_lane "$1" ;;
     --list) for lane in lm zoology context listops; do echo "# $lane"; "lane_$lane"; done ;;
-    *) echo "usage: benchmarks/campaign.sh lm|zoology|context|listops|--list" >&2; exit 2 ;;
+    *) echo "usage: lab/benchmarks/campaign.sh lm|zoology|context|listops|--list" >&2; exit 2 ;;
 esac

@@ -3,7 +3,7 @@
 # wheel and triton: install this checkout without touching them, then run
 # `weirdnet bench gpu --out OUT` (its report: OUT/report.md; see `weirdnet bench gpu -h`).
 set -euo pipefail
-usage="usage: benchmarks/gpu.sh OUT [--quick] [other weirdnet bench gpu options]"
+usage="usage: lab/benchmarks/gpu.sh OUT [--quick] [other weirdnet bench gpu options]"
 if [[ $# -lt 1 || $1 == -* ]]; then
     echo "$usage" >&2
     exit 2
@@ -11,14 +11,15 @@ fi
 out=$1
 shift
 python=${PYTHON:-python3}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 if ! "$python" -c 'import torch, triton' 2>/dev/null; then
     echo "gpu.sh: $python lacks torch or triton; install the CUDA PyTorch wheel (it brings" \
          "triton) first" >&2
     exit 2
 fi
-# This checkout alone: resolving its dependencies could replace the CUDA torch wheel.
-"$python" -m pip install --quiet --no-deps --no-build-isolation -e .
+# This checkout alone (the library and the lab, which adds `weirdnet bench`): resolving
+# their dependencies could replace the CUDA torch wheel.
+"$python" -m pip install --quiet --no-deps --no-build-isolation -e . -e ./lab
 # The few pure-Python pieces the command and the GPU tests use, only where missing.
 missing=$("$python" -c 'import importlib.util as u; print(" ".join(n for n in
     ("numpy", "tqdm", "pytest") if u.find_spec(n) is None))')

@@ -1,6 +1,6 @@
 """Side by side: the CPU scan kernels of this tree against those of an earlier commit.
 
-    python benchmarks/scan_kernel_ab.py REV [--lengths 1024 4096 16384] [--batch 4]
+    python lab/benchmarks/scan_kernel_ab.py REV [--lengths 1024 4096 16384] [--batch 4]
         [--width 256] [--cpu-time] [--out DIR [--name NAME]]
 
 Builds ``csrc/`` of git revision REV (same compiler and flags as weirdnet's own build)
@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from weirdnet._atomic import write_atomic
-from weirdnet.lab.harness.alloc import reuse_freed_memory
-from weirdnet.lab.harness.machine import cpu_model
+from weirdnet_lab.harness.alloc import reuse_freed_memory
+from weirdnet_lab.harness.machine import cpu_model
 from weirdnet.ops import cbuild
 from weirdnet.ops.weird_scan import cpu
 
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 for L in args.lengths]
     lines = [f"# CPU scan kernels: {args.rev} (old) against this tree (new: {this_tree()})",
              "",
-             f"- command: `python benchmarks/scan_kernel_ab.py {' '.join(sys.argv[1:])}`",
+             f"- command: `python lab/benchmarks/scan_kernel_ab.py {' '.join(sys.argv[1:])}`",
              f"- machine: {cpu_model()}, "
              f"{torch.get_num_threads()} torch threads; torch {torch.__version__}",
              f"- B={args.batch}, D={args.width}, float32, no mask; median of "

@@ -10,7 +10,7 @@ the backward is timed, the peak memory of one forward + backward above what was 
 before it is recorded too (``peak_extra_mib``).  Writes one
 JSON line per measurement to ``--out`` as it goes, so a run cut short keeps what it measured.
 
-    python benchmarks/scan_kernel_variants.py --out variants.jsonl [--other-module F]
+    python lab/benchmarks/scan_kernel_variants.py --out variants.jsonl [--other-module F]
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from weirdnet.ops.weird_scan import triton as cur
 DEFAULTS = dict(LEVELS_PER_PASS=cur.LEVELS_PER_PASS, NUM_WARPS=cur.NUM_WARPS,
                 MAX_BLOCK_D=cur.MAX_BLOCK_D, TILE_ELEMENTS=cur.TILE_ELEMENTS)
 # Changes from the module's defaults, in the order they run (a run stops at its deadline).
-# The first run (H200, 2026-11-27; benchmarks/results/gpu/h200-2026-11-27-variants/) swept
+# The first run (H200, 2026-11-27; lab/results/gpu/h200-2026-11-27-variants/) swept
 # LEVELS_PER_PASS at 8 warps, 16-channel blocks: 5 won and became the default.  These are
 # the knobs it did not reach, around that default.
 VARIANTS = [{}, {"NUM_WARPS": 4}, {"NUM_WARPS": 2}, {"MAX_BLOCK_D": 32}, {"MAX_BLOCK_D": 8},

@@ -1,6 +1,6 @@
 """Side by side: the short convolution's fused C kernel against PyTorch's conv1d.
 
-    python benchmarks/short_conv_ab.py [--shapes 512x64x64 16x1024x128] [--width 4]
+    python lab/benchmarks/short_conv_ab.py [--shapes 512x64x64 16x1024x128] [--width 4]
         [--documents N] [--rounds 15] [--cpu-time] [--out DIR [--name NAME]]
 
 Both paths of :func:`weirdnet.ops.short_conv.short_conv` (``backend="cpu"`` and
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from weirdnet._atomic import write_atomic
-from weirdnet.lab.harness.machine import cpu_model
+from weirdnet_lab.harness.machine import cpu_model
 from weirdnet.ops.short_conv import short_conv
 
 PATHS = ("torch", "cpu")  # conv1d, the C kernel
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     torch_path = "the shifted PyTorch form" if args.documents > 1 else "conv1d"
     lines = [f"# Short convolution: the C kernel against {torch_path} (this tree: {this_tree()})",
              "",
-             f"- command: `python benchmarks/short_conv_ab.py {' '.join(sys.argv[1:])}`",
+             f"- command: `python lab/benchmarks/short_conv_ab.py {' '.join(sys.argv[1:])}`",
              f"- machine: {cpu_model()}, {torch.get_num_threads()} torch threads; "
              f"torch {torch.__version__}",
              f"- k = {args.width}, float32, bias, no state, "

@@ -2,8 +2,8 @@
 revision of them.  Needs triton (its wheel carries ptxas), not a GPU: each kernel is
 compiled ahead of time for one target (default sm_90, an H100), with an empty cache.
 
-    python benchmarks/triton_compile_time.py                       # this checkout
-    python benchmarks/triton_compile_time.py --baseline e01cd49    # and that revision
+    python lab/benchmarks/triton_compile_time.py                       # this checkout
+    python lab/benchmarks/triton_compile_time.py --baseline e01cd49    # and that revision
 
 Prints one row per kernel specialization of a first step at L = 1024 (seconds, lines of
 PTX), in the passes each revision's own ``plan`` makes, and with --baseline that
@@ -36,7 +36,7 @@ def load_kernels(revision: str | None, scratch: Path):
     ``scratch`` and loaded under the same package so that its relative imports resolve)."""
     if revision is None:
         return importlib.import_module(f"{PACKAGE}.triton")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     source = subprocess.run(["git", "show", f"{revision}:{KERNEL_FILE}"], cwd=root,
                             check=True, capture_output=True, text=True).stdout
     path = scratch / "triton_baseline.py"
@@ -111,7 +111,7 @@ def measure(kernels, arch: int) -> list[tuple[str, str, float, int]]:
 
 def main() -> int:
     from weirdnet._atomic import write_atomic
-    from weirdnet.lab.harness.machine import cpu_model, git_commit
+    from weirdnet_lab.harness.machine import cpu_model, git_commit
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", help="a git revision whose kernels to compile too")
@@ -131,10 +131,10 @@ def main() -> int:
             base = measure(load_kernels(args.baseline, scratch), args.arch)
     import triton
 
-    tree = git_commit(Path(__file__).resolve().parents[1])
+    tree = git_commit(Path(__file__).resolve().parents[2])
     lines = [f"# Compile time of the Triton scan kernels (this tree: {tree['commit']}"
              f"{', with uncommitted changes' if tree['dirty'] else ''})", "",
-             f"- command: `python benchmarks/triton_compile_time.py {' '.join(sys.argv[1:])}`",
+             f"- command: `python lab/benchmarks/triton_compile_time.py {' '.join(sys.argv[1:])}`",
              f"- compiled on: {cpu_model()}, for sm_{args.arch}; Triton {triton.__version__}; "
              "bf16 inputs, D = 1024, an empty cache; wall clock, one compilation each", ""]
     for name, rows in (("this tree", current), (args.baseline, base)):

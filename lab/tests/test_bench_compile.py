@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from weirdnet.cli import main
-from weirdnet.lab import compile as compile_bench
+from weirdnet_lab import compile as compile_bench
 from weirdnet.models.presets import get_preset
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from helpers.train import run_cli
-from weirdnet.lab.context.command import plan
+from weirdnet_lab.context.command import plan
 from weirdnet.train.config import TrainConfig
 
 
@@ -68,7 +68,7 @@ def test_smoke_sweep_records_positions_and_reports(tmp_path):
 
 
 def test_truncation_pairs_each_window_with_itself():
-    from weirdnet.lab.context.report import truncation
+    from weirdnet_lab.context.report import truncation
 
     records = [{"truncation_bpc": {"contexts": [128, 1024], "span": 64, "windows": 3,
                                    "bpc": {"128": [3.0, 2.5, 2.0], "1024": [2.9, 2.4, 1.9]}}}]

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from weirdnet.cli import main
-from weirdnet.lab.gpu import plan as gpu_plan
-from weirdnet.lab.gpu import report as gpu_report
-from weirdnet.lab.gpu import steps as gpu_steps
+from weirdnet_lab.gpu import plan as gpu_plan
+from weirdnet_lab.gpu import report as gpu_report
+from weirdnet_lab.gpu import steps as gpu_steps
 
 NO_CUDA = not torch.cuda.is_available()
 

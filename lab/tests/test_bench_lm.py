@@ -16,7 +16,7 @@ from weirdnet.data.registry import DataMissingError
 def _corpus_or_skip() -> None:
     """Skip (with the reason and how to get it) where the wiki-xml corpus is missing: it
     comes from the gensim wheel, which the dev install does not bring."""
-    from weirdnet.lab.lm.command import require_corpus
+    from weirdnet_lab.lm.command import require_corpus
 
     try:
         require_corpus()
@@ -83,8 +83,8 @@ def test_equal_compute_lm_smoke(tmp_path):
 def test_a_run_held_to_the_step_floor_is_marked_as_trained_longer():
     """A model too slow for MIN_STEPS steps in its minutes trains MIN_STEPS (more minutes
     than the others), and the report marks it."""
-    from weirdnet.lab.lm.command import MIN_STEPS, calibration_cells, timed_cells
-    from weirdnet.lab.lm.report import _over_budget
+    from weirdnet_lab.lm.command import MIN_STEPS, calibration_cells, timed_cells
+    from weirdnet_lab.lm.report import _over_budget
 
     calibrated = calibration_cells(["weird-a", "rwkv"], [4096])
     rates = {calibrated[0].key: 1.0, calibrated[1].key: 0.014}  # 600 and 8.4 steps
@@ -97,8 +97,8 @@ def test_a_run_held_to_the_step_floor_is_marked_as_trained_longer():
 def test_equal_minutes_are_counted_on_the_calibrations_clock():
     """A timed run's minutes are its calibration's (that rate set its steps), wherever
     it trained; calibrations from two machines are flagged under the table."""
-    from weirdnet.lab.lm.command import calibration_cells, timed_cells
-    from weirdnet.lab.lm.report import _clock_note, budget_rate
+    from weirdnet_lab.lm.command import calibration_cells, timed_cells
+    from weirdnet_lab.lm.report import _clock_note, budget_rate
 
     def run(rate, clock):
         return {"steps": 600, "steps_per_s": 0.3, "calibrated_rate": rate,
@@ -126,7 +126,7 @@ def test_equal_minutes_are_counted_on_the_calibrations_clock():
 def test_equal_compute_lm_evaluation_interval_does_not_depend_on_the_models_named():
     """E (the common evaluation interval) comes from every model calibrated at that
     context, so naming fewer models keeps the stored runs' configs."""
-    from weirdnet.lab.lm.command import calibration_cells, timed_cells
+    from weirdnet_lab.lm.command import calibration_cells, timed_cells
 
     every = calibration_cells(["weird-a", "softmax"], [1024])
     rates = {every[0].key: 0.8, every[1].key: 0.2}  # 480 and 120 steps in 10 minutes
@@ -140,9 +140,9 @@ def test_timed_runs_evaluate_on_a_doubling_grid_unless_their_context_has_even_ru
     """A context's timed runs take the evaluation spacing of the runs stored there (those
     made before ``train.eval_spacing`` are even, and keep their config hashes), else the
     doubling grid; the report compares them at the last step every run evaluated."""
-    from weirdnet.lab.lm.command import calibration_cells, stored_spacing, timed_cells
-    from weirdnet.lab.lm.report import last_common_step
-    from weirdnet.lab.sweep.store import CellStore
+    from weirdnet_lab.lm.command import calibration_cells, stored_spacing, timed_cells
+    from weirdnet_lab.lm.report import last_common_step
+    from weirdnet_lab.sweep.store import CellStore
     from weirdnet.train.config import eval_due
 
     store = CellStore(tmp_path, tmp_path / "runs")
@@ -174,9 +174,9 @@ def test_timed_runs_evaluate_on_a_doubling_grid_unless_their_context_has_even_ru
 def test_equal_compute_lm_report_decides_only_outside_the_intervals():
     """The lm report's comparisons: decided with seeds whose spread is small against
     the gap, undecided with one seed."""
-    from weirdnet.lab.lm.command import LMCell
-    from weirdnet.lab.lm.report import comparisons
-    from weirdnet.lab.variants import get_variant
+    from weirdnet_lab.lm.command import LMCell
+    from weirdnet_lab.lm.report import comparisons
+    from weirdnet_lab.variants import get_variant
 
     cells = [LMCell(get_variant(name), 1024, seed, 100, 10, 10.0)
              for name in ("weird-a", "softmax", "linear") for seed in range(3)]
@@ -214,8 +214,8 @@ def test_every_model_is_matched_to_the_reference_within_five_percent():
     """bench lm's models have the reference's non-embedding parameters within 5%, by
     their feed-forward width (Mamba and Mamba-2: their number of layers); the count
     leaves out the embedding tables, whose size follows the context."""
-    from weirdnet.lab import matching
-    from weirdnet.lab.lm.command import (
+    from weirdnet_lab import matching
+    from weirdnet_lab.lm.command import (
         MECHANISMS,
         REFERENCE_MODEL,
         model_table,

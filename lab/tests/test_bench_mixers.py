@@ -8,8 +8,8 @@ import pytest
 
 from weirdnet import layers
 from weirdnet.cli import main
-from weirdnet.lab.opbench import analysis, mixers, report, runner
-from weirdnet.lab.opbench.methods import Shape
+from weirdnet_lab.opbench import analysis, mixers, report, runner
+from weirdnet_lab.opbench.methods import Shape
 
 QUICK_D, QUICK_LENGTHS = 32, (64, 128)
 

@@ -1,5 +1,5 @@
 """Where ``weirdnet bench`` writes: a scratch folder by default (never the committed
-``benchmarks/results``), no quick run over full results, one writer per folder, and
+``lab/results``), no quick run over full results, one writer per folder, and
 child processes that end with their command."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from helpers.train import run_cli
 from weirdnet._lock import DirectoryLock
 from weirdnet._signals import Interrupted
 from weirdnet.cli import main
-from weirdnet.lab.harness import children, output
+from weirdnet_lab.harness import children, output
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = REPO / "benchmarks" / "results"
+COMMITTED = REPO / "lab" / "results"
 
 
 # --- the default folder ----------------------------------------------------------------
@@ -53,7 +53,7 @@ def test_quick_scan_without_out_writes_outside_the_repository(monkeypatch, tmp_p
     before = _digests(COMMITTED)
     locked_before = (COMMITTED / ".lock").exists()  # left by an earlier --out run, maybe
     monkeypatch.setenv(output.ENV, str(tmp_path / "scratch"))
-    monkeypatch.chdir(REPO)  # where the old default, benchmarks/results, is the real one
+    monkeypatch.chdir(REPO)  # where the old default, lab/results, is the real one
     argv = ["bench", "scan", "--quick", "--no-memory", "--methods", "scan", "--lengths", "64"]
     assert main(argv) == 0
     err = capsys.readouterr().err
@@ -200,7 +200,7 @@ def test_run_times_out_and_reports_output():
 def test_a_child_stops_when_its_parent_is_killed(tmp_path):
     """watch_parent: a child whose command was SIGKILLed (no chance to stop it) ends."""
     code = ("import subprocess, sys, time\n"
-            "child = subprocess.Popen([sys.executable, '-c', 'from weirdnet.lab.harness.children "
+            "child = subprocess.Popen([sys.executable, '-c', 'from weirdnet_lab.harness.children "
             "import watch_parent; import time; watch_parent(0.1); time.sleep(60)'], "
             "start_new_session=True)\n"
             "print(child.pid, flush=True)\n"

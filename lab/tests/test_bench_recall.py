@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from helpers.train import run_cli
-from weirdnet.lab.recall.command import causal_mechanisms, plan
-from weirdnet.lab.sweep.intervals import mean_interval, t95, wilson
+from weirdnet_lab.recall.command import causal_mechanisms, plan
+from weirdnet_lab.sweep.intervals import mean_interval, t95, wilson
 from weirdnet.train.config import TrainConfig
 
 
@@ -31,7 +31,7 @@ def test_plan_and_configs(tmp_path):
 
 
 def test_a_learning_rate_sweep_keeps_default_keys_and_chooses_by_validation(tmp_path):
-    from weirdnet.lab.recall.report import chosen, markdown
+    from weirdnet_lab.recall.report import chosen, markdown
 
     cells = plan(["mqar"], [64], [16], ["softmax"], 2, 10, lrs=[3e-3, 1e-2])
     assert [c.key for c in cells] == [
@@ -106,8 +106,8 @@ def test_smoke_sweep_records_reports_and_skips(tmp_path):
 
 def test_the_zoology_recipe_is_zoologys(tmp_path):
     """--recipe zoology: Zoology's Figure 2 settings in every cell's config."""
-    from weirdnet.lab.recall import zoology
-    from weirdnet.lab.variants import get_variant
+    from weirdnet_lab.recall import zoology
+    from weirdnet_lab.variants import get_variant
 
     variants = [get_variant(n) for n in ("transformerpp", "softmax", "weird-a")]
     cells = zoology.plan([64, 128, 256], [64], variants, [0, 4], zoology.LRS, 1, 64)
@@ -139,8 +139,8 @@ def test_the_zoology_recipe_runs_transformers_peers_with_their_own_blocks(tmp_pa
     """A peer (Zoology's Figure 2 runs Mamba and RWKV): 4 of its own blocks at the cell's
     width, no + conv cell (its blocks convolve or shift already), and the deviation
     named; a grid of peers with convolutions only is refused."""
-    from weirdnet.lab.recall import zoology
-    from weirdnet.lab.variants import get_variant
+    from weirdnet_lab.recall import zoology
+    from weirdnet_lab.variants import get_variant
 
     variants = [get_variant(n) for n in ("weird-a", peer)]
     cells = zoology.plan([64], [64], variants, [0, 4], [1e-2], 1, 8)
@@ -159,7 +159,7 @@ def test_the_zoology_recipe_runs_transformers_peers_with_their_own_blocks(tmp_pa
 def test_the_quick_recipe_runs_a_peer_at_its_matched_depth(tmp_path):
     """The quick recipe's widths for a transformers peer: Mamba-2 gets twice the layers
     (one block stands for attention and feed-forward), RWKV the feed-forward width."""
-    from weirdnet.lab.variants import get_variant
+    from weirdnet_lab.variants import get_variant
 
     (mamba2,) = plan(["mqar"], [64], [32], ["mamba2"], 1, 10)
     (rwkv,) = plan(["mqar"], [64], [32], ["rwkv"], 1, 10)
@@ -175,9 +175,9 @@ def test_a_rate_is_not_run_for_a_model_another_rate_already_settled(tmp_path):
     reached 99% validation accuracy at another rate, in a record of its current config;
     not when that record is under 99%, failed, of another config, or of another model;
     and a cell with a record of its own is always kept."""
-    from weirdnet.lab.recall import zoology
-    from weirdnet.lab.sweep.store import CellStore, config_hash
-    from weirdnet.lab.variants import get_variant
+    from weirdnet_lab.recall import zoology
+    from weirdnet_lab.sweep.store import CellStore, config_hash
+    from weirdnet_lab.variants import get_variant
 
     store = CellStore(tmp_path / "results", tmp_path / "runs")
     store.cells_dir.mkdir(parents=True)
@@ -232,8 +232,8 @@ def test_zoology_smoke_sweep_gates_its_columns(tmp_path):
 
 def test_zoology_sampling_error_is_the_worst_case_binomial_half_width():
     """sampling_error: z_0.975 sqrt(1/4 / n), in points; halves when n grows 4x."""
-    from weirdnet.lab.recall.zoology_report import sampling_error
-    from weirdnet.lab.sweep.intervals import Z95
+    from weirdnet_lab.recall.zoology_report import sampling_error
+    from weirdnet_lab.sweep.intervals import Z95
 
     assert abs(sampling_error(3000) - 100 * Z95 * 0.5 / 3000 ** 0.5) < 1e-12
     assert abs(sampling_error(12000) - sampling_error(3000) / 2) < 1e-12
@@ -242,7 +242,7 @@ def test_zoology_sampling_error_is_the_worst_case_binomial_half_width():
 def test_zoology_cell_interval_is_wilson_over_sequences():
     """One record: the Wilson interval over its test sequences, narrow near 100%, as wide
     as the worst case at 50%; several seeds: never narrower than that."""
-    from weirdnet.lab.recall.zoology_report import cell_interval, sampling_error
+    from weirdnet_lab.recall.zoology_report import cell_interval, sampling_error
 
     def record(accuracy: float) -> dict:
         return {"results": {"test": {"accuracy": accuracy}}, "evaluated": {"test": 3000}}
@@ -272,7 +272,7 @@ def test_a_sequence_mean_accuracy_varies_no_more_than_a_bernoulli_draw():
 
 def test_a_cells_running_time_leaves_out_pauses():
     """busy_seconds: the smaller of wall and CPU time; wall time for older records."""
-    from weirdnet.lab.sweep.cell import busy_seconds
+    from weirdnet_lab.sweep.cell import busy_seconds
 
     assert busy_seconds({"wall_s": 3960.0, "cpu_s": 2220.0}) == 2220.0  # paused 29 min
     assert busy_seconds({"wall_s": 100.0, "cpu_s": 190.0}) == 100.0  # two threads
@@ -282,7 +282,7 @@ def test_a_cells_running_time_leaves_out_pauses():
 
 def test_a_cells_training_time_survives_pauses_and_resumes():
     """training_seconds: steps at the median steps/s; busy_seconds without them."""
-    from weirdnet.lab.sweep.cell import training_seconds
+    from weirdnet_lab.sweep.cell import training_seconds
 
     record = {"steps": 1568, "steps_per_s": 1.09, "wall_s": 822.0, "resumed": True}
     assert training_seconds(record) == 1568 / 1.09
@@ -292,7 +292,7 @@ def test_a_cells_training_time_survives_pauses_and_resumes():
 def test_a_cells_training_rate_counts_cpu_time_on_a_cpu():
     """training_rate: steps per CPU-second times threads on a CPU, so another job on the
     machine does not change it; wall-clock steps/s on a GPU and in older records."""
-    from weirdnet.lab.sweep.cell import training_rate, training_seconds
+    from weirdnet_lab.sweep.cell import training_rate, training_seconds
 
     shared = {"steps": 100, "steps_per_s": 0.7, "cpu_steps_per_s": 1.0, "torch_threads": 1,
               "machine": {"device": "cpu"}}  # ran beside another job: 70% of a core
@@ -306,7 +306,7 @@ def test_a_cells_training_rate_counts_cpu_time_on_a_cpu():
 def test_a_resumed_cell_lists_every_commit_it_trained_with(tmp_path):
     """note_code_version: a fresh run starts the log, a resume appends to it; the
     distinct commits come back in order, a dirty checkout marked."""
-    from weirdnet.lab.sweep.cell import note_code_version
+    from weirdnet_lab.sweep.cell import note_code_version
 
     log = str(tmp_path / "cell.code.jsonl")
     assert note_code_version(log, {"commit": "aaa", "dirty": False}, resume=False) == ["aaa"]
@@ -329,9 +329,9 @@ def test_the_zoology_report_keeps_the_rates_validation_did_not_choose():
     """A model run at several rates: the entry is the rate validation chose, and each other
     rate's test accuracy follows it, so a rate that failed stays in the report; a rate of
     the grid not run yet is named."""
-    from weirdnet.lab.recall import zoology
-    from weirdnet.lab.recall.zoology_report import markdown
-    from weirdnet.lab.variants import get_variant
+    from weirdnet_lab.recall import zoology
+    from weirdnet_lab.recall.zoology_report import markdown
+    from weirdnet_lab.variants import get_variant
 
     cells = zoology.plan([64], [16], [get_variant("weird-b"), get_variant("softmax")], [0],
                          [1e-2, 2.2e-3], 1, 2)
@@ -347,9 +347,9 @@ def test_the_zoology_report_keeps_the_rates_validation_did_not_choose():
 
 
 def test_a_zoology_row_of_a_one_rate_grid_names_no_rate():
-    from weirdnet.lab.recall import zoology
-    from weirdnet.lab.recall.zoology_report import markdown
-    from weirdnet.lab.variants import get_variant
+    from weirdnet_lab.recall import zoology
+    from weirdnet_lab.recall.zoology_report import markdown
+    from weirdnet_lab.variants import get_variant
 
     cells = zoology.plan([64], [16], [get_variant("softmax")], [0], [1e-2], 1, 2)
     done = _finished_zoology_records(cells, lambda c: 0.7)
@@ -359,9 +359,9 @@ def test_a_zoology_row_of_a_one_rate_grid_names_no_rate():
 def test_the_zoology_report_says_what_a_second_rate_changed():
     """Per length, over the models that ran at several rates: how many rates' accuracies
     differ beyond both intervals, and the models whose reaching 99% depends on the rate."""
-    from weirdnet.lab.recall import zoology
-    from weirdnet.lab.recall.zoology_report import markdown
-    from weirdnet.lab.variants import get_variant
+    from weirdnet_lab.recall import zoology
+    from weirdnet_lab.recall.zoology_report import markdown
+    from weirdnet_lab.variants import get_variant
 
     variants = [get_variant(name) for name in ("weird-b", "softmax", "linear")]
     cells = zoology.plan([64, 128], [16], variants, [0], [1e-2, 2.2e-3], 1, 2)

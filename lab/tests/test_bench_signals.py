@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from helpers.train import run_cli, subprocess_env, weirdnet_cmd
-from weirdnet.lab.suite.budgets import get_budget
-from weirdnet.lab.suite.cells import Cell
-from weirdnet.lab.suite.tasks import get_task
-from weirdnet.lab.sweep.store import CellStore, config_hash
-from weirdnet.lab.variants import get_variant
+from weirdnet_lab.suite.budgets import get_budget
+from weirdnet_lab.suite.cells import Cell
+from weirdnet_lab.suite.tasks import get_task
+from weirdnet_lab.sweep.store import CellStore, config_hash
+from weirdnet_lab.variants import get_variant
 from weirdnet.train.checkpoint import list_checkpoints
 
 pytestmark = pytest.mark.slow  # benchmark subprocesses
@@ -130,7 +130,7 @@ def test_sigint_while_scan_memory_children_run(tmp_path):
         (out / name).write_text(text)
     bench = Bench(tmp_path, "scan", "--quick", "--methods", "scan,sdpa", "--lengths", "64,128",
                   "--out", str(out))
-    children = bench.wait_for(lambda: bench.children("weirdnet.lab.harness.child"),
+    children = bench.wait_for(lambda: bench.children("weirdnet_lab.harness.child"),
                               "a memory child")
     status, took = bench.stop(signal.SIGINT)
     line = _assert_clean_end(bench, signal.SIGINT, status, children)
@@ -144,7 +144,7 @@ def test_sigterm_while_a_speed_cell_runs(tmp_path):
     bench = Bench(tmp_path, "speed", "--lengths", "64", "128", "--mechanisms", "weird-a",
                   "--dim", "16", "--depth", "1", "--d-ff", "32", "--heads", "2", "--batch",
                   "2", "--steps", "1", "--warmup", "0", "--out", str(tmp_path / "out"))
-    children = bench.wait_for(lambda: bench.children("weirdnet.lab.harness.child speed"),
+    children = bench.wait_for(lambda: bench.children("weirdnet_lab.harness.child speed"),
                               "a speed cell")
     status, took = bench.stop(signal.SIGTERM)
     _assert_clean_end(bench, signal.SIGTERM, status, children)
@@ -159,10 +159,10 @@ def test_sigterm_after_a_speed_cell_keeps_it_as_a_partial_report(tmp_path):
     bench = Bench(tmp_path, "speed", "--lengths", "64", "128", "--mechanisms", "weird-a",
                   "--dim", "16", "--depth", "1", "--d-ff", "32", "--heads", "2", "--batch",
                   "2", "--steps", "1", "--warmup", "0", "--out", str(out))
-    first = bench.wait_for(lambda: bench.children("weirdnet.lab.harness.child speed"),
+    first = bench.wait_for(lambda: bench.children("weirdnet_lab.harness.child speed"),
                            "the first speed cell", timeout=120)
     second = bench.wait_for(lambda: {pid: command for pid, command in bench.children(
-        "weirdnet.lab.harness.child speed").items() if pid not in first},
+        "weirdnet_lab.harness.child speed").items() if pid not in first},
         "the second speed cell", timeout=120)
     status, took = bench.stop(signal.SIGTERM)
     line = _assert_clean_end(bench, signal.SIGTERM, status, {**first, **second})
@@ -209,7 +209,7 @@ def test_sigint_as_a_suite_cell_starts_keeps_the_records(tmp_path):
                        "status": "done", "config_hash": config_hash(done_config)})
     kept = store.record_path(done).read_bytes()
     bench = Bench(tmp_path, *_suite(tmp_path, "weird-a,softmax"))
-    children = bench.wait_for(lambda: bench.children("weirdnet.lab.harness.child cell"),
+    children = bench.wait_for(lambda: bench.children("weirdnet_lab.harness.child cell"),
                               "the cell's process")
     status, _ = bench.stop(signal.SIGINT)
     line = _assert_clean_end(bench, signal.SIGINT, status, children)
@@ -230,7 +230,7 @@ def test_sigterm_while_a_suite_cell_trains_then_a_rerun_completes_it(tmp_path):
     bench = Bench(tmp_path, *_suite(tmp_path, "weird-a"))
     run_lock = store.run_dir(cell) / ".lock"  # the trainer has claimed its run directory
     bench.wait_for(lambda: run_lock.exists(), "the cell's trainer")
-    children = bench.children("weirdnet.lab.harness.child cell")
+    children = bench.children("weirdnet_lab.harness.child cell")
     status, _ = bench.stop(signal.SIGTERM)
     if status == 0:
         pytest.skip("the cell finished before the signal arrived")
@@ -250,7 +250,7 @@ def test_sigterm_while_two_suite_cells_train_stops_both_resumably(tmp_path):
     store = _store(tmp_path)
     bench = Bench(tmp_path, *_suite(tmp_path, "weird-a,softmax"), "--jobs", "2")
     children = bench.wait_for(
-        lambda: (found := bench.children("weirdnet.lab.harness.child cell")) and len(found) == 2
+        lambda: (found := bench.children("weirdnet_lab.harness.child cell")) and len(found) == 2
         and found, "both cells' processes")
     status, _ = bench.stop(signal.SIGTERM)
     if status == 0:
@@ -274,7 +274,7 @@ def test_a_stop_signal_while_a_child_starts_reports_it_started(monkeypatch):
     import sys
 
     from weirdnet._signals import STOP, Interrupted
-    from weirdnet.lab.harness import children
+    from weirdnet_lab.harness import children
 
     original = children._Child.__init__
 
@@ -303,7 +303,7 @@ def test_a_killed_cell_records_how_it_ended(tmp_path):
     warnings when it happened to a Mamba cell); a plain exit status reads as one."""
     from types import SimpleNamespace
 
-    from weirdnet.lab.sweep.engine import cell_outcome, exit_reason
+    from weirdnet_lab.sweep.engine import cell_outcome, exit_reason
 
     assert exit_reason(-signal.SIGKILL) == exit_reason(128 + signal.SIGKILL)
     assert "out-of-memory" in exit_reason(-signal.SIGKILL)

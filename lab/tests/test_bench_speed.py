@@ -8,8 +8,8 @@ import json
 import pytest
 
 from helpers.train import run_cli
-from weirdnet.lab.speed import measure
-from weirdnet.lab.speed_report import markdown, ratio
+from weirdnet_lab.speed import measure
+from weirdnet_lab.speed_report import markdown, ratio
 
 pytestmark = pytest.mark.slow  # benchmark child processes
 
@@ -109,7 +109,7 @@ def test_the_memory_prediction_grows_at_least_linearly_with_length():
     """A short step's RSS increase is page-level noise that can shrink from one length to
     the next; the prediction still grows at least in proportion to the length (the
     activations do), while a time that shrinks is carried forward at its larger value."""
-    from weirdnet.lab.speed import _predicted_over
+    from weirdnet_lab.speed import _predicted_over
 
     done = [{"length": 128, "step_s": 0.02, "rss_mib": 2.9},
             {"length": 256, "step_s": 0.01, "rss_mib": 2.0}]

@@ -1,7 +1,7 @@
 """``weirdnet bench speed`` stopped part-way: the cells measured before the stop signal
 are kept as a partial report beside (never over) the full one, a later full run removes
 it, and ``bench gpu``'s speed step keeps them when its time box runs out.  The cells are
-faked (each is a child process in real runs; tests/lab/test_bench_signals.py sends real
+faked (each is a child process in real runs; lab/tests/test_bench_signals.py sends real
 signals to real ones)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from weirdnet import cli
 from weirdnet._signals import Interrupted
-from weirdnet.lab import speed
+from weirdnet_lab import speed
 
 ARGS = ["bench", "speed", "--lengths", "64", "128", "--mechanisms", "weird-a,dba",
         "--dim", "16", "--depth", "1", "--d-ff", "32", "--heads", "2", "--batch", "2",
@@ -103,8 +103,8 @@ def test_only_a_partial_report_of_ours_is_removed(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("partial", [True, False])
 def test_gpu_speed_step_keeps_a_partial_report_when_its_box_runs_out(tmp_path, partial):
-    from weirdnet.lab.gpu import plan as gpu_plan
-    from weirdnet.lab.gpu import steps as gpu_steps
+    from weirdnet_lab.gpu import plan as gpu_plan
+    from weirdnet_lab.gpu import steps as gpu_steps
 
     plan = gpu_plan.Plan(out=tmp_path, mode="quick", device="cuda", steps=list(gpu_plan.STEPS),
                     boxes=dict(gpu_plan.TIME_BOXES_S["quick"]))

@@ -12,17 +12,17 @@ import pytest
 import torch
 
 from helpers.train import run_cli
-from weirdnet.lab.suite import numbers
-from weirdnet.lab.suite.budgets import BUDGETS, get_budget
-from weirdnet.lab.suite.cells import Cell
-from weirdnet.lab.suite.claims import CLAIMS, claim_lines
-from weirdnet.lab.suite.document import render
-from weirdnet.lab.suite.plan import TABLES_BY_NAME, plan_cells
-from weirdnet.lab.suite.report import Results
-from weirdnet.lab.suite.tasks import TASKS, configs_dir, get_task
-from weirdnet.lab.sweep.intervals import wilson
-from weirdnet.lab.sweep.store import CellStore, config_hash
-from weirdnet.lab.variants import MECHANISMS, VARIANTS, get_variant
+from weirdnet_lab.suite import numbers
+from weirdnet_lab.suite.budgets import BUDGETS, get_budget
+from weirdnet_lab.suite.cells import Cell
+from weirdnet_lab.suite.claims import CLAIMS, claim_lines
+from weirdnet_lab.suite.document import render
+from weirdnet_lab.suite.plan import TABLES_BY_NAME, plan_cells
+from weirdnet_lab.suite.report import Results
+from weirdnet_lab.suite.tasks import TASKS, configs_dir, get_task
+from weirdnet_lab.sweep.intervals import wilson
+from weirdnet_lab.sweep.store import CellStore, config_hash
+from weirdnet_lab.variants import MECHANISMS, VARIANTS, get_variant
 from weirdnet.train.config import TrainConfig, check
 
 pytestmark = pytest.mark.slow  # suite cells train models
@@ -118,7 +118,7 @@ def test_store_states(tmp_path):
 
 
 def test_reports_leave_out_stale_records_but_keep_other_seeds(tmp_path):
-    from weirdnet.lab.suite.command import current_records
+    from weirdnet_lab.suite.command import current_records
 
     budget = get_budget("smoke")
     store = CellStore(tmp_path / "results", tmp_path / "work")
@@ -162,7 +162,7 @@ def test_trivial_baselines():
     import numpy as np
 
     from weirdnet.data.text.lm import ByteLMDataset
-    from weirdnet.lab.suite.baselines import bar, describe, learned, trivial_baseline
+    from weirdnet_lab.suite.baselines import bar, describe, learned, trivial_baseline
 
     class Labelled:
         def __init__(self, labels):
@@ -242,7 +242,7 @@ def test_seeds_give_a_t_interval_and_bpc_needs_seeds():
 
 
 def test_the_data_column_states_the_sizes_the_budget_sets():
-    from weirdnet.lab.suite.document import data_text
+    from weirdnet_lab.suite.document import data_text
 
     text = data_text(get_task("listops"), {"dataset": "listops", "options": {
         "n_train": 20000, "min_length": 500, "max_length": 2000}})
@@ -292,7 +292,7 @@ def test_seeds_that_agree_exactly_keep_the_test_sets_interval():
         100 * (lambda w: w[1] - w[0])(wilson(0.986, 370)))
     other = Results([_record("jv", "softmax", v, seed, items=370)
                      for seed, v in enumerate((96.2, 96.8, 97.3))])
-    from weirdnet.lab.suite.claims import compare
+    from weirdnet_lab.suite.claims import compare
     assert compare(score, other.score("jv", "softmax")) == "undecided"
 
 
@@ -369,7 +369,7 @@ def test_a_shortcut_raises_the_bar_and_undecides_a_task():
 
 def test_shortcut_classifiers_on_items_built_to_have_them():
     from weirdnet.data.lra.listops import VOCAB
-    from weirdnet.lab.suite import shortcuts
+    from weirdnet_lab.suite import shortcuts
 
     class Split(list):
         info = types.SimpleNamespace(vocab_size=16, input_dim=None)
@@ -461,7 +461,7 @@ def test_jobs_run_cells_side_by_side_and_the_report_says_so(tmp_path):
 
 
 def test_cells_side_by_side_share_the_cores_unless_the_user_set_threads(monkeypatch):
-    from weirdnet.lab.sweep.engine import cell_env
+    from weirdnet_lab.sweep.engine import cell_env
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 8)
@@ -553,7 +553,7 @@ def test_the_best_average_claim_compares_every_mechanism_on_the_same_tasks():
 
 
 def test_fig6_averages_every_mechanism_over_the_same_lra_tasks(tmp_path):
-    from weirdnet.lab.suite.figure import accuracy_label, draw_fig6, our_points
+    from weirdnet_lab.suite.figure import accuracy_label, draw_fig6, our_points
 
     speeds = {"weird-a": 5.0, "dba": 3.0, "softmax": 1.0}
     records = [_record(t, n, 50.0 + 10 * speeds[n], speed=speeds[n], memory=100.0)
@@ -590,7 +590,7 @@ def test_each_mechanism_reads_out_and_names_its_dba_form_as_its_paper_runs_it(tm
 
 
 def test_the_report_says_which_dba_form_and_readout_each_record_used():
-    from weirdnet.lab.suite.report import dba_form, form_table, readout
+    from weirdnet_lab.suite.report import dba_form, form_table, readout
 
     def model(pattern, **extra):
         return {"config": {"model": {"backbone": {"pattern": pattern, **extra}}}}
@@ -631,7 +631,7 @@ def test_todays_baselines_table_trains_a_transformers_peer_in_a_suite_cell(tmp_p
     task's widths, trained and reported beside the Transformer++ (LM task only)."""
     pytest.importorskip("transformers")
     from weirdnet.data.registry import DataMissingError
-    from weirdnet.lab.lm.command import require_corpus
+    from weirdnet_lab.lm.command import require_corpus
 
     try:
         require_corpus()
@@ -654,8 +654,8 @@ def test_lm_table_states_each_models_non_embedding_parameters_against_the_transf
     """The LM tables count parameters as the peers are matched (no embedding tables), so
     a reader sees how far each model is from the GPT-2-style Transformer: the today
     table's new rows are matched to it; the papers' own rows keep the papers' widths."""
-    from weirdnet.lab.matching import count
-    from weirdnet.lab.suite.report import lm_table, non_embedding_parameters
+    from weirdnet_lab.matching import count
+    from weirdnet_lab.suite.report import lm_table, non_embedding_parameters
 
     budget, lm = get_budget("laptop"), get_task("lm")
     records = []
@@ -682,7 +682,7 @@ def test_todays_weirdnet_rows_are_matched_to_the_transformer_as_the_peers_are(
     non-embedding parameters of the GPT-2-style Transformer with the task's widths within
     5% (their feed-forward width turned), as the peers do; the papers' rows keep the
     task's widths, and the matched A and B differ from them only in that width."""
-    from weirdnet.lab.suite.report import non_embedding_parameters
+    from weirdnet_lab.suite.report import non_embedding_parameters
 
     def cell_config(name: str) -> dict:
         return Cell(get_task("lm"), get_variant(name), 0, get_budget(budget)
@@ -710,8 +710,8 @@ def test_a_curriculum_cell_trains_its_stages_first_and_starts_from_their_weights
     stages, and the config hash does not depend on where the runs live."""
     import dataclasses
 
-    from weirdnet.lab.sweep.cell import run_cell
-    from weirdnet.lab.sweep.engine import cell_spec
+    from weirdnet_lab.sweep.cell import run_cell
+    from weirdnet_lab.sweep.engine import cell_spec
 
     stage = {"data": {"options": {"min_length": 5, "max_length": 20}}, "train": {"steps": 2}}
     budget = dataclasses.replace(get_budget("smoke"), name="smoke-curriculum",

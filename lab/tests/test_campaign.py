@@ -1,4 +1,4 @@
-"""benchmarks/campaign.sh: every command of its lanes is one the CLI accepts, naming
+"""lab/benchmarks/campaign.sh: every command of its lanes is one the CLI accepts, naming
 models and options that exist (the lanes are rerun across sessions to resume)."""
 
 import shlex
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from weirdnet.cli import build_parser
-from weirdnet.lab.variants import get_variant
+from weirdnet_lab.variants import get_variant
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "campaign.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "lab" / "benchmarks" / "campaign.sh"
 
 
 def _commands() -> list[list[str]]:

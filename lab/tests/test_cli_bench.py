@@ -12,8 +12,8 @@ import torch
 from weirdnet import __version__
 from weirdnet._atomic import write_atomic
 from weirdnet.cli import main
-from weirdnet.lab.opbench import analysis
-from weirdnet.lab.opbench.scan import DEFAULT_METHODS, LOG_W
+from weirdnet_lab.opbench import analysis
+from weirdnet_lab.opbench.scan import DEFAULT_METHODS, LOG_W
 
 pytestmark = pytest.mark.slow  # benchmark child processes
 
@@ -119,8 +119,8 @@ def test_log_w_option_refuses_an_unknown_class(capsys):
 
 def test_log_w_classes_draw_different_log_w():
     """typical: cumsum(0.1 N(0, 1)); wide: cumsum(N(0, 1)), ten times the steps."""
-    from weirdnet.lab.opbench.methods import Shape
-    from weirdnet.lab.opbench.scan import methods
+    from weirdnet_lab.opbench.methods import Shape
+    from weirdnet_lab.opbench.scan import methods
 
     shape = Shape(1, 64, 8)
     typical = methods()["scan-typical"].build(shape, torch.float64, torch.device("cpu"), 0)

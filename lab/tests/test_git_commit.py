@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from weirdnet.lab.harness.machine import RESULTS_FOLDER, git_commit
+from weirdnet_lab.harness.machine import RESULTS_FOLDER, git_commit
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from weirdnet.lab.harness.jsonl import json_objects
+from weirdnet_lab.harness.jsonl import json_objects
 
 
 def test_json_objects_skips_blank_cut_and_non_object_lines(tmp_path):

@@ -2,7 +2,7 @@
 its cells, and their training time counted from steps and rates (a resumed cell counts
 all its steps)."""
 
-from weirdnet.lab.sweep.writing import machine_lines, progress_lines
+from weirdnet_lab.sweep.writing import machine_lines, progress_lines
 
 
 def _record(cpu: str, commit: str, commits=None, **extra) -> dict:

@@ -1,5 +1,5 @@
 """Student's t intervals on a mean, for the core's own tables (``weirdnet eval
---truncation``) and the lab's reports (:mod:`weirdnet.lab.sweep.intervals`)."""
+--truncation``) and the lab's reports (:mod:`weirdnet_lab.sweep.intervals`)."""
 
 from __future__ import annotations
 

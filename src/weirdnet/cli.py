@@ -10,8 +10,8 @@ Every command is a module with
 :data:`COMMANDS` names the module of each command, or a table of subcommands for a group
 (``weirdnet bench ...``, ``weirdnet data ...``; :data:`GROUPS` has their help).  Adding a
 command is one module and one line here.  The core's commands live in
-:mod:`weirdnet.commands`, the benchmarks in the lab (:mod:`weirdnet.lab`,
-:mod:`weirdnet.lab.suite`).
+:mod:`weirdnet.commands`, the benchmarks in the lab (:mod:`weirdnet_lab`,
+:mod:`weirdnet_lab.suite`).
 
 Command modules import torch inside ``run``, never at import time (deliberately: building
 the parser imports every command module), so ``--help``, ``--version`` and every
@@ -42,16 +42,16 @@ COMMANDS: Commands = {
     "plot": "weirdnet.commands.plot",
     "configs": "weirdnet.commands.configs",
     "bench": {
-        "scan": "weirdnet.lab.opbench.scan",
-        "mixers": "weirdnet.lab.opbench.mixers",
-        "decode": "weirdnet.lab.decode",
-        "speed": "weirdnet.lab.speed",
-        "compile": "weirdnet.lab.compile",
-        "lm": "weirdnet.lab.lm.command",
-        "recall": "weirdnet.lab.recall.command",
-        "context": "weirdnet.lab.context.command",
-        "suite": "weirdnet.lab.suite.command",
-        "gpu": "weirdnet.lab.gpu",
+        "scan": "weirdnet_lab.opbench.scan",
+        "mixers": "weirdnet_lab.opbench.mixers",
+        "decode": "weirdnet_lab.decode",
+        "speed": "weirdnet_lab.speed",
+        "compile": "weirdnet_lab.compile",
+        "lm": "weirdnet_lab.lm.command",
+        "recall": "weirdnet_lab.recall.command",
+        "context": "weirdnet_lab.context.command",
+        "suite": "weirdnet_lab.suite.command",
+        "gpu": "weirdnet_lab.gpu",
     },
     "data": {
         "list": "weirdnet.commands.data_list",

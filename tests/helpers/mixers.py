@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from weirdnet.lab.harness.memory import measure_cpu_in_child
+from weirdnet_lab.harness.memory import measure_cpu_in_child
 
 from .numerics import rel_err
 
@@ -156,7 +156,7 @@ def check_cache_errors(layer) -> None:
 
 # The child gives every block >= 64 KiB its own mapping, returned to the system on free
 # (a fixed glibc M_MMAP_THRESHOLD), so its peak RSS is the peak of live tensors.  The
-# benchmark's heap setting (weirdnet.lab.harness.alloc) keeps freed blocks in the heap instead,
+# benchmark's heap setting (weirdnet_lab.harness.alloc) keeps freed blocks in the heap instead,
 # where the peak also counts holes and varies by +-15% with allocation order.
 _MEMORY_CHILD = """
 import ctypes, json, sys
@@ -164,7 +164,7 @@ mallopt = ctypes.CDLL(None).mallopt
 mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
 assert mallopt(-3, 1 << 16) == 1  # M_MMAP_THRESHOLD = 64 KiB, no dynamic adjustment
 import torch
-from weirdnet.lab.harness.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
+from weirdnet_lab.harness.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
 from weirdnet.layers import build
 name, B, L, D, causal, options = json.loads(sys.argv[1])
 torch.set_num_threads(1)

@@ -528,13 +528,13 @@ def test_packed_edge_layouts_are_bitwise(passes, levels):
 
 
 def test_the_compile_time_script_compiles_every_kernel_for_a_gpu(tmp_path):
-    """benchmarks/triton_compile_time.py compiles the forward and backward kernels for
+    """lab/benchmarks/triton_compile_time.py compiles the forward and backward kernels for
     sm_90 ahead of time (no GPU needed, only the ptxas that triton's wheel carries)."""
     import subprocess
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "triton_compile_time.py"
+    script = Path(__file__).resolve().parents[2] / "lab" / "benchmarks" / "triton_compile_time.py"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, str(script), "--out", str(tmp_path)], env=env,
                           capture_output=True, text=True, timeout=600)

@@ -247,12 +247,12 @@ def test_half_precision_runs_the_conv1d_path():
 
 
 def test_the_timing_script_runs_and_checks_agreement(tmp_path):
-    """benchmarks/short_conv_ab.py at a tiny size: both paths agree, a record is written."""
+    """lab/benchmarks/short_conv_ab.py at a tiny size: both paths agree, a record is written."""
     import subprocess
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "short_conv_ab.py"
+    script = Path(__file__).resolve().parents[2] / "lab" / "benchmarks" / "short_conv_ab.py"
     done = subprocess.run([sys.executable, str(script), "--shapes", "2x5x3", "--rounds", "1",
                            "--out", str(tmp_path)], capture_output=True, text=True,
                           timeout=300)

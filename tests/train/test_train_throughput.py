@@ -88,7 +88,7 @@ def test_input_tokens_are_the_non_padding_positions_each_task_reads():
 
 
 @pytest.mark.parametrize("log", sorted(str(p.relative_to(ROOT)) for p in (
-    ROOT / "benchmarks" / "results").rglob("*.jsonl") if '"event": "train"' in p.read_text()))
+    ROOT / "lab" / "results").rglob("*.jsonl") if '"event": "train"' in p.read_text()))
 def test_weirdnet_plot_reads_the_committed_run_logs(log, tmp_path):
     """The committed logs were written with ``tokens_per_s``: plot reads it as targets/s."""
     shown = run_cli("plot", str(ROOT / log), "--out", str(tmp_path / "c.png"), cwd=tmp_path)

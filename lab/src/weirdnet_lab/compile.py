@@ -24,18 +24,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from weirdnet.lab.harness import output
+from weirdnet_lab.harness import output
 
 HELP = "training steps/s eager vs torch.compile(fullgraph=True)"
 
 DESCRIPTION = __doc__.split("\n\n", 1)[0].replace("``", "`") + "\n\n" + \
     "Writes compile_<device>.{json,md} to OUT and prints the Markdown table. OUT is --out " \
     "DIR, else $WEIRDNET_BENCH_DIR, else ~/.cache/weirdnet/bench; the committed results " \
-    "are rewritten only with --out benchmarks/results."
+    "are rewritten only with --out lab/results."
 EXAMPLES = """\
 examples:
   weirdnet bench compile                                 # both workloads, CPU
-  weirdnet bench compile --out benchmarks/results        # the committed results
+  weirdnet bench compile --out lab/results        # the committed results
   weirdnet bench compile --workloads quickstart --steps 20
 """
 QUICKSTART = {"pattern": "B", "dim": 128, "depth": 4, "d_ff": 512, "heads": 4,
@@ -75,7 +75,7 @@ def _model(spec: dict[str, Any]):
         backbone = {k: spec[k] for k in keys} | {"vocab_size": VOCAB, "max_len": spec["length"],
                                                  "causal": True}
         return WeirdNetLM({"backbone": backbone})
-    from weirdnet.lab.variants import get_variant
+    from weirdnet_lab.variants import get_variant
     from weirdnet.models.classifier import WeirdNetClassifier
 
     backbone = {k: spec[k] for k in ("dim", "depth", "d_ff", "heads")}
@@ -99,7 +99,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """First-step time and loss, and the median step time, of one (workload, mode)."""
     import torch
 
-    from weirdnet.lab.harness.timing import time_step
+    from weirdnet_lab.harness.timing import time_step
 
     model = _model(spec)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -128,9 +128,9 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One cell in a fresh process (the ``compile`` job of
-    :mod:`weirdnet.lab.harness.child`), stopped with this one; a failure is a row with its
+    :mod:`weirdnet_lab.harness.child`), stopped with this one; a failure is a row with its
     status and error."""
-    from weirdnet.lab.harness import children
+    from weirdnet_lab.harness import children
 
     result = children.run_job("compile", spec, timeout_s=timeout)
     return {**{key: spec[key] for key in ("workload", "mode")}, **result}
@@ -226,8 +226,8 @@ def _run(args, argv, workloads: list[str], out: Path, session: output.Writing) -
     import torch
 
     from weirdnet._atomic import write_atomic
-    from weirdnet.lab.harness.alloc import reuse_freed_memory
-    from weirdnet.lab.harness.machine import machine_info
+    from weirdnet_lab.harness.alloc import reuse_freed_memory
+    from weirdnet_lab.harness.machine import machine_info
 
     rows = measure_all(workloads, args.steps, args.warmup, args.timeout)
     info = machine_info(torch.device("cpu"), ["weirdnet", *argv], reuse_freed_memory())

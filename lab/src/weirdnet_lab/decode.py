@@ -19,7 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
-from weirdnet.lab.harness import output
+from weirdnet_lab.harness import output
 
 DEFAULT_MODELS = ("weirdnet-a-small-cpu", "weirdnet-small-cpu", "gpt2-small-cpu")
 DEFAULT_CONTEXTS = (1024, 2048, 4096, 8192, 16384)
@@ -35,13 +35,13 @@ DESCRIPTION = __doc__.split("\n\n", 1)[1] + """
 Output: a Markdown table on stdout and in OUT/decode_<device>.md, raw numbers in
 OUT/decode_<device>.json. OUT is --out DIR, else $WEIRDNET_BENCH_DIR, else
 ~/.cache/weirdnet/bench; the committed results are rewritten only with
---out benchmarks/results, and never by a --quick run (unless --force). Target: at
+--out lab/results, and never by a --quick run (unless --force). Target: at
 L=16384 and batch 1, structure B reaches >= 1.5x and structure A >= 12x the tokens/s of
 the all-softmax model, and structure A >= 4,000 tokens/s.
 
 examples:
   weirdnet bench decode                          # into ~/.cache/weirdnet/bench
-  weirdnet bench decode --out benchmarks/results # the committed results
+  weirdnet bench decode --out lab/results # the committed results
   weirdnet bench decode --contexts 1024 4096 --new-tokens 16
   weirdnet bench decode --quick                  # seconds-long smoke run
   weirdnet bench decode --models weird-a,weird-b,softmax,llama,mamba,mamba2,rwkv,transformerpp
@@ -161,8 +161,8 @@ def _build(name: str, context: int, device):
 
     if name in PRESETS:
         return build_preset(name, device=device)
-    from weirdnet.lab import matching
-    from weirdnet.lab.lm.command import MODEL
+    from weirdnet_lab import matching
+    from weirdnet_lab.lm.command import MODEL
 
     table = matching.matched_variant(name, MODEL)[0]
     with torch.device(device):
@@ -177,8 +177,8 @@ def _check_models(models: list[str]) -> None:
     for name in models:
         if name in PRESETS:
             continue
-        from weirdnet.lab import matching
-        from weirdnet.lab.lm.command import MODEL
+        from weirdnet_lab import matching
+        from weirdnet_lab.lm.command import MODEL
 
         try:
             matching.matched_variant(name, MODEL)
@@ -219,7 +219,7 @@ def measure(model_name: str, context: int, new_tokens: int, device, batch: int =
     prefill and decoding, and per-layer step times at ``context``."""
     import torch
 
-    from weirdnet.lab.harness.memory import PeakMemory
+    from weirdnet_lab.harness.memory import PeakMemory
 
     torch.manual_seed(0)
     model = _build(model_name, context, device).eval()
@@ -269,7 +269,7 @@ def _peer_lines(doc: dict) -> list[str]:
 
 
 def _markdown(doc: dict) -> str:
-    from weirdnet.lab.opbench.report import fmt_ratio
+    from weirdnet_lab.opbench.report import fmt_ratio
     from weirdnet.models.backbone import FUSED_STEP_MAX_BATCH
 
     m, c = doc["machine"], doc["config"]
@@ -337,9 +337,9 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path,
          session: output.Writing) -> int:
     import torch
 
-    from weirdnet.lab.harness import alloc, machine
-    from weirdnet.lab.harness.progress import Progress
-    from weirdnet.lab.opbench import report
+    from weirdnet_lab.harness import alloc, machine
+    from weirdnet_lab.harness.progress import Progress
+    from weirdnet_lab.opbench import report
 
     models = [m for m in args.models.split(",") if m]
     contexts = [256, 512] if args.quick else args.contexts
@@ -379,7 +379,7 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path,
 def _document(args, argv, models, contexts, new_tokens, device, allocator, rows) -> dict:
     import torch
 
-    from weirdnet.lab.harness import machine
+    from weirdnet_lab.harness import machine
 
     info = machine.machine_info(device, ["weirdnet", *argv], allocator)
     speed = {(r["model"], r["context"]): r["tokens_per_s"] for r in rows}

@@ -116,7 +116,7 @@ def reference(widths: dict[str, Any]) -> dict[str, Any]:
 
 @functools.cache
 def _matched_cached(name: str, widths: tuple) -> tuple[dict[str, Any], int, int]:
-    from weirdnet.lab.variants import get_variant
+    from weirdnet_lab.variants import get_variant
 
     sizes = dict(widths)
     target = count(reference(sizes))

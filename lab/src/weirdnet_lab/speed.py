@@ -3,7 +3,7 @@ relative to the Transformer on byte-level text classification (Weird-Net Table V
 DBA Table 1).
 
 Every (mechanism, length) is measured in a fresh process (``python -m
-weirdnet.lab.harness.child speed SPEC``) with the same model size and batch for every
+weirdnet_lab.harness.child speed SPEC``) with the same model size and batch for every
 mechanism: a classifier over bytes (vocabulary 257, 2 classes), AdamW, random tokens.
 One training step = forward, loss, backward, optimizer step.
 
@@ -52,8 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet._signals import Interrupted, signal_name
-from weirdnet.lab.harness import output
-from weirdnet.lab.harness.alloc import return_freed_memory, reuse_freed_memory
+from weirdnet_lab.harness import output
+from weirdnet_lab.harness.alloc import return_freed_memory, reuse_freed_memory
 
 HELP = "training steps/s and peak memory of each model vs the Transformer"
 
@@ -62,11 +62,11 @@ DESCRIPTION = __doc__.split("\n\n", 1)[0].replace("``", "`") + "\n\n" + \
     "speed_long_<device>.*) to OUT and " \
     "prints the Markdown table. OUT is --out DIR, else $WEIRDNET_BENCH_DIR, else " \
     "~/.cache/weirdnet/bench; the committed " \
-    "results are rewritten only with --out benchmarks/results."
+    "results are rewritten only with --out lab/results."
 EXAMPLES = """\
 examples:
   weirdnet bench speed                                   # CPU, L = 256 ... 16K
-  weirdnet bench speed --out benchmarks/results          # the committed results
+  weirdnet bench speed --out lab/results          # the committed results
   weirdnet bench speed --device cuda                     # LRA Text sizes, batch 32
   weirdnet bench speed --lengths 1024 4096 --mechanisms weird-a,dba,softmax
   weirdnet bench speed --task lm                         # LMs and the transformers peers
@@ -138,7 +138,7 @@ TASKS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from weirdnet.lab.variants import MECHANISMS
+    from weirdnet_lab.variants import MECHANISMS
 
     def each_task(value) -> str:
         return "; ".join(f"{name}: {value(task)}" for name, task in TASKS.items())
@@ -177,7 +177,7 @@ def _build_lm(spec: dict[str, Any], device):
     experiments.matching`), its step and its batches of random bytes."""
     import torch
 
-    from weirdnet.lab import matching
+    from weirdnet_lab import matching
     from weirdnet.train.setup import enable_activation_checkpointing
 
     table = matching.matched_variant(spec["mechanism"], _widths(spec))[0]
@@ -203,7 +203,7 @@ def _build_lm(spec: dict[str, Any], device):
 def _build(spec: dict[str, Any], device):
     import torch
 
-    from weirdnet.lab.variants import get_variant
+    from weirdnet_lab.variants import get_variant
 
     if TASKS[spec.get("task", "classify")].lm:
         return _build_lm(spec, device)
@@ -238,8 +238,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
     import torch
 
-    from weirdnet.lab.harness.memory import MIB, PeakMemory, allocator_peak_bytes
-    from weirdnet.lab.harness.timing import synchronize, time_step
+    from weirdnet_lab.harness.memory import MIB, PeakMemory, allocator_peak_bytes
+    from weirdnet_lab.harness.timing import synchronize, time_step
 
     device = torch.device(spec["device"])
     torch.manual_seed(0)
@@ -276,9 +276,9 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One cell in a fresh process (the ``speed`` job of
-    :mod:`weirdnet.lab.harness.child`), stopped with this one; a failure is a row with its
+    :mod:`weirdnet_lab.harness.child`), stopped with this one; a failure is a row with its
     status and error."""
-    from weirdnet.lab.harness import children
+    from weirdnet_lab.harness import children
 
     result = children.run_job("speed", spec, timeout_s=timeout)
     return {**{key: spec[key] for key in ("mechanism", "length")}, **result}
@@ -411,7 +411,7 @@ def _predicted_over(done: list[dict[str, Any]], length: int, max_step_s: float,
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Measure every cell, write and print the report (see :mod:`.output`); the exit
     status."""
-    from weirdnet.lab.variants import MECHANISMS, get_variant
+    from weirdnet_lab.variants import MECHANISMS, get_variant
 
     task = TASKS[args.task]
     if args.lengths is None:
@@ -438,7 +438,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: Path,
          session: output.Writing) -> int:
     from weirdnet._atomic import write_atomic
-    from weirdnet.lab.speed_report import draw, markdown
+    from weirdnet_lab.speed_report import draw, markdown
 
     try:
         base = _resolve(args)
@@ -449,7 +449,7 @@ def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: 
         mechanisms.append(base["reference"])  # the reference of every ratio
     if TASKS[base["task"]].lm:
         try:  # every model matched before any is timed
-            from weirdnet.lab import matching
+            from weirdnet_lab import matching
 
             for name in mechanisms:
                 matching.matched_variant(name, _widths(base))
@@ -500,7 +500,7 @@ def _result(base: dict[str, Any], command: list[str], rows: list[dict[str, Any]]
     """The report's JSON: settings, machine (this process's) and rows."""
     import torch
 
-    from weirdnet.lab.harness.machine import machine_info
+    from weirdnet_lab.harness.machine import machine_info
 
     allocator = reuse_freed_memory() if base["memory"] == "trace" else \
         "in each measuring process: " + next(
@@ -519,7 +519,7 @@ def _write_partial(base: dict[str, Any], command: list[str], rows: list[dict[str
     """Write the cells measured before a stop signal as ``<stem>.partial.{json,md}``
     (written whole; no plot), marked partial, and say so in ``session.kept``."""
     from weirdnet._atomic import write_atomic
-    from weirdnet.lab.speed_report import markdown
+    from weirdnet_lab.speed_report import markdown
 
     with output.write_whole():
         result = {**_result(base, command, rows), "partial": True}

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from weirdnet.lab.lm.report import label as _label
-from weirdnet.lab.opbench.report import markdown_table
-from weirdnet.lab.suite import numbers
-from weirdnet.lab.variants import VARIANTS
+from weirdnet_lab.lm.report import label as _label
+from weirdnet_lab.opbench.report import markdown_table
+from weirdnet_lab.suite import numbers
+from weirdnet_lab.variants import VARIANTS
 
 
 def _by_cell(result: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:

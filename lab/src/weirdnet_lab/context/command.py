@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from weirdnet.lab.variants import Variant, get_variant
+from weirdnet_lab.variants import Variant, get_variant
 
 CORPUS = "shakespeare"
 CORPORA = ("shakespeare", "python-docs")
@@ -58,7 +58,7 @@ HELP = "long-context use: test bits per byte by context length, and extrapolatio
 DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "`")
 EXAMPLES = """\
 examples:
-  weirdnet bench context --out benchmarks/results     # the committed results (hours on CPU)
+  weirdnet bench context --out lab/results     # the committed results (hours on CPU)
   weirdnet bench context --mechanisms weird-a-long,transformerpp --steps 100
   weirdnet bench context --report-only                # rebuild the report from records
 """
@@ -109,7 +109,7 @@ class ContextCell:
 
     def config_dict(self, work_dir: Path) -> dict[str, Any]:
         """The cell's training config (a dict ``TrainConfig.from_dict`` takes)."""
-        from weirdnet.lab.lm.command import model_table
+        from weirdnet_lab.lm.command import model_table
 
         model = model_table(self.variant.name)[0]
         model = {**model, "backbone": {**model["backbone"],
@@ -153,7 +153,7 @@ def _names(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from weirdnet.lab.sweep.engine import add_sweep_arguments
+    from weirdnet_lab.sweep.engine import add_sweep_arguments
 
     parser.add_argument("--mechanisms", default=",".join(MECHANISMS),
                         help="comma-separated (default: %(default)s)")
@@ -175,8 +175,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan, run the cells that are not done, write the report; the exit status."""
     from weirdnet.data.registry import DataMissingError
-    from weirdnet.lab.context.report import write_report
-    from weirdnet.lab.sweep.engine import list_or_run, sweep_store
+    from weirdnet_lab.context.report import write_report
+    from weirdnet_lab.sweep.engine import list_or_run, sweep_store
 
     store = sweep_store(args, "context" if args.corpus == CORPUS else f"context-{args.corpus}")
     try:
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                      args.eval_contexts, args.corpus)
         configs = {cell.key: cell.config_dict(store.work_dir) for cell in cells}
         if not args.list and not args.report_only:
-            from weirdnet.lab.lm.command import require_corpus
+            from weirdnet_lab.lm.command import require_corpus
 
             require_corpus(args.corpus)
     except (ValueError, KeyError, DataMissingError) as error:

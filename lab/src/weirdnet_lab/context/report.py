@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from weirdnet.lab.context.command import BOUNDS, CORPUS
-from weirdnet.lab.opbench.report import markdown_table
-from weirdnet.lab.sweep import writing
-from weirdnet.lab.sweep.store import CellStore
-from weirdnet.lab.variants import VARIANTS
+from weirdnet_lab.context.command import BOUNDS, CORPUS
+from weirdnet_lab.opbench.report import markdown_table
+from weirdnet_lab.sweep import writing
+from weirdnet_lab.sweep.store import CellStore
+from weirdnet_lab.variants import VARIANTS
 from weirdnet.train.positions import short_bytes, span_label, truncation_rows
 
 

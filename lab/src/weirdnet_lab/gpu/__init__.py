@@ -33,7 +33,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from weirdnet.lab.harness import output
+from weirdnet_lab.harness import output
 
 from .plan import NO_CUDA, STEPS, TIME_BOXES_S, Plan, now, read_json
 from .report import render_report
@@ -45,7 +45,7 @@ DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "`") + """
 OUT gets report.md (every step's results on one page), gpu.json (the run), records/N-STEP.json
 (one per step), logs/ (each child's output; each suite pilot cell's training log as
 logs/suite-CELL.jsonl) and the benchmarks' own folders, laid out as
-benchmarks/results/ is: scan/scan_cuda.*, speed/speed_cuda.*, decode-b1/decode_cuda.*,
+lab/results/ is: scan/scan_cuda.*, speed/speed_cuda.*, decode-b1/decode_cuda.*,
 decode-b16/decode_cuda.*, suite/suite-gpu/ (the suite's run directories: suite-runs/).
 Time boxes in seconds (--quick's in brackets): env 60 [60], correctness 300 [120], scan
 300 [60], speed 300 [90], decode 180 [35], suite 360 [60]: 25 minutes at most [7]. On a
@@ -62,7 +62,7 @@ examples:
   weirdnet bench gpu --out gpu-run --quick       # 7 minutes at most
   weirdnet bench gpu --out /tmp/dry --dry-run-cpu   # the control flow, on the CPU
   weirdnet bench gpu --out gpu-run --steps env,correctness
-  benchmarks/gpu.sh gpu-run                      # a fresh machine: install, then run
+  lab/benchmarks/gpu.sh gpu-run                      # a fresh machine: install, then run
 """
 
 

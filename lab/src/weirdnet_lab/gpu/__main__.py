@@ -1,4 +1,4 @@
-"""``python -m weirdnet.lab.gpu JOB SPEC``: one of the jobs' child processes."""
+"""``python -m weirdnet_lab.gpu JOB SPEC``: one of the jobs' child processes."""
 
 import sys
 

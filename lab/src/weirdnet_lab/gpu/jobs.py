@@ -1,5 +1,5 @@
 """The jobs ``weirdnet bench gpu`` runs in child processes
-(``python -m weirdnet.lab.gpu JOB SPEC``): the environment, the Triton self-check and the
+(``python -m weirdnet_lab.gpu JOB SPEC``): the environment, the Triton self-check and the
 copy bandwidth, each writing its JSON result to the spec's ``result`` path."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ def job_env(spec: dict) -> dict:
 
     import torch
 
-    from weirdnet.lab.harness.machine import machine_info
+    from weirdnet_lab.harness.machine import machine_info
 
     device = torch.device(spec["device"])
     info = machine_info(device, sys.argv, "not tuned (environment record)")
@@ -37,7 +37,7 @@ def job_env(spec: dict) -> dict:
         except (OSError, subprocess.SubprocessError, IndexError):
             pass
     else:
-        from weirdnet.lab.harness.machine import cpu_model
+        from weirdnet_lab.harness.machine import cpu_model
 
         info["device_name"] = f"CPU: {cpu_model()}"
     info["cudnn"] = torch.backends.cudnn.version() if device.type == "cuda" else None
@@ -96,7 +96,7 @@ def job_copy(spec: dict) -> dict:
     scan forward reads and writes) for each L."""
     import torch
 
-    from weirdnet.lab.harness.timing import median_ms, synchronize, time_step
+    from weirdnet_lab.harness.timing import median_ms, synchronize, time_step
 
     device, dtype = torch.device(spec["device"]), getattr(torch, spec["dtype"])
     def copy_ms(n: int) -> float:
@@ -121,13 +121,13 @@ JOBS = {"env": job_env, "selfcheck": job_selfcheck, "copy": job_copy}
 
 
 def job_main(argv: list[str]) -> int:
-    """``python -m weirdnet.lab.gpu JOB SPEC``: run the job, write its JSON result to
+    """``python -m weirdnet_lab.gpu JOB SPEC``: run the job, write its JSON result to
     the spec's ``result`` path."""
     from weirdnet._atomic import write_atomic
-    from weirdnet.lab.harness.children import watch_parent
+    from weirdnet_lab.harness.children import watch_parent
 
     if len(argv) != 2 or argv[0] not in JOBS:
-        print(f"usage: python -m weirdnet.lab.gpu {{{','.join(JOBS)}}} SPEC", file=sys.stderr)
+        print(f"usage: python -m weirdnet_lab.gpu {{{','.join(JOBS)}}} SPEC", file=sys.stderr)
         return 2
     watch_parent()
     spec = json.loads(argv[1])

@@ -114,7 +114,7 @@ class Step:
     def child(self, command: list[str], what: str, env: dict[str, str] | None = None):
         """Run ``command`` (its output in logs/STEP-WHAT.log) within the time left; the
         completed process.  Raises :class:`StepTimeout` when the time box runs out."""
-        from weirdnet.lab.harness import children
+        from weirdnet_lab.harness import children
 
         self.commands.append(shlex.join(command))
         log_path = self.plan.out / "logs" / f"{self.name}-{what}.log"
@@ -135,7 +135,7 @@ class Step:
         """Run ``job`` of :data:`JOBS` in a child (:meth:`child`); what it returned."""
         result_path = self.plan.out / "logs" / f"{self.name}-{job}.result.json"
         result_path.unlink(missing_ok=True)
-        done = self.child([sys.executable, "-m", "weirdnet.lab.gpu", job,
+        done = self.child([sys.executable, "-m", "weirdnet_lab.gpu", job,
                            json.dumps({**spec, "result": str(result_path)})], job, env)
         if done.returncode != 0 or not result_path.exists():
             raise RuntimeError(f"the {job} job exited with {done.returncode} (see "

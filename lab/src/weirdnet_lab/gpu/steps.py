@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from weirdnet.lab.harness import output
-from weirdnet.lab.harness.jsonl import json_objects
+from weirdnet_lab.harness import output
+from weirdnet_lab.harness.jsonl import json_objects
 
 from .plan import (
     DECODE,
@@ -81,7 +81,7 @@ def _repository() -> Path | None:
 def code_version() -> dict:
     """The checkout's commit and dirty flag, read by this process: the env step's child,
     which reads them too, can time out on a fresh machine (CUDA starting up)."""
-    from weirdnet.lab.harness.machine import git_commit
+    from weirdnet_lab.harness.machine import git_commit
 
     root = _repository()
     return git_commit(root) if root is not None else {"commit": None, "dirty": None}
@@ -132,7 +132,7 @@ def _step_correctness(step: Step) -> tuple[str, str]:
         root = _repository()
         if root is None:
             return "error", ("the GPU tests were not found: run it from a checkout of the "
-                             "repository (benchmarks/gpu.sh does)")
+                             "repository (lab/benchmarks/gpu.sh does)")
         names = DRY_RUN_TESTS if plan.dry else GPU_TESTS[plan.mode]
         tests = [str(root / name) for name in names]
     junit = plan.out / "logs" / "correctness-junit.xml"
@@ -329,8 +329,8 @@ def budget_estimate(budget: str, cells: list[dict]) -> dict:
     """The budget's cell count and its whole time if every cell took the pilot's mean
     (ListOps) wall time: an extrapolation, said as one. A resumed cell's wall time covers
     only its last process, so resumed cells are left out of the mean."""
-    from weirdnet.lab.suite.budgets import get_budget
-    from weirdnet.lab.suite.plan import TABLES_BY_NAME, plan_cells
+    from weirdnet_lab.suite.budgets import get_budget
+    from weirdnet_lab.suite.plan import TABLES_BY_NAME, plan_cells
 
     try:
         planned = plan_cells(get_budget(budget), list(TABLES_BY_NAME))

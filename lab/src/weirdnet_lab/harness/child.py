@@ -1,5 +1,5 @@
 """The one way weirdnet runs work in a fresh process:
-``python -m weirdnet.lab.harness.child JOB SPEC``.
+``python -m weirdnet_lab.harness.child JOB SPEC``.
 
 JOB names a function of :data:`JOBS` that takes the SPEC (a JSON object, given inline or
 as ``@path`` to a file) and returns a JSON-able result.  Before the job (and so before
@@ -8,8 +8,8 @@ torch is imported) the child tells glibc to keep freed memory in the heap
 parent dies (:func:`.children.watch_parent`); SIGINT and SIGTERM end it with one line and
 exit status 128 + signal; and the job's result is the last line of stdout.
 
-The parent side is :func:`weirdnet.lab.harness.children.job_command` (the command line) and
-:func:`weirdnet.lab.harness.children.job_result` (the result, or the failure, as a dict).
+The parent side is :func:`weirdnet_lab.harness.children.job_command` (the command line) and
+:func:`weirdnet_lab.harness.children.job_result` (the result, or the failure, as a dict).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import sys
 from pathlib import Path
 
 JOBS = {
-    "memory": "weirdnet.lab.harness.memchild:measure",    # peak extra memory of one fwd+bwd
-    "speed": "weirdnet.lab.speed:measure",         # a model's training steps/s, memory
-    "compile": "weirdnet.lab.compile:measure",     # eager or compiled training steps/s
-    "cell": "weirdnet.lab.sweep.cell:run_cell_and_record",  # one suite cell
+    "memory": "weirdnet_lab.harness.memchild:measure",    # peak extra memory of one fwd+bwd
+    "speed": "weirdnet_lab.speed:measure",         # a model's training steps/s, memory
+    "compile": "weirdnet_lab.compile:measure",     # eager or compiled training steps/s
+    "cell": "weirdnet_lab.sweep.cell:run_cell_and_record",  # one suite cell
 }
 
 
@@ -37,16 +37,16 @@ def read_spec(text: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one job; the exit status."""
-    from weirdnet.lab.harness.alloc import reuse_freed_memory
+    from weirdnet_lab.harness.alloc import reuse_freed_memory
 
     reuse_freed_memory()  # before torch allocates anything
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or argv[0] not in JOBS:
-        print(f"usage: python -m weirdnet.lab.harness.child {{{','.join(JOBS)}}} SPEC|@SPEC.json",
+        print(f"usage: python -m weirdnet_lab.harness.child {{{','.join(JOBS)}}} SPEC|@SPEC.json",
               file=sys.stderr)
         return 2
     from weirdnet._signals import STOP, Interrupted
-    from weirdnet.lab.harness.children import watch_parent
+    from weirdnet_lab.harness.children import watch_parent
 
     job, spec = argv[0], read_spec(argv[1])
     watch_parent()  # the benchmark killed outright: stop by ourselves

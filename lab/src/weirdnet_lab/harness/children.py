@@ -14,7 +14,7 @@ The benchmarks measure in fresh processes (memory children, ``bench speed`` cell
 - is started with stdout and stderr in temporary files (or a log file), so no pipe can
   fill and block it, and several can run at once from one thread.
 
-Every child is ``python -m weirdnet.lab.harness.child JOB SPEC`` (:mod:`.child`): build its
+Every child is ``python -m weirdnet_lab.harness.child JOB SPEC`` (:mod:`.child`): build its
 command with :func:`job_command` and read what it returned with :func:`job_result`
 (or both at once: :func:`run_job`).  The child calls :func:`watch_parent`, so a child whose
 command was killed outright (SIGKILL: no chance to stop its children) stops by itself
@@ -197,7 +197,7 @@ def job_command(job: str, spec: dict | str | os.PathLike) -> list[str]:
     """The command line of the child running ``job`` (:data:`.child.JOBS`) on ``spec``: a
     dict (passed inline as JSON) or the path of a JSON file."""
     arg = json.dumps(spec) if isinstance(spec, dict) else "@" + os.fspath(spec)
-    return [sys.executable, "-m", "weirdnet.lab.harness.child", job, arg]
+    return [sys.executable, "-m", "weirdnet_lab.harness.child", job, arg]
 
 
 def job_result(result: subprocess.CompletedProcess | ChildTimeout, what: str) -> dict:

@@ -55,7 +55,7 @@ def _scan_backend(device: torch.device) -> str | None:
         return None
 
 
-RESULTS_FOLDER = "benchmarks/results"
+RESULTS_FOLDER = "lab/results"
 """Where the lab writes its records and reports: a change there is output, not code."""
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 
-from weirdnet.lab.harness.alloc import reuse_freed_memory
+from weirdnet_lab.harness.alloc import reuse_freed_memory
 
 # High-water mark above the baseline tolerated as counter noise (RSS counters are cached
 # per thread by the kernel, up to 64 pages each).
@@ -32,10 +32,10 @@ def measure(spec: dict) -> dict:
                                  "seed": 0, "suite": "scan", **spec})
     import torch
 
-    from weirdnet.lab.harness.memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
-    from weirdnet.lab.harness.timing import forward_backward_step
-    from weirdnet.lab.opbench.methods import Shape
-    from weirdnet.lab.opbench.spec import get_opbench
+    from weirdnet_lab.harness.memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
+    from weirdnet_lab.harness.timing import forward_backward_step
+    from weirdnet_lab.opbench.methods import Shape
+    from weirdnet_lab.opbench.spec import get_opbench
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)

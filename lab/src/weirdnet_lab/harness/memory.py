@@ -78,7 +78,7 @@ def child_command(
 ) -> list[str]:
     """Command line of the memory child for one (method of operator benchmark ``suite``,
     shape): the ``memory`` job of :mod:`.child`."""
-    from weirdnet.lab.harness.children import job_command
+    from weirdnet_lab.harness.children import job_command
 
     return job_command("memory", {"suite": suite, "method": method, "batch": batch,
                                   "length": length, "dim": dim, "head_dim": head_dim,
@@ -88,7 +88,7 @@ def child_command(
 def measure_cpu_in_child(command: list[str], timeout_s: float = CHILD_TIMEOUT_S) -> dict:
     """Run the memory child ``command``; its JSON result, or ``{"error": ...}``.  The
     child is stopped with this process (:mod:`.children`)."""
-    from weirdnet.lab.harness import children
+    from weirdnet_lab.harness import children
 
     try:
         result = children.run(command, timeout_s=timeout_s, env=child_env())
@@ -99,7 +99,7 @@ def measure_cpu_in_child(command: list[str], timeout_s: float = CHILD_TIMEOUT_S)
 
 def child_result(result) -> dict:
     """The memory child's JSON result, or ``{"error": ...}`` (:func:`.children.job_result`)."""
-    from weirdnet.lab.harness.children import job_result
+    from weirdnet_lab.harness.children import job_result
 
     return job_result(result, "memory child")
 

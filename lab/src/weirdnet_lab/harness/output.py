@@ -3,7 +3,7 @@
 - **Where**: ``--out DIR``, else :func:`bench_dir`: ``$WEIRDNET_BENCH_DIR``, else
   ``$XDG_CACHE_HOME/weirdnet/bench`` (``~/.cache/weirdnet/bench``): a scratch folder
   outside the repository.  The committed results are written only when asked for with
-  ``--out benchmarks/results``.
+  ``--out lab/results``.
 - **No toy numbers over real ones**: a ``--quick`` run (``bench suite``: the ``smoke``
   budget) refuses a folder that holds a full run's report of the same benchmark, unless
   ``--force`` (:func:`refuse_quick_over_full`).  Every report records whether it was a
@@ -38,8 +38,8 @@ __all__ = ["COMMITTED", "ENV", "BenchError", "Writing", "add_out_arguments", "be
            "refuse_quick_over_full", "write_whole", "writing"]
 
 ENV = "WEIRDNET_BENCH_DIR"
-COMMITTED = "benchmarks/results"
-"""The repository's committed results: written only with ``--out benchmarks/results``."""
+COMMITTED = "lab/results"
+"""The repository's committed results: written only with ``--out lab/results``."""
 
 OUT_HELP = (f"default: ${ENV}, else ~/.cache/weirdnet/bench (XDG_CACHE_HOME respected); "
             f"the committed results: --out {COMMITTED}")
@@ -147,7 +147,7 @@ def writing(directories: Path | Sequence[Path], purpose: str) -> Iterator[Writin
       stopped and waited for; a stop signal goes on as :class:`Interrupted` with the
       message ``interrupted by SIGNAL; <Writing.kept>``.
     """
-    from weirdnet.lab.harness import children
+    from weirdnet_lab.harness import children
 
     folders = [Path(directories)] if isinstance(directories, str | os.PathLike) \
         else [Path(d) for d in directories]

@@ -4,10 +4,10 @@ The one timing helper of the benchmarks: :func:`time_step` times a step (a forwa
 forward+backward, a training step) for ``bench scan``/``mixers`` (the runner), ``bench
 speed`` and ``bench compile``.  The trained runs of ``bench suite``, ``lm`` and ``recall``
 report the rate of the training itself instead, read from the run's log
-(:func:`weirdnet.lab.sweep.cell.median_rates`): the steps/s of a real run, with
+(:func:`weirdnet_lab.sweep.cell.median_rates`): the steps/s of a real run, with
 its data and evaluations around it.
 
-What is timed for a :class:`~weirdnet.lab.opbench.methods.Case`:
+What is timed for a :class:`~weirdnet_lab.opbench.methods.Case`:
 
 - forward: ``case.forward()`` under ``torch.no_grad()`` (inference forward).
 - forward+backward: grads of all inputs reset to None, ``case.forward()`` with autograd,
@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import torch
 
-from weirdnet.lab.opbench.methods import Case
+from weirdnet_lab.opbench.methods import Case
 
 
 def synchronize(device: torch.device) -> None:

@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet.data.registry import DataMissingError
-from weirdnet.lab import matching
-from weirdnet.lab.harness import output
-from weirdnet.lab.sweep.engine import add_jobs_argument
-from weirdnet.lab.sweep.store import CellStore
-from weirdnet.lab.variants import Variant, get_variant
+from weirdnet_lab import matching
+from weirdnet_lab.harness import output
+from weirdnet_lab.sweep.engine import add_jobs_argument
+from weirdnet_lab.sweep.store import CellStore
+from weirdnet_lab.variants import Variant, get_variant
 
 MECHANISMS = ("weird-a", "weird-b", "weird-a-pp", "weird-b-pp", "transformerpp", "softmax",
               "llama", "mamba", "mamba2", "rwkv", "qwen3-next", "recurrent-gemma", "xlstm",
@@ -72,7 +72,7 @@ DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "`")
 EXAMPLES = """\
 examples:
   weirdnet bench lm                                  # 10 minutes per model and context
-  weirdnet bench lm --minutes 30 --out benchmarks/results
+  weirdnet bench lm --minutes 30 --out lab/results
   weirdnet bench lm --contexts 1024 --mechanisms weird-a,softmax --minutes 2
   weirdnet bench lm --steps 200 --mechanisms weird-a,transformerpp,mamba2 --seeds 3
   weirdnet bench lm --report-only
@@ -370,7 +370,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 def _calibrate(args, command: list[str], calibrations: list[LMCell], store: CellStore,
                session: output.Writing) -> int:
     """Run the calibrations not done (all of them with ``--recalibrate``)."""
-    from weirdnet.lab.sweep.engine import run_cells
+    from weirdnet_lab.sweep.engine import run_cells
 
     configs = {c.key: c.config_dict(store.work_dir) for c in calibrations}
     states = {c.key: "rerun" if args.recalibrate or _wall_clock_calibration(store.read(c))
@@ -383,9 +383,9 @@ def _calibrate(args, command: list[str], calibrations: list[LMCell], store: Cell
 
 
 def _rates(store: CellStore, calibrated: list[LMCell]) -> dict[str, float]:
-    """Steps/s of each stored calibration (:func:`~weirdnet.lab.sweep.cell.training_rate`:
+    """Steps/s of each stored calibration (:func:`~weirdnet_lab.sweep.cell.training_rate`:
     on a CPU, per CPU-second and thread), by key."""
-    from weirdnet.lab.sweep.cell import training_rate  # imports torch: not for --help
+    from weirdnet_lab.sweep.cell import training_rate  # imports torch: not for --help
 
     records = {c.key: store.read(c) for c in calibrated}
     return {k: rate for k, r in records.items() if r and (rate := training_rate(r))}
@@ -394,7 +394,7 @@ def _rates(store: CellStore, calibrated: list[LMCell]) -> dict[str, float]:
 def _wall_clock_calibration(record: dict | None) -> bool:
     """A CPU calibration recorded before its CPU-time rate existed: its wall-clock rate
     counts whatever else the machine ran, so it is measured again."""
-    from weirdnet.lab.sweep.cell import ran_on_cpu
+    from weirdnet_lab.sweep.cell import ran_on_cpu
 
     if not record or record.get("status") != "done":
         return False
@@ -403,8 +403,8 @@ def _wall_clock_calibration(record: dict | None) -> bool:
 
 def _run(args, argv, planned: list[LMCell], store: CellStore, session: output.Writing,
          scale: Scale) -> int:
-    from weirdnet.lab.lm.report import write_report
-    from weirdnet.lab.sweep.engine import run_cells
+    from weirdnet_lab.lm.report import write_report
+    from weirdnet_lab.sweep.engine import run_cells
 
     command = ["weirdnet", *argv]
     cells = planned

@@ -11,15 +11,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from weirdnet.lab.lm.command import MIN_STEPS
-from weirdnet.lab.opbench.report import markdown_table
-from weirdnet.lab.suite.claims import BETTER, WORSE, compare
-from weirdnet.lab.suite.report import score_of
-from weirdnet.lab.sweep import writing
-from weirdnet.lab.sweep.cell import training_rate
-from weirdnet.lab.sweep.intervals import mean_interval
-from weirdnet.lab.sweep.store import CellStore
-from weirdnet.lab.variants import VARIANTS
+from weirdnet_lab.lm.command import MIN_STEPS
+from weirdnet_lab.opbench.report import markdown_table
+from weirdnet_lab.suite.claims import BETTER, WORSE, compare
+from weirdnet_lab.suite.report import score_of
+from weirdnet_lab.sweep import writing
+from weirdnet_lab.sweep.cell import training_rate
+from weirdnet_lab.sweep.intervals import mean_interval
+from weirdnet_lab.sweep.store import CellStore
+from weirdnet_lab.variants import VARIANTS
 
 REFERENCES = ("transformerpp", "softmax")
 """The model every other is compared with: the first of these that ran."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 
-from weirdnet.lab.opbench.spec import OpBench, Ratio, Target, get_opbench
+from weirdnet_lab.opbench.spec import OpBench, Ratio, Target, get_opbench
 
 __all__ = ["Ratio", "Target", "compute_ratios", "evaluate_targets", "ratio_specs"]
 

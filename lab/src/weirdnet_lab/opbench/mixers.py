@@ -29,11 +29,11 @@ import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from weirdnet.lab.opbench import runner
-from weirdnet.lab.opbench.spec import Cap, OpBench, Ratio, Target
+from weirdnet_lab.opbench import runner
+from weirdnet_lab.opbench.spec import Cap, OpBench, Ratio, Target
 
 if TYPE_CHECKING:  # pragma: no cover
-    from weirdnet.lab.opbench.methods import Method, Shape
+    from weirdnet_lab.opbench.methods import Method, Shape
 
 DEFAULT_LENGTHS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 CAUSAL = "-causal"
@@ -134,7 +134,7 @@ def _probe(mixer: str, causal: bool):
 
     def probe(dim: int, head_dim: int, max_len: int) -> str | None:
         from weirdnet import layers
-        from weirdnet.lab.opbench.methods import Shape
+        from weirdnet_lab.opbench.methods import Shape
 
         options = layer_options(mixer, Shape(1, max_len, dim, head_dim))
         try:
@@ -155,7 +155,7 @@ def _probe(mixer: str, causal: bool):
 @functools.cache
 def method(name: str) -> Method:
     """The method called ``name`` (nothing is built until its ``build``/``probe`` runs)."""
-    from weirdnet.lab.opbench.methods import Method, layer_builder, sdpa_builder
+    from weirdnet_lab.opbench.methods import Method, layer_builder, sdpa_builder
 
     mixer, causal = parse(name)
     capped = name in QUADRATIC
@@ -281,13 +281,13 @@ layer when it was measured, else raw sdpa; the report says which).
 Output: a Markdown report on stdout and in OUT/mixers_<device>.md, all raw numbers and
 machine info in OUT/mixers_<device>.json. Progress goes to stderr. OUT is --out DIR, else
 $WEIRDNET_BENCH_DIR, else ~/.cache/weirdnet/bench (a scratch folder); the committed
-results are rewritten only with --out benchmarks/results, and a --quick run refuses a
+results are rewritten only with --out lab/results, and a --quick run refuses a
 folder that holds a full run's report (unless --force). One run writes into OUT at a
 time; Ctrl-C or SIGTERM ends the run without a report (OUT left as it was).
 
 examples:
   weirdnet bench mixers                        # full run (long on CPU: softmax at 16K)
-  weirdnet bench mixers --out benchmarks/results   # full run, into the committed results
+  weirdnet bench mixers --out lab/results   # full run, into the committed results
   weirdnet bench mixers --lengths 4096 --methods dba,softmax,sdpa
   weirdnet bench mixers --softmax-max-len 4096 # skip the slow quadratic rows above 4K
   weirdnet bench mixers --quick                # seconds-long smoke run

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from weirdnet._atomic import write_atomic
-from weirdnet.lab.opbench.analysis import ratio_specs
-from weirdnet.lab.opbench.spec import OpBench, get_opbench
+from weirdnet_lab.opbench.analysis import ratio_specs
+from weirdnet_lab.opbench.spec import OpBench, get_opbench
 
 
 def fmt_ms(x: float | None) -> str:

@@ -16,8 +16,8 @@ import gc
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from weirdnet.lab.harness import output
-from weirdnet.lab.opbench.spec import OpBench
+from weirdnet_lab.harness import output
+from weirdnet_lab.opbench.spec import OpBench
 
 QUICK = {"batch": 1, "dim": 32, "lengths": (64, 128), "repeats": 1}
 """--quick shapes; --quick also runs 1 torch thread (tiny ops gain nothing from more)."""
@@ -194,7 +194,7 @@ def _prepare_row(config: Config, suite: OpBench, name: str, L: int, progress):
     the reason in ``row["error"]``, when the method cannot run)."""
     import torch
 
-    from weirdnet.lab.opbench.methods import Shape
+    from weirdnet_lab.opbench.methods import Shape
 
     method, device = suite.method(name), torch.device(config.device)
     row = _empty_row(suite, name, L, repeats_for(config, L))
@@ -232,7 +232,7 @@ def _time_length(config: Config, suite: OpBench, names: list[str], L: int, progr
     """
     import torch
 
-    from weirdnet.lab.harness import memory, timing
+    from weirdnet_lab.harness import memory, timing
 
     device = torch.device(config.device)
     prepared = [_prepare_row(config, suite, name, L, progress) for name in names]
@@ -267,7 +267,7 @@ def _interleaved(steps: list, key: str, label: str, device, warmup: int, progres
                  left: int) -> None:
     """Time each (row, step) ``row["repeats"]`` times in alternating order; store the
     times and medians under ``key``; a step that raises marks its row failed."""
-    from weirdnet.lab.harness import timing
+    from weirdnet_lab.harness import timing
 
     running = []
     for row, step in steps:
@@ -297,7 +297,7 @@ def _interleaved(steps: list, key: str, label: str, device, warmup: int, progres
 def _cpu_memory(config: Config, suite: OpBench, rows: list[dict], progress) -> None:
     """Fill ``mem_mib`` of every error-free row from a child process per row (up to
     ``mem_jobs`` at once; a stop signal stops them, see :mod:`.children`)."""
-    from weirdnet.lab.harness import children, memory
+    from weirdnet_lab.harness import children, memory
 
     todo = [r for r in rows if r["error"] is None]
     commands = [memory.child_command(r["method"], config.batch, r["L"], config.dim,
@@ -391,8 +391,8 @@ def _run(suite: OpBench, args: argparse.Namespace, argv: list[str], out: Path,
          session: output.Writing) -> int:
     import torch
 
-    from weirdnet.lab.harness import alloc, machine
-    from weirdnet.lab.harness.contention import CpuMeter
+    from weirdnet_lab.harness import alloc, machine
+    from weirdnet_lab.harness.contention import CpuMeter
 
     load_at_start, meter = machine.load_average(), CpuMeter.start()
     allocator = alloc.reuse_freed_memory()
@@ -415,7 +415,7 @@ def _run(suite: OpBench, args: argparse.Namespace, argv: list[str], out: Path,
 
 def _measure(config: Config, suite: OpBench) -> tuple[list[dict], list[str]]:
     """All rows of the run (timings, then CPU memory) and notes on skipped ones."""
-    from weirdnet.lab.harness.progress import Progress
+    from weirdnet_lab.harness.progress import Progress
 
     pairs, notes = plan(config, suite)
     cpu_mem = config.memory and config.device == "cpu"
@@ -436,7 +436,7 @@ def _document(config: Config, suite: OpBench, info: dict, rows: list[dict],
               notes: list[str], quick: bool = False) -> dict:
     """The JSON document of the run: machine, config, rows, ratios, targets, notes;
     ``quick``: a ``--quick`` run (:mod:`.output` never lets one replace a full report)."""
-    from weirdnet.lab.opbench import analysis
+    from weirdnet_lab.opbench import analysis
 
     ratios = analysis.compute_ratios(rows, suite)
     return {
@@ -454,7 +454,7 @@ def _document(config: Config, suite: OpBench, info: dict, rows: list[dict],
 def _emit(doc: dict, suite: OpBench, out: Path, check_targets: bool,
           session: output.Writing | None = None) -> int:
     """Write (whole: a stop signal waits) and print the report; the exit status."""
-    from weirdnet.lab.opbench import report
+    from weirdnet_lab.opbench import report
 
     markdown = report.render_markdown(doc, suite)
     name = f"{suite.name}_{doc['machine']['device'].split(':')[0]}"

@@ -18,11 +18,11 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from weirdnet.lab.opbench import runner
-from weirdnet.lab.opbench.spec import Cap, OpBench, Ratio, Target, Variants
+from weirdnet_lab.opbench import runner
+from weirdnet_lab.opbench.spec import Cap, OpBench, Ratio, Target, Variants
 
 if TYPE_CHECKING:  # pragma: no cover
-    from weirdnet.lab.opbench.methods import Method
+    from weirdnet_lab.opbench.methods import Method
 
 DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 LOG_W = Variants(
@@ -40,7 +40,7 @@ DEFAULT_METHODS = ("scan", "scan-kernel", "scan-rev", "scan-bidir", "scan-torch"
 @functools.cache
 def methods() -> dict[str, Method]:
     """All methods by CLI name, in table order (imports torch)."""
-    from weirdnet.lab.opbench.methods import (
+    from weirdnet_lab.opbench.methods import (
         Method,
         direct_scan_builder,
         scan_builder,
@@ -180,13 +180,13 @@ timing process and in each memory child, so timings are not dominated by page fa
 Output: a Markdown report on stdout and in OUT/scan_<device>.md, all raw numbers and
 machine info in OUT/scan_<device>.json. Progress goes to stderr. OUT is --out DIR, else
 $WEIRDNET_BENCH_DIR, else ~/.cache/weirdnet/bench (a scratch folder); the committed
-results are rewritten only with --out benchmarks/results, and a --quick run refuses a
+results are rewritten only with --out lab/results, and a --quick run refuses a
 folder that holds a full run's report (unless --force). One run writes into OUT at a
 time; Ctrl-C or SIGTERM ends the run without a report (OUT left as it was).
 
 examples:
   weirdnet bench scan                          # full run (a few minutes on CPU)
-  weirdnet bench scan --out benchmarks/results # full run, into the committed results
+  weirdnet bench scan --out lab/results # full run, into the committed results
   weirdnet bench scan --lengths 1024 4096 --methods scan,sdpa-causal
   weirdnet bench scan --log-w wide --methods scan,sdpa-causal
   weirdnet bench scan --quick                  # seconds-long smoke run

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover - typing only (methods imports torch)
-    from weirdnet.lab.opbench.methods import Method
+    from weirdnet_lab.opbench.methods import Method
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class OpBench:
     variants: Variants | None = None
 
 
-OPBENCH_MODULES = {"scan": "weirdnet.lab.opbench.scan", "mixers": "weirdnet.lab.opbench.mixers"}
+OPBENCH_MODULES = {"scan": "weirdnet_lab.opbench.scan", "mixers": "weirdnet_lab.opbench.mixers"}
 """Module defining ``OPBENCH`` for each suite name, in ``weirdnet bench`` order."""
 
 

@@ -9,7 +9,7 @@ sweeps the learning rate as Zoology does; the report then shows, per mechanism a
 cell, the learning rate with the best validation accuracy (the test split never
 chooses).  Cells run in fresh processes and are stored as records (metrics, config hash,
 commit, machine) through the sweep engine, exactly as the suite's
-(:mod:`weirdnet.lab.sweep`): a rerun skips finished cells and resumes interrupted ones.
+(:mod:`weirdnet_lab.sweep`): a rerun skips finished cells and resumes interrupted ones.
 The report (``recall.md``) has a table per diagnostic and ``recall.png``, accuracy
 against width, one panel per diagnostic and length.
 
@@ -19,7 +19,7 @@ are not run: a bidirectional model would see the queries' positions before them.
 
 ``--recipe zoology`` runs MQAR at Zoology's own recipe instead (Figure 2 of Arora et al.
 2023: vocabulary 8,192, power-law queries, one head, no FFN, batch 512, four learning
-rates, early stopping at 99%; :mod:`weirdnet.lab.recall.zoology`), with a sanity gate: a
+rates, early stopping at 99%; :mod:`weirdnet_lab.recall.zoology`), with a sanity gate: a
 column is ranked only where the Transformer++ reaches 95%.  Its records and report go to
 ``recall-zoology/``.
 """
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from weirdnet.lab.sweep.store import CellStore
-from weirdnet.lab.variants import MECHANISMS, Variant, get_variant
+from weirdnet_lab.sweep.store import CellStore
+from weirdnet_lab.variants import MECHANISMS, Variant, get_variant
 
 DIAGNOSTICS = ("mqar", "selective-copy", "induction")
 LENGTHS = (64, 128)
@@ -64,7 +64,7 @@ DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "`")
 EXAMPLES = """\
 examples:
   weirdnet bench recall                                  # the default sweep (hours on CPU)
-  weirdnet bench recall --out benchmarks/results         # into the committed results
+  weirdnet bench recall --out lab/results         # into the committed results
   weirdnet bench recall --diagnostics mqar --lengths 64 --widths 16 32
   weirdnet bench recall --diagnostics mqar --lengths 128 --mechanisms softmax \
       --lrs 1e-3 3e-3 1e-2                               # a learning-rate sweep
@@ -184,7 +184,7 @@ def _names(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from weirdnet.lab.recall import zoology
+    from weirdnet_lab.recall import zoology
 
     parser.add_argument("--recipe", choices=("weirdnet", "zoology"), default="weirdnet",
                         help="weirdnet: the quick sweep (default); zoology: MQAR at "
@@ -223,7 +223,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--short-convs", type=int, nargs="+", default=[0, zoology.SHORT_CONV],
                         help="zoology: short_conv widths each model runs with (default "
                              "%(default)s)")
-    from weirdnet.lab.sweep.engine import add_sweep_arguments
+    from weirdnet_lab.sweep.engine import add_sweep_arguments
 
     add_sweep_arguments(parser, "recall/recall.{md,png} (recall-zoology/recall-zoology.md) "
                         "and their cells/*.json", "recall.png")
@@ -231,7 +231,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan, run the cells that are not done, write the report; the exit status."""
-    from weirdnet.lab.sweep.engine import list_or_run, sweep_store
+    from weirdnet_lab.sweep.engine import list_or_run, sweep_store
 
     folder = "recall" if args.recipe == "weirdnet" else "recall-zoology"
     store = sweep_store(args, folder)
@@ -246,8 +246,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _plan(args: argparse.Namespace, store: CellStore):
     """(the cells of the command's recipe, the function that writes its report)."""
-    from weirdnet.lab.recall import zoology
-    from weirdnet.lab.recall.report import write_report
+    from weirdnet_lab.recall import zoology
+    from weirdnet_lab.recall.report import write_report
 
     if args.seeds < 1 or args.steps < 1:
         raise ValueError("--seeds and --steps must be >= 1")
@@ -257,7 +257,7 @@ def _plan(args: argparse.Namespace, store: CellStore):
                      mechanisms, args.seeds, args.steps, args.lrs or (DEFAULT_LR,))
         return cells, lambda: write_report(store, stored_cells(store, cells),
                                            not args.no_plot)
-    from weirdnet.lab.recall.zoology_report import write_zoology_report
+    from weirdnet_lab.recall.zoology_report import write_zoology_report
 
     if _names(args.diagnostics) not in (["mqar"], list(DIAGNOSTICS)):
         raise ValueError("--recipe zoology runs MQAR only (Zoology's Figure 2)")

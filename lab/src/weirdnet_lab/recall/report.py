@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from weirdnet.lab.opbench.report import markdown_table
-from weirdnet.lab.recall.command import DEFAULT_LR, DIAGNOSTICS, TEST_SEQUENCES, diagnostic_options
-from weirdnet.lab.sweep import writing
-from weirdnet.lab.sweep.intervals import accuracy_interval, mean_interval
-from weirdnet.lab.sweep.store import CellStore
-from weirdnet.lab.variants import VARIANTS
+from weirdnet_lab.opbench.report import markdown_table
+from weirdnet_lab.recall.command import DEFAULT_LR, DIAGNOSTICS, TEST_SEQUENCES, diagnostic_options
+from weirdnet_lab.sweep import writing
+from weirdnet_lab.sweep.intervals import accuracy_interval, mean_interval
+from weirdnet_lab.sweep.store import CellStore
+from weirdnet_lab.variants import VARIANTS
 
 
 def asked_per_sequence(diagnostic: str, options: dict[str, int]) -> int:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from weirdnet.lab.variants import Variant
+from weirdnet_lab.variants import Variant
 
 PAIRS = {64: 4, 128: 8, 256: 16}
 """Zoology Figure 2's (sequence length: key-value pairs); (512, 64) is commented out
@@ -173,7 +173,7 @@ def settled_at_another_rate(cells: list[ZoologyCell], store) -> tuple[list, list
     record of its current config at another of Zoology's learning rates whose validation
     accuracy reached the early-stopping bar: the best rate is chosen on validation, so
     another rate could only move that cell between 99% and 100%, and ranks nothing
-    differently.  ``store``: the sweep's :class:`~weirdnet.lab.sweep.store.CellStore`."""
+    differently.  ``store``: the sweep's :class:`~weirdnet_lab.sweep.store.CellStore`."""
     import dataclasses
 
     def reached(cell: ZoologyCell) -> bool:

@@ -11,14 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from weirdnet.lab.opbench.report import markdown_table
-from weirdnet.lab.recall import zoology
-from weirdnet.lab.recall.report import chosen, records_by_rate
-from weirdnet.lab.sweep import writing
-from weirdnet.lab.sweep.cell import training_seconds
-from weirdnet.lab.sweep.intervals import Z95, accuracy_interval, wilson
-from weirdnet.lab.sweep.store import CellStore
-from weirdnet.lab.variants import VARIANTS
+from weirdnet_lab.opbench.report import markdown_table
+from weirdnet_lab.recall import zoology
+from weirdnet_lab.recall.report import chosen, records_by_rate
+from weirdnet_lab.sweep import writing
+from weirdnet_lab.sweep.cell import training_seconds
+from weirdnet_lab.sweep.intervals import Z95, accuracy_interval, wilson
+from weirdnet_lab.sweep.store import CellStore
+from weirdnet_lab.variants import VARIANTS
 
 
 def _model(cell) -> tuple[str, int]:
@@ -131,7 +131,7 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str],
            "its median steps per second, counted in CPU time where the record keeps it, "
            "so that neither a pause, a resume nor another job changes it; evaluations "
            "not counted). `weirdnet bench recall --recipe zoology`; the recipe: "
-           "`weirdnet.lab.recall.zoology`.", "",
+           "`weirdnet_lab.recall.zoology`.", "",
            sampling_note(), "",
            f"**Sanity gate.** A column is ranked only where the Transformer++ reaches "
            f"{100 * zoology.GATE:.0f}% test accuracy; elsewhere the budget, not the "

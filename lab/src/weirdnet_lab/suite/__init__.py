@@ -11,6 +11,6 @@ papers' reported numbers and their claims.
   the claim checks and Fig. 6;
 - :mod:`.command`: the command line.
 
-The cells run through the sweep engine (:mod:`weirdnet.lab.sweep`); the models come from
-:mod:`weirdnet.lab.variants`.
+The cells run through the sweep engine (:mod:`weirdnet_lab.sweep`); the models come from
+:mod:`weirdnet_lab.variants`.
 """

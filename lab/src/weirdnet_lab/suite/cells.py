@@ -2,7 +2,7 @@
 
 A cell's config is the task's config file, then the budget's overrides, then the variant's
 backbone keys, then the run name, directory and seed.  Its record (``<results>/cells/
-<task>--<variant>--s<seed>.json``, kept by :mod:`weirdnet.lab.sweep.store`) holds the
+<task>--<variant>--s<seed>.json``, kept by :mod:`weirdnet_lab.sweep.store`) holds the
 metrics, speed, memory, the full config, the commit and the machine.
 """
 
@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from weirdnet.lab.suite.tasks import Task, configs_dir
-from weirdnet.lab.variants import Variant
+from weirdnet_lab.suite.tasks import Task, configs_dir
+from weirdnet_lab.variants import Variant
 
 if TYPE_CHECKING:  # budgets builds its tables at import; cells needs only the type
-    from weirdnet.lab.suite.budgets import Budget
+    from weirdnet_lab.suite.budgets import Budget
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Cell:
 
     def _stages(self, own: dict[str, Any]) -> list[dict[str, Any]]:
         """:meth:`stage_configs` built on the cell's ``own`` config."""
-        from weirdnet.lab.sweep.store import config_hash
+        from weirdnet_lab.sweep.store import config_hash
         from weirdnet.train.config import merge
 
         stages: list[dict[str, Any]] = []
@@ -123,7 +123,7 @@ def peer_model(variant: Variant, model: dict[str, Any]) -> dict[str, Any]:
     """The ``model`` table of the peer ``variant`` standing in for the task's ``model``
     table: the peer matched to the non-embedding parameters of the GPT-2-style
     Transformer with the task model's widths."""
-    from weirdnet.lab.matching import matched_variant
+    from weirdnet_lab.matching import matched_variant
 
     return matched_variant(variant.name, _widths(model))[0]
 
@@ -132,7 +132,7 @@ def matched_sizes(variant: Variant, model: dict[str, Any]) -> dict[str, Any]:
     """The sizes (:data:`WIDTHS`) that match the weirdnet ``variant`` built on the task's
     ``model`` table to the non-embedding parameters of the GPT-2-style Transformer with
     the task model's widths, as the peers are matched (its feed-forward width)."""
-    from weirdnet.lab.matching import matched_variant
+    from weirdnet_lab.matching import matched_variant
 
     backbone = matched_variant(variant.name, _widths(model))[0]["backbone"]
     return {key: backbone[key] for key in WIDTHS if key in backbone}

@@ -25,11 +25,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from weirdnet.lab.suite.numbers import LRA_COLUMNS, TABLE_X_TASKS, UEA_COLUMNS
-from weirdnet.lab.suite.report import Results, Score
-from weirdnet.lab.suite.tasks import get_task
-from weirdnet.lab.sweep.intervals import Z95
-from weirdnet.lab.variants import VARIANTS
+from weirdnet_lab.suite.numbers import LRA_COLUMNS, TABLE_X_TASKS, UEA_COLUMNS
+from weirdnet_lab.suite.report import Results, Score
+from weirdnet_lab.suite.tasks import get_task
+from weirdnet_lab.sweep.intervals import Z95
+from weirdnet_lab.variants import VARIANTS
 
 Verdict = tuple[str, str]
 BETTER, WORSE, UNDECIDED = "better", "worse", "undecided"

@@ -1,13 +1,13 @@
 """``weirdnet bench suite``: plan the cells, run the missing ones, write the report.
 
-The cells run through the sweep engine (:mod:`weirdnet.lab.sweep.engine`): each in a
-fresh process (:mod:`weirdnet.lab.sweep.cell`), so its peak memory is its own and a crash
+The cells run through the sweep engine (:mod:`weirdnet_lab.sweep.engine`): each in a
+fresh process (:mod:`weirdnet_lab.sweep.cell`), so its peak memory is its own and a crash
 or missing dataset costs one cell, not the suite.  A rerun skips finished cells,
 resumes interrupted ones from their last checkpoint, and reruns failed or stale ones (a
 stale cell was recorded with a config that the current code no longer builds).
 
 While it runs, the suite holds the locks of its results folder and its run directories'
-folder (one writer each, :mod:`weirdnet.lab.harness.output`).  SIGINT or SIGTERM stops it
+folder (one writer each, :mod:`weirdnet_lab.harness.output`).  SIGINT or SIGTERM stops it
 cleanly: each running cell's process (one, or ``--jobs`` of them) gets one SIGTERM and is
 waited for (the trainer saves a checkpoint), the cell stays unfinished (no record: a rerun
 resumes it), and one line says what was kept and the command that continues.
@@ -19,15 +19,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from weirdnet.lab.harness import output
-from weirdnet.lab.suite.budgets import BUDGETS, Budget, get_budget
-from weirdnet.lab.suite.cells import Cell
-from weirdnet.lab.suite.plan import DEFAULT_TABLES, OPT_IN_TABLES, TABLES_BY_NAME, plan_cells
-from weirdnet.lab.suite.shortcuts import read_shortcuts, write_missing
-from weirdnet.lab.suite.tasks import TASKS, TASKS_BY_NAME
-from weirdnet.lab.sweep.engine import add_jobs_argument, print_plan, run_cells
-from weirdnet.lab.sweep.store import CellStore
-from weirdnet.lab.variants import VARIANTS
+from weirdnet_lab.harness import output
+from weirdnet_lab.suite.budgets import BUDGETS, Budget, get_budget
+from weirdnet_lab.suite.cells import Cell
+from weirdnet_lab.suite.plan import DEFAULT_TABLES, OPT_IN_TABLES, TABLES_BY_NAME, plan_cells
+from weirdnet_lab.suite.shortcuts import read_shortcuts, write_missing
+from weirdnet_lab.suite.tasks import TASKS, TASKS_BY_NAME
+from weirdnet_lab.sweep.engine import add_jobs_argument, print_plan, run_cells
+from weirdnet_lab.sweep.store import CellStore
+from weirdnet_lab.variants import VARIANTS
 
 HELP = "the papers' tables: every mechanism on every task, one budget"
 
@@ -49,7 +49,7 @@ per byte).
 Results: OUT/suite-<budget>/{cells/*.json, report.md, fig6.png}; run directories
 (checkpoints, logs) under WORK/suite-<budget>/.  OUT is --out DIR, else
 $WEIRDNET_BENCH_DIR, else ~/.cache/weirdnet/bench; WORK is --work DIR, else runs/ in that
-default folder.  The committed results are written only with --out benchmarks/results,
+default folder.  The committed results are written only with --out lab/results,
 and never by the smoke budget (unless --force).  A rerun skips finished cells and resumes
 interrupted ones; Ctrl-C or SIGTERM leaves the running cells resumable.  --jobs N runs N
 cells at once (each with cores/N threads unless OMP_NUM_THREADS is set).
@@ -58,7 +58,7 @@ cells at once (each with cores/N threads unless OMP_NUM_THREADS is set).
 EXAMPLES = """\
 examples:
   weirdnet bench suite --budget cpu                       # everything (about an hour)
-  weirdnet bench suite --budget cpu --out benchmarks/results   # the committed results
+  weirdnet bench suite --budget cpu --out lab/results   # the committed results
   weirdnet bench suite --budget cpu --tables main --tasks listops,text
   weirdnet bench suite --budget cpu --list                # the cells and their state
   weirdnet bench suite --budget laptop --jobs 2           # two cells at once
@@ -103,8 +103,8 @@ def write_report(budget_name: str, store: CellStore, tables: list[str],
     ``compute_shortcuts``, first compute and store the shortcut baselines of every task
     that lacks current ones (:mod:`.shortcuts`; seconds per task)."""
     from weirdnet._atomic import write_atomic
-    from weirdnet.lab.suite.document import render
-    from weirdnet.lab.suite.report import Results
+    from weirdnet_lab.suite.document import render
+    from weirdnet_lab.suite.report import Results
 
     budget = get_budget(budget_name)
     records, stale = current_records(budget, store)
@@ -115,8 +115,8 @@ def write_report(budget_name: str, store: CellStore, tables: list[str],
         figure = None
         if plot and "main" in tables:
             try:
-                from weirdnet.lab.suite.figure import draw_fig6
-                from weirdnet.lab.variants import MECHANISMS
+                from weirdnet_lab.suite.figure import draw_fig6
+                from weirdnet_lab.variants import MECHANISMS
 
                 draw_fig6(Results(records, shortcuts), [m.name for m in MECHANISMS],
                           store.results_dir / "fig6.png", budget_name)

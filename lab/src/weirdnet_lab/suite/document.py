@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from weirdnet.lab.suite import numbers
-from weirdnet.lab.suite.budgets import Budget
-from weirdnet.lab.suite.claims import claim_lines
-from weirdnet.lab.suite.numbers import LRA_COLUMNS, TABLE_X_TASKS, UEA_COLUMNS
-from weirdnet.lab.suite.plan import TABLES_BY_NAME
-from weirdnet.lab.suite.report import (
+from weirdnet_lab.suite import numbers
+from weirdnet_lab.suite.budgets import Budget
+from weirdnet_lab.suite.claims import claim_lines
+from weirdnet_lab.suite.numbers import LRA_COLUMNS, TABLE_X_TASKS, UEA_COLUMNS
+from weirdnet_lab.suite.plan import TABLES_BY_NAME
+from weirdnet_lab.suite.report import (
     Results,
     ablation_table,
     dba_form,
@@ -22,8 +22,8 @@ from weirdnet.lab.suite.report import (
     table_xi,
     uea_table,
 )
-from weirdnet.lab.suite.tasks import TASKS, Task, get_task
-from weirdnet.lab.variants import MECHANISMS
+from weirdnet_lab.suite.tasks import TASKS, Task, get_task
+from weirdnet_lab.variants import MECHANISMS
 
 
 def _provenance(records: Sequence[dict[str, Any]]) -> list[str]:
@@ -80,7 +80,7 @@ def _progress(budget: Budget, records: Sequence[dict[str, Any]],
     take at the finished cells' mean wall time of the same mechanism on the task, else
     of the task (the same machine and threads assumed); the tasks with no finished cell
     yet are named, not guessed."""
-    from weirdnet.lab.suite.plan import plan_cells
+    from weirdnet_lab.suite.plan import plan_cells
 
     planned = plan_cells(budget, tables)
     done = {(r["task"], r["variant"], r["seed"]) for r in records
@@ -189,7 +189,7 @@ def _test_text(task: Task, run: dict[str, Any]) -> str:
 def _decided_lines(budget: Budget, results: Results) -> list[str]:
     """Per task run: its trivial baseline, the Transformer's score, the bar, and whether
     this budget decides anything on it; then the tasks the budget leaves out, and why."""
-    from weirdnet.lab.suite.baselines import bar, describe, is_accuracy
+    from weirdnet_lab.suite.baselines import bar, describe, is_accuracy
 
     lines = ["A task decides comparisons only where the Transformer clearly learns it: test "
              "accuracy at least 10 points above the best trivial baseline on the items read "

@@ -11,10 +11,10 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from weirdnet.lab.suite import numbers
-from weirdnet.lab.suite.report import Results
-from weirdnet.lab.suite.tasks import get_task
-from weirdnet.lab.variants import VARIANTS
+from weirdnet_lab.suite import numbers
+from weirdnet_lab.suite.report import Results
+from weirdnet_lab.suite.tasks import get_task
+from weirdnet_lab.variants import VARIANTS
 
 
 def our_points(results: Results, variants: Sequence[str]

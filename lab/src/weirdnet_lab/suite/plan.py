@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from weirdnet.lab.suite.budgets import Budget
-from weirdnet.lab.suite.cells import Cell
-from weirdnet.lab.suite.numbers import LRA_COLUMNS, TABLE_X_TASKS, UEA_COLUMNS
-from weirdnet.lab.suite.tasks import TASKS, get_task
-from weirdnet.lab.variants import MECHANISMS, get_variant
+from weirdnet_lab.suite.budgets import Budget
+from weirdnet_lab.suite.cells import Cell
+from weirdnet_lab.suite.numbers import LRA_COLUMNS, TABLE_X_TASKS, UEA_COLUMNS
+from weirdnet_lab.suite.tasks import TASKS, get_task
+from weirdnet_lab.variants import MECHANISMS, get_variant
 
 
 @dataclass(frozen=True)

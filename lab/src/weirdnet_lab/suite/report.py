@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from weirdnet.lab.opbench.report import markdown_table
-from weirdnet.lab.suite import numbers
-from weirdnet.lab.suite.baselines import best, learned
-from weirdnet.lab.suite.tasks import get_task
-from weirdnet.lab.sweep.intervals import Z95, accuracy_interval, mean_interval
-from weirdnet.lab.variants import VARIANTS
+from weirdnet_lab.opbench.report import markdown_table
+from weirdnet_lab.suite import numbers
+from weirdnet_lab.suite.baselines import best, learned
+from weirdnet_lab.suite.tasks import get_task
+from weirdnet_lab.sweep.intervals import Z95, accuracy_interval, mean_interval
+from weirdnet_lab.variants import VARIANTS
 
 SPEED_TASKS = ("text", "listops", "image")
 """The tasks whose cells give each mechanism's speed and memory, in order of preference:
@@ -260,10 +260,10 @@ def uea_table(results: Results, variants: Sequence[str], tasks: Sequence[str]) -
 
 def non_embedding_parameters(record: dict[str, Any]) -> int:
     """The non-embedding parameters of a finished LM cell's model (the count the peers
-    are matched by; :mod:`weirdnet.lab.matching`), from its stored ``model`` table with
+    are matched by; :mod:`weirdnet_lab.matching`), from its stored ``model`` table with
     any preset's backbone under it."""
-    from weirdnet.lab.matching import count
-    from weirdnet.lab.suite.cells import full_backbone
+    from weirdnet_lab.matching import count
+    from weirdnet_lab.suite.cells import full_backbone
 
     model = record["config"]["model"]
     stored = {key: value for key, value in model.items() if key != "preset"}

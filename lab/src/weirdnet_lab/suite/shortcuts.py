@@ -172,7 +172,7 @@ def read_shortcuts(store, records: list[dict[str, Any]]) -> dict[str, list[dict[
     items of its current Transformer records (a stale file is left out)."""
     import json
 
-    from weirdnet.lab.sweep.store import config_hash
+    from weirdnet_lab.sweep.store import config_hash
 
     found = {}
     for path in sorted((store.results_dir / SHORTCUTS_DIR).glob("*.json")):
@@ -202,9 +202,9 @@ def compute_record(records: list[dict[str, Any]], task: str) -> dict[str, Any]:
     import torch
 
     from weirdnet.data.registry import get
-    from weirdnet.lab.harness.machine import code_version, machine_info
-    from weirdnet.lab.suite.baselines import trivial_baseline
-    from weirdnet.lab.sweep.store import config_hash
+    from weirdnet_lab.harness.machine import code_version, machine_info
+    from weirdnet_lab.suite.baselines import trivial_baseline
+    from weirdnet_lab.sweep.store import config_hash
 
     started = time.perf_counter()
     source = _source(records, task)

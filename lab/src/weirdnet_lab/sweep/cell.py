@@ -1,5 +1,5 @@
 """Run one suite cell in a fresh process and write its record: the ``cell`` job of
-:mod:`weirdnet.lab.harness.child` (``python -m weirdnet.lab.harness.child cell @SPEC.json``), where
+:mod:`weirdnet_lab.harness.child` (``python -m weirdnet_lab.harness.child cell @SPEC.json``), where
 the spec holds ``config`` (the cell's training config), ``record`` (where the record
 goes), ``cell`` (task, variant, seed, budget) and ``command`` (the suite's command line,
 for the record).  Stopped by SIGINT/SIGTERM, it writes no record: the cell stays
@@ -13,7 +13,7 @@ Measured here, beside the trainer's metrics:
   machine do not change (:func:`training_rate` says which a report uses);
 - **memory**: on CPU the peak resident set size above the resident size once data and
   model are built (glibc told to keep freed memory, so the peak is a true high-water mark:
-  :mod:`weirdnet.lab.harness.alloc`); on CUDA ``max_memory_allocated`` above the allocation
+  :mod:`weirdnet_lab.harness.alloc`); on CUDA ``max_memory_allocated`` above the allocation
   at that point.  Both cover the training steps and the evaluations of the run;
 - **time**: ``wall_s``, the wall time of the training and its evaluations, and
   ``cpu_s``, the CPU time this process spent in it (every thread).  Reports take a
@@ -48,9 +48,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from weirdnet.lab.harness.alloc import reuse_freed_memory
-from weirdnet.lab.harness.jsonl import json_objects
-from weirdnet.lab.harness.machine import code_version, git_commit
+from weirdnet_lab.harness.alloc import reuse_freed_memory
+from weirdnet_lab.harness.jsonl import json_objects
+from weirdnet_lab.harness.machine import code_version, git_commit
 
 
 def _process_cpu_s() -> float:
@@ -144,10 +144,10 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     allocator = reuse_freed_memory()
     import torch
 
-    from weirdnet.lab.harness.machine import machine_info
-    from weirdnet.lab.harness.memory import PeakMemory
-    from weirdnet.lab.suite.baselines import trivial_baseline
-    from weirdnet.lab.sweep.store import run_matches
+    from weirdnet_lab.harness.machine import machine_info
+    from weirdnet_lab.harness.memory import PeakMemory
+    from weirdnet_lab.suite.baselines import trivial_baseline
+    from weirdnet_lab.sweep.store import run_matches
     from weirdnet.train.config import TrainConfig
     from weirdnet.train.trainer import Trainer
 
@@ -187,7 +187,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     if stages:
         record["stages"] = stages
     if spec["cell"].get("positions"):  # bits per byte by context length (bench context)
-        from weirdnet.lab.context.evaluate import context_measurements
+        from weirdnet_lab.context.evaluate import context_measurements
 
         record.update(context_measurements(run_dir, config, spec["cell"]["positions"],
                                            trainer.processes.device))
@@ -198,7 +198,7 @@ def train_stage(config_dict: dict[str, Any], fresh: bool) -> dict[str, Any]:
     """Train one curriculum stage of a cell (resumed where its run holds checkpoints of
     this config, unless ``fresh``; a finished one is left as it is) and return what the
     cell's record keeps of it."""
-    from weirdnet.lab.sweep.store import config_hash, run_matches
+    from weirdnet_lab.sweep.store import config_hash, run_matches
     from weirdnet.train.config import TrainConfig
     from weirdnet.train.trainer import Trainer
 

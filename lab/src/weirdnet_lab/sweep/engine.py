@@ -1,7 +1,7 @@
 """The sweep engine: run the cells not done, each in a fresh process, and write the report.
 
 ``bench suite``, ``bench lm`` and ``bench recall`` plan their cells and call
-:func:`run_cells`: every cell runs in its own child (:mod:`weirdnet.lab.sweep.cell`), so
+:func:`run_cells`: every cell runs in its own child (:mod:`weirdnet_lab.sweep.cell`), so
 its peak memory is its own and a crash or a missing dataset costs one cell, not the sweep;
 ``--jobs`` cells at once; a rerun skips finished cells, resumes interrupted ones from their
 last checkpoint and reruns failed or stale ones.  SIGINT or SIGTERM stops every running
@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from weirdnet._signals import Interrupted
-from weirdnet.lab.harness import output
-from weirdnet.lab.sweep.store import CellStore, config_hash
+from weirdnet_lab.harness import output
+from weirdnet_lab.sweep.store import CellStore, config_hash
 
 
 def _positive(text: str) -> int:
@@ -46,7 +46,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, results: str,
     """The options every sweep command shares: ``--work``, ``--list``, ``--report-only``,
     ``--no-plot`` (when its report has ``figure``), ``--jobs`` and ``--out`` (its
     ``results`` named in the help)."""
-    from weirdnet.lab.harness import output
+    from weirdnet_lab.harness import output
 
     parser.add_argument("--work", default=None,
                         help="run directories (default: $WEIRDNET_BENCH_DIR/runs)")
@@ -64,7 +64,7 @@ def sweep_store(args: argparse.Namespace, folder: str):
     directories in ``--work``/``folder``."""
     from pathlib import Path
 
-    from weirdnet.lab.harness import output
+    from weirdnet_lab.harness import output
 
     from .store import CellStore
 
@@ -77,7 +77,7 @@ def list_or_run(command: str, cells: list, configs: dict[str, dict], store, args
     """The end of a sweep command: ``--list`` prints the plan; otherwise the folders are
     held for ``weirdnet bench <command>``, the cells not done run (``--jobs`` at once) and
     ``report()`` writes the report.  Returns the exit status."""
-    from weirdnet.lab.harness import output
+    from weirdnet_lab.harness import output
 
     if args.list:
         print_plan(cells, {c.key: store.state(c, configs[c.key]) for c in cells}, store)
@@ -179,7 +179,7 @@ def run_cells(name: str, cells: list, configs: dict[str, dict], states: dict[str
     (``session.kept``) saying what was kept and how to continue."""
     from tqdm.auto import tqdm
 
-    from weirdnet.lab.harness import children
+    from weirdnet_lab.harness import children
 
     todo = [c for c in cells if states[c.key] != "done"] if not report_only else []
     print(f"{name}: {len(cells)} cells, {len(cells) - len(todo)} already "

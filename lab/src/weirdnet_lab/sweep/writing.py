@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from weirdnet.lab.sweep.cell import training_seconds
+from weirdnet_lab.sweep.cell import training_seconds
 
 
 def panels(rows: int, cols: int, width: float, height: float):
@@ -39,7 +39,7 @@ def write_report(folder: Path, stem: str, text: str,
     Markdown links the figure.  Without matplotlib the figure is skipped with one line.
     Returns the Markdown file."""
     from weirdnet._atomic import write_atomic
-    from weirdnet.lab.harness import output
+    from weirdnet_lab.harness import output
 
     folder.mkdir(parents=True, exist_ok=True)
     with output.write_whole():

@@ -77,14 +77,14 @@ the full pass's change of form every ``c`` levels, so its outputs are ``fwd``'s 
 Compile time.  The level loops are run-time loops (``range``), not unrolled
 (``tl.static_range``): unrolled, the backward's ``c (c + 1) / 2`` level steps made about
 81,000 lines of PTX and 31 s of compilation per specialization, 42 s for the four kernels a
-first step at L = 1024 needs; as loops, 5 s (``benchmarks/triton_compile_time.py``, sm_90,
+first step at L = 1024 needs; as loops, 5 s (``lab/benchmarks/triton_compile_time.py``, sm_90,
 on a CPU); with the passes of 5 levels below, 1.7 s.  On an H200 the loops cost run
 time at c = 8 (the unrolled e01cd49 kernels: forward 0.76 against 1.88 ms, forward +
 backward 11.4 against 15.2 ms at L = 1024, B = 8, D = 1024, bf16), a cost that the choice
 of c below outweighs many times.
 
-Tuning (``benchmarks/scan_kernel_variants.py``, one run on an H200, Triton 3.6, 2026-11-27;
-``benchmarks/results/gpu/h200-2026-11-27-variants/``).  ``LEVELS_PER_PASS`` is the knob
+Tuning (``lab/benchmarks/scan_kernel_variants.py``, one run on an H200, Triton 3.6, 2026-11-27;
+``lab/results/gpu/h200-2026-11-27-variants/``).  ``LEVELS_PER_PASS`` is the knob
 that matters: a window of ``2^(c+1)`` rows is the state the ``tl.gather`` shifts move
 around, and at c = 8 (512 rows x 16 channels, three state tensors) the kernels ran at 1%
 of the copy bandwidth.  Forward + backward, L = 1024 / 16384: c = 8 15.2 / 214 ms, c = 6
@@ -95,7 +95,7 @@ combinations were not reached in that run.
 The tests run the kernels under the Triton interpreter (``TRITON_INTERPRET=1``) on CPU
 tensors, and compiled on a GPU where there is one: on an H100 (Triton 3.6, 2026-11-26)
 91 of 92 passed with passes of 8 (the failure a test flaw, since fixed;
-benchmarks/results/gpu/).
+lab/results/gpu/).
 """
 from __future__ import annotations
 

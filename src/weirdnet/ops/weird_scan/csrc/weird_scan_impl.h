@@ -145,7 +145,7 @@ int WN_NAME(scan_fwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
  * the caches at long L.  So a unit is transposed into channel-major rows of L values and
  * each channel is scanned on its own: the levels vectorise along the positions, and one
  * channel's states (3 (nlev + 2) L values, 3 MB at 16K) stay in cache.  Measured against
- * the lane-interleaved backward it replaced (benchmarks/scan_kernel_ab.py): 1.16x faster
+ * the lane-interleaved backward it replaced (lab/benchmarks/scan_kernel_ab.py): 1.16x faster
  * at L = 1K, 1.36x at 4K, 1.44x at 16K, with 8x less workspace.  The forward keeps no
  * states and stays interleaved. */
 
