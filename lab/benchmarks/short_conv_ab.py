@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from weirdnet._atomic import write_atomic
-from weirdnet_lab.harness.machine import cpu_model
 from weirdnet.ops.short_conv import short_conv
+from weirdnet_lab.harness.machine import cpu_model
 
 PATHS = ("torch", "cpu")  # conv1d, the C kernel
 

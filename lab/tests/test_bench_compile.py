@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from weirdnet.cli import main
-from weirdnet_lab import compile as compile_bench
 from weirdnet.models.presets import get_preset
+from weirdnet_lab import compile as compile_bench
 
 REPO = Path(__file__).resolve().parents[2]
 

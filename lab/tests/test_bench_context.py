@@ -9,8 +9,8 @@ import json
 import pytest
 
 from helpers.train import run_cli
-from weirdnet_lab.context.command import plan
 from weirdnet.train.config import TrainConfig
+from weirdnet_lab.context.command import plan
 
 
 def test_plan_and_configs(tmp_path):

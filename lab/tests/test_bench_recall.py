@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from helpers.train import run_cli
+from weirdnet.train.config import TrainConfig
 from weirdnet_lab.recall.command import causal_mechanisms, plan
 from weirdnet_lab.sweep.intervals import mean_interval, t95, wilson
-from weirdnet.train.config import TrainConfig
 
 
 def test_plan_and_configs(tmp_path):

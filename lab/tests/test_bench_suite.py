@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from helpers.train import run_cli
+from weirdnet.train.config import TrainConfig, check
 from weirdnet_lab.suite import numbers
 from weirdnet_lab.suite.budgets import BUDGETS, get_budget
 from weirdnet_lab.suite.cells import Cell
@@ -23,7 +24,6 @@ from weirdnet_lab.suite.tasks import TASKS, configs_dir, get_task
 from weirdnet_lab.sweep.intervals import wilson
 from weirdnet_lab.sweep.store import CellStore, config_hash
 from weirdnet_lab.variants import MECHANISMS, VARIANTS, get_variant
-from weirdnet.train.config import TrainConfig, check
 
 pytestmark = pytest.mark.slow  # suite cells train models
 

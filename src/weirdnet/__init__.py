@@ -1,3 +1,3 @@
 """weirdnet: fast, exact, numerically stable long-sequence layers (Weird-/AIB-attention)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

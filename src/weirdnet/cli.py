@@ -8,10 +8,11 @@ Every command is a module with
     run(args, argv) -> int       the command itself; its exit status
 
 :data:`COMMANDS` names the module of each command, or a table of subcommands for a group
-(``weirdnet bench ...``, ``weirdnet data ...``; :data:`GROUPS` has their help).  Adding a
-command is one module and one line here.  The core's commands live in
-:mod:`weirdnet.commands`, the benchmarks in the lab (:mod:`weirdnet_lab`,
-:mod:`weirdnet_lab.suite`).
+(``weirdnet data ...``; :data:`GROUPS` has their help).  Adding a command is one module
+and one line here.  The core's commands live in :mod:`weirdnet.commands`.  Other
+distributions add commands through the entry points of :data:`PLUGIN_GROUP`: the lab
+(``weirdnet-lab``, ``lab/`` in the repository) adds ``weirdnet bench ...``; while it is
+not installed, ``weirdnet bench`` says how to install it (:data:`PLUGINS`).
 
 Command modules import torch inside ``run``, never at import time (deliberately: building
 the parser imports every command module), so ``--help``, ``--version`` and every
@@ -41,18 +42,6 @@ COMMANDS: Commands = {
     "generate": "weirdnet.commands.generate",
     "plot": "weirdnet.commands.plot",
     "configs": "weirdnet.commands.configs",
-    "bench": {
-        "scan": "weirdnet_lab.opbench.scan",
-        "mixers": "weirdnet_lab.opbench.mixers",
-        "decode": "weirdnet_lab.decode",
-        "speed": "weirdnet_lab.speed",
-        "compile": "weirdnet_lab.compile",
-        "lm": "weirdnet_lab.lm.command",
-        "recall": "weirdnet_lab.recall.command",
-        "context": "weirdnet_lab.context.command",
-        "suite": "weirdnet_lab.suite.command",
-        "gpu": "weirdnet_lab.gpu",
-    },
     "data": {
         "list": "weirdnet.commands.data_list",
         "build": "weirdnet.commands.data_build",
@@ -66,14 +55,25 @@ COMMANDS: Commands = {
 """Every command, in ``--help`` order: its module, or a group's table of subcommands."""
 
 GROUPS = {
-    "bench": ("run a benchmark",
-              "Run one of weirdnet's benchmarks; see `weirdnet bench BENCHMARK --help`.",
-              "BENCHMARK"),
     "data": ("list, build, show or download datasets",
              "Datasets of weirdnet.data; see `weirdnet data SUBCOMMAND --help`.",
              "SUBCOMMAND"),
 }
 """Each group's (one-line help, description, metavar of its subcommand)."""
+
+PLUGIN_GROUP = "weirdnet.commands"
+"""The entry-point group other distributions add commands through (the lab's
+``weirdnet bench``): each entry point is named after its command and loads a module that
+is a command (the protocol above) or a group (``GROUP``: its one-line help, description
+and metavar; ``COMMANDS``: its table of subcommands)."""
+
+PLUGINS = {
+    "bench": ("run a benchmark (needs the weirdnet-lab distribution)",
+              "the benchmarks are the weirdnet-lab distribution, which is not installed: "
+              "pip install -e ./lab in a checkout of weirdnet"),
+}
+"""The commands another distribution adds: (one-line help, the line printed, with exit
+status 2, when that distribution is not installed)."""
 
 
 def command_module(path: str) -> ModuleType:
@@ -87,16 +87,27 @@ def command_module(path: str) -> ModuleType:
     return module
 
 
-def _add_commands(subparsers: argparse._SubParsersAction, table: Commands) -> None:
-    """One parser per entry of ``table`` (a group's parser holds its own table)."""
+def plugin_commands() -> dict[str, ModuleType]:
+    """The commands installed distributions add (:data:`PLUGIN_GROUP`): name -> the module
+    its entry point loads, in name order."""
+    from importlib.metadata import entry_points
+
+    found = sorted(entry_points(group=PLUGIN_GROUP), key=lambda point: point.name)
+    return {point.name: point.load() for point in found}
+
+
+def _add_commands(subparsers: argparse._SubParsersAction, table: Commands,
+                  groups: dict[str, tuple[str, str, str]] = GROUPS) -> None:
+    """One parser per entry of ``table`` (a group's parser holds its own table; its help
+    is in ``groups``)."""
     for name, entry in table.items():
         if isinstance(entry, dict):
-            help_text, description, metavar = GROUPS[name]
+            help_text, description, metavar = groups[name]
             group = subparsers.add_parser(name, help=help_text, description=description,
                                           formatter_class=_FORMATTER)
             inner = group.add_subparsers(dest=f"{name}_command", metavar=metavar,
                                          required=True)
-            _add_commands(inner, entry)
+            _add_commands(inner, entry, groups)
             continue
         module = command_module(entry)
         parser = subparsers.add_parser(
@@ -117,7 +128,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"weirdnet {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_commands(subparsers, COMMANDS)
+    plugins = plugin_commands()
+    for name, module in plugins.items():
+        if hasattr(module, "GROUP"):
+            _add_commands(subparsers, {name: module.COMMANDS}, {name: module.GROUP})
+        else:
+            _add_commands(subparsers, {name: module.__name__})
+    for name, (help_text, _) in PLUGINS.items():
+        if name not in plugins:
+            subparsers.add_parser(name, help=help_text, add_help=False)
     return parser
+
+
+def _missing_plugin(argv: list[str]) -> str | None:
+    """The line to print when ``argv`` runs a command of :data:`PLUGINS` whose
+    distribution is not installed, else None."""
+    name = next((a for a in argv if not a.startswith("-")), None)
+    if name not in PLUGINS or name in plugin_commands():
+        return None
+    return f"weirdnet {name}: {PLUGINS[name][1]}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,6 +206,10 @@ def _close_progress_bars() -> None:
 def _run(argv: list[str], where: list[str]) -> int:
     """Parse ``argv`` and run its command's handler (``where[0]`` becomes the command's
     name for the last line); the handler's exit status."""
+    missing = _missing_plugin(argv)
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     where[0] = f"weirdnet {args.command}"
     try:

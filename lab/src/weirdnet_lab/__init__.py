@@ -1,10 +1,13 @@
-"""The lab: every ``weirdnet bench`` command, built on the library and kept apart from it.
+"""weirdnet-lab: every ``weirdnet bench`` command, built on the library and kept apart from it.
 
-The core (``ops``, ``layers``, ``models``, ``data``, ``train``, ``hf``) never imports the
-lab (tests/test_layering.py enforces it); the lab holds the benchmarks, the papers'
-reported numbers and their claims, and the sweeps that train many models.  It is
-installed with the package, so ``weirdnet bench ...`` reproduces every result from a
-plain install (docs/design.md says why).
+A distribution of its own (``lab/pyproject.toml``), so that a benchmark or a report
+changes without a library release.  It depends on ``weirdnet`` and adds ``weirdnet bench
+...`` to its command line through the entry point ``bench`` of the group
+``weirdnet.commands`` (:mod:`.commands`).  The library never imports the lab
+(tests/test_layering.py enforces it), and the lab uses only the library's public API
+(the modules and names of the API reference, docs/api; lab/tests/test_core_api.py
+enforces it).  The lab holds the benchmarks, the papers' reported numbers and their
+claims, and the sweeps that train many models; its records are under ``lab/results``.
 
 - :mod:`.harness`: how the lab measures: a fresh child process per measurement
   (``child``, ``children``), timing (``timing.time_step``), peak memory (``memory``,

@@ -75,8 +75,8 @@ def _model(spec: dict[str, Any]):
         backbone = {k: spec[k] for k in keys} | {"vocab_size": VOCAB, "max_len": spec["length"],
                                                  "causal": True}
         return WeirdNetLM({"backbone": backbone})
-    from weirdnet_lab.variants import get_variant
     from weirdnet.models.classifier import WeirdNetClassifier
+    from weirdnet_lab.variants import get_variant
 
     backbone = {k: spec[k] for k in ("dim", "depth", "d_ff", "heads")}
     backbone |= {"max_len": spec["length"], "vocab_size": VOCAB,

@@ -269,8 +269,8 @@ def _peer_lines(doc: dict) -> list[str]:
 
 
 def _markdown(doc: dict) -> str:
-    from weirdnet_lab.opbench.report import fmt_ratio
     from weirdnet.models.backbone import FUSED_STEP_MAX_BATCH
+    from weirdnet_lab.opbench.report import fmt_ratio
 
     m, c = doc["machine"], doc["config"]
     baseline = c["models"][-1] if len(c["models"]) > 1 else None

@@ -177,8 +177,8 @@ def _build_lm(spec: dict[str, Any], device):
     experiments.matching`), its step and its batches of random bytes."""
     import torch
 
-    from weirdnet_lab import matching
     from weirdnet.train.setup import enable_activation_checkpointing
+    from weirdnet_lab import matching
 
     table = matching.matched_variant(spec["mechanism"], _widths(spec))[0]
     model = matching.build(table, max_len=spec["length"]).to(device)

@@ -63,8 +63,8 @@ class Cell:
 
     def _stages(self, own: dict[str, Any]) -> list[dict[str, Any]]:
         """:meth:`stage_configs` built on the cell's ``own`` config."""
-        from weirdnet_lab.sweep.store import config_hash
         from weirdnet.train.config import merge
+        from weirdnet_lab.sweep.store import config_hash
 
         stages: list[dict[str, Any]] = []
         for number, table in enumerate(self.budget.stages.get(self.task.name, ()), 1):

@@ -144,12 +144,12 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     allocator = reuse_freed_memory()
     import torch
 
+    from weirdnet.train.config import TrainConfig
+    from weirdnet.train.trainer import Trainer
     from weirdnet_lab.harness.machine import machine_info
     from weirdnet_lab.harness.memory import PeakMemory
     from weirdnet_lab.suite.baselines import trivial_baseline
     from weirdnet_lab.sweep.store import run_matches
-    from weirdnet.train.config import TrainConfig
-    from weirdnet.train.trainer import Trainer
 
     config = TrainConfig.from_dict(spec["config"])
     run_dir = Path(config.run.out_dir) / config.run.name
@@ -198,9 +198,9 @@ def train_stage(config_dict: dict[str, Any], fresh: bool) -> dict[str, Any]:
     """Train one curriculum stage of a cell (resumed where its run holds checkpoints of
     this config, unless ``fresh``; a finished one is left as it is) and return what the
     cell's record keeps of it."""
-    from weirdnet_lab.sweep.store import config_hash, run_matches
     from weirdnet.train.config import TrainConfig
     from weirdnet.train.trainer import Trainer
+    from weirdnet_lab.sweep.store import config_hash, run_matches
 
     config = TrainConfig.from_dict(config_dict)
     resume = not fresh and run_matches(Path(config.run.out_dir) / config.run.name, config_dict)
