@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from weirdnet._atomic import write_atomic
 from weirdnet.ops import cbuild
 from weirdnet.ops.weird_scan import cpu
+from weirdnet.utils import write_atomic
 from weirdnet_lab.harness.alloc import reuse_freed_memory
 from weirdnet_lab.harness.machine import cpu_model
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from weirdnet._atomic import write_atomic
 from weirdnet.ops.short_conv import short_conv
+from weirdnet.utils import write_atomic
 from weirdnet_lab.harness.machine import cpu_model
 
 PATHS = ("torch", "cpu")  # conv1d, the C kernel

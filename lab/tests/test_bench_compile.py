@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from weirdnet.cli import main
-from weirdnet.models.presets import get_preset
+from weirdnet.models import get_preset
 from weirdnet_lab import compile as compile_bench
 
 REPO = Path(__file__).resolve().parents[2]

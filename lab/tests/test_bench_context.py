@@ -39,7 +39,7 @@ def test_plan_and_configs(tmp_path):
 
 
 def test_smoke_sweep_records_positions_and_reports(tmp_path):
-    from weirdnet.data.registry import DataMissingError
+    from weirdnet.data import DataMissingError
     from weirdnet.data.text.corpora import corpus_bytes
 
     try:

@@ -10,7 +10,7 @@ import pytest
 
 from helpers.train import run_cli
 from weirdnet.cli import main
-from weirdnet.data.registry import DataMissingError
+from weirdnet.data import DataMissingError
 
 
 def _corpus_or_skip() -> None:

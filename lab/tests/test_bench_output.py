@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from helpers.train import run_cli
-from weirdnet._lock import DirectoryLock
-from weirdnet._signals import Interrupted
 from weirdnet.cli import main
+from weirdnet.utils import DirectoryLock, Interrupted
 from weirdnet_lab.harness import children, output
 
 REPO = Path(__file__).resolve().parents[2]

@@ -630,7 +630,7 @@ def test_todays_baselines_table_trains_a_transformers_peer_in_a_suite_cell(tmp_p
     """--tables today: a transformers peer in place of the task's model, matched to the
     task's widths, trained and reported beside the Transformer++ (LM task only)."""
     pytest.importorskip("transformers")
-    from weirdnet.data.registry import DataMissingError
+    from weirdnet.data import DataMissingError
     from weirdnet_lab.lm.command import require_corpus
 
     try:

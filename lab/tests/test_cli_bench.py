@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from weirdnet import __version__
-from weirdnet._atomic import write_atomic
 from weirdnet.cli import main
+from weirdnet.utils import write_atomic
 from weirdnet_lab.opbench import analysis
 from weirdnet_lab.opbench.scan import DEFAULT_METHODS, LOG_W
 

@@ -69,13 +69,13 @@ def _model(spec: dict[str, Any]):
 
     torch.manual_seed(0)
     if spec["model"] == "lm":
-        from weirdnet.models.lm import WeirdNetLM
+        from weirdnet.models import WeirdNetLM
 
         keys = ("pattern", "dim", "depth", "d_ff", "heads")
         backbone = {k: spec[k] for k in keys} | {"vocab_size": VOCAB, "max_len": spec["length"],
                                                  "causal": True}
         return WeirdNetLM({"backbone": backbone})
-    from weirdnet.models.classifier import WeirdNetClassifier
+    from weirdnet.models import WeirdNetClassifier
     from weirdnet_lab.variants import get_variant
 
     backbone = {k: spec[k] for k in ("dim", "depth", "d_ff", "heads")}
@@ -225,7 +225,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 def _run(args, argv, workloads: list[str], out: Path, session: output.Writing) -> int:
     import torch
 
-    from weirdnet._atomic import write_atomic
+    from weirdnet.utils import write_atomic
     from weirdnet_lab.harness.alloc import reuse_freed_memory
     from weirdnet_lab.harness.machine import machine_info
 

@@ -156,8 +156,7 @@ def _build(name: str, context: int, device):
     sizes), with max_len ``context``."""
     import torch
 
-    from weirdnet.models import build_preset
-    from weirdnet.models.presets import PRESETS
+    from weirdnet.models import PRESETS, build_preset
 
     if name in PRESETS:
         return build_preset(name, device=device)
@@ -172,7 +171,7 @@ def _build(name: str, context: int, device):
 def _check_models(models: list[str]) -> None:
     """BenchError (one line, status 2) for a name that is neither a preset nor a bench lm
     model, or a model that cannot be matched."""
-    from weirdnet.models.presets import PRESETS
+    from weirdnet.models import PRESETS
 
     for name in models:
         if name in PRESETS:
@@ -269,7 +268,7 @@ def _peer_lines(doc: dict) -> list[str]:
 
 
 def _markdown(doc: dict) -> str:
-    from weirdnet.models.backbone import FUSED_STEP_MAX_BATCH
+    from weirdnet.models import FUSED_STEP_MAX_BATCH
     from weirdnet_lab.opbench.report import fmt_ratio
 
     m, c = doc["machine"], doc["config"]

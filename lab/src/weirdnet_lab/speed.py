@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from weirdnet._signals import Interrupted, signal_name
+from weirdnet.utils import Interrupted, signal_name
 from weirdnet_lab.harness import output
 from weirdnet_lab.harness.alloc import return_freed_memory, reuse_freed_memory
 
@@ -207,7 +207,7 @@ def _build(spec: dict[str, Any], device):
 
     if TASKS[spec.get("task", "classify")].lm:
         return _build_lm(spec, device)
-    from weirdnet.models.classifier import WeirdNetClassifier
+    from weirdnet.models import WeirdNetClassifier
 
     variant = get_variant(spec["mechanism"]).model_overrides("text", "lra")  # its readout too
     backbone = {"dim": spec["dim"], "depth": spec["depth"], "d_ff": spec["d_ff"],
@@ -437,7 +437,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: Path,
          session: output.Writing) -> int:
-    from weirdnet._atomic import write_atomic
+    from weirdnet.utils import write_atomic
     from weirdnet_lab.speed_report import draw, markdown
 
     try:
@@ -518,7 +518,7 @@ def _write_partial(base: dict[str, Any], command: list[str], rows: list[dict[str
                    out: Path, session: output.Writing) -> None:
     """Write the cells measured before a stop signal as ``<stem>.partial.{json,md}``
     (written whole; no plot), marked partial, and say so in ``session.kept``."""
-    from weirdnet._atomic import write_atomic
+    from weirdnet.utils import write_atomic
     from weirdnet_lab.speed_report import markdown
 
     with output.write_whole():

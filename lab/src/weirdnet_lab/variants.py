@@ -69,7 +69,7 @@ class Variant:
             return False
         # deferred: the layers import torch, and the command line reads this module
         from weirdnet.layers.registry import has_causal_form
-        from weirdnet.models.config import pattern_mixers
+        from weirdnet.models import pattern_mixers
 
         return not all(has_causal_form(name) for name in pattern_mixers(self.pattern))
 
@@ -88,7 +88,7 @@ class Variant:
         has them; a weirdnet model takes every key."""
         if not self.peer:
             return {"backbone": {**widths, **self.backbone_overrides("lm")}}
-        from weirdnet.models.peers import PEERS
+        from weirdnet.models import PEERS
 
         reads = PEERS[self.peer][1]
         return self.peer_model(

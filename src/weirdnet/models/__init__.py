@@ -28,3 +28,10 @@ __all__ += ["PEERS", "PRESETS", "ClassifierConfig", "ClassifierOutput", "DualEnc
             "PeerConfig", "PeerLM", "Seq2SeqConfig", "WeirdNetClassifier",
             "WeirdNetDualEncoder", "WeirdNetSeq2Seq",
             "build_preset", "get_preset", "preset_config"]
+
+# The fused-decoding threshold and a pattern's mixers: public for code built on weirdnet
+# (the lab reports them; issue 63).
+from .backbone import FUSED_STEP_MAX_BATCH  # noqa: E402
+from .config import pattern_mixers  # noqa: E402
+
+__all__ += ["FUSED_STEP_MAX_BATCH", "pattern_mixers"]

@@ -174,7 +174,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan, run the cells that are not done, write the report; the exit status."""
-    from weirdnet.data.registry import DataMissingError
+    from weirdnet.data import DataMissingError
     from weirdnet_lab.context.report import write_report
     from weirdnet_lab.sweep.engine import list_or_run, sweep_store
 

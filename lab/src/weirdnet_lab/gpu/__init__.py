@@ -140,7 +140,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _run(plan: Plan, session: output.Writing) -> int:
-    from weirdnet._atomic import write_atomic
+    from weirdnet.utils import write_atomic
 
     records = []
     session.kept = lambda: (f"the records of {len(records)} finished step(s) are in "

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from weirdnet.data.registry import DataMissingError
+from weirdnet.data import DataMissingError
 from weirdnet_lab import matching
 from weirdnet_lab.harness import output
 from weirdnet_lab.sweep.engine import add_jobs_argument
@@ -327,7 +327,7 @@ def require_corpus(name: str = CORPUS) -> None:
     (default :data:`CORPUS`) can be read: checked before any cell starts, so a missing
     package is not a failed cell whose reason sits only in its record (an offline
     corpus's bytes are built and cached once)."""
-    from weirdnet.data.registry import get
+    from weirdnet.data import get
 
     get(name, "test")
 

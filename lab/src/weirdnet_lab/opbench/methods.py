@@ -168,7 +168,7 @@ def direct_scan_builder(step: float = 1.0):
     scan_build = scan_builder(False, None, step=step)
 
     def build(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int) -> Case:
-        from weirdnet.ops.checks import levels_needed
+        from weirdnet.ops import levels_needed
         from weirdnet.ops.weird_scan import dispatch
 
         case = scan_build(shape, dtype, device, seed)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from weirdnet._tables import merge
+from weirdnet.utils import merge_tables as merge
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ WIDTHS = ("dim", "depth", "d_ff", "heads")
 
 def full_backbone(model: dict[str, Any]) -> dict[str, Any]:
     """The backbone keys of a ``model`` table: its preset's, then its own."""
-    from weirdnet.models.presets import get_preset
+    from weirdnet.models import get_preset
 
     backbone = dict(get_preset(model["preset"]).config["backbone"]) if "preset" in model \
         else {}

@@ -201,7 +201,7 @@ def compute_record(records: list[dict[str, Any]], task: str) -> dict[str, Any]:
 
     import torch
 
-    from weirdnet.data.registry import get
+    from weirdnet.data import get
     from weirdnet_lab.harness.machine import code_version, machine_info
     from weirdnet_lab.suite.baselines import trivial_baseline
     from weirdnet_lab.sweep.store import config_hash
@@ -230,7 +230,7 @@ def write_missing(store, records: list[dict[str, Any]], tasks) -> list[str]:
     (each written atomically); the tasks done."""
     import json
 
-    from weirdnet._atomic import write_atomic
+    from weirdnet.utils import write_atomic
 
     done = []
     for task in missing_tasks(store, records, tasks):

@@ -109,7 +109,7 @@ class CellStore:
 
     def write(self, cell: SweepCell, record: dict[str, Any]) -> Path:
         """Store ``record`` for ``cell`` atomically; returns its path."""
-        from weirdnet._atomic import write_atomic
+        from weirdnet.utils import write_atomic
 
         self.cells_dir.mkdir(parents=True, exist_ok=True)
         return write_atomic(self.record_path(cell), json.dumps(record, indent=2) + "\n")
