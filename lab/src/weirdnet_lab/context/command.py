@@ -37,14 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from weirdnet_lab.context.settings import BOUNDS, CORPORA, CORPUS
 from weirdnet_lab.variants import Variant, get_variant
 
-CORPUS = "shakespeare"
-CORPORA = ("shakespeare", "python-docs")
-"""The offline corpora of long documents (``--corpus``): whole works, whole doc pages."""
 TRAIN_CONTEXT = 16384
 EVAL_CONTEXTS = (16384, 32768, 65536)
-BOUNDS = (0, 128, 1024, 4096, 16384, 32768)
 TRUNCATIONS = (128, 1024, 4096, 12288)
 SPAN = 1024
 MECHANISMS = ("weird-a-long", "weird-b-pp", "transformerpp", "mamba2")

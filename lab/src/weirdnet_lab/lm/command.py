@@ -48,6 +48,7 @@ from typing import Any
 from weirdnet.data import DataMissingError
 from weirdnet_lab import matching
 from weirdnet_lab.harness import output
+from weirdnet_lab.lm.settings import MIN_STEPS
 from weirdnet_lab.sweep.engine import add_jobs_argument
 from weirdnet_lab.sweep.store import CellStore
 from weirdnet_lab.variants import Variant, get_variant
@@ -190,9 +191,6 @@ def step_cells(mechanisms, contexts, steps: int, seeds: int,
             for n in contexts for v in lm_variants(mechanisms) for seed in range(seeds)]
 
 
-MIN_STEPS = 20
-"""The fewest steps a timed run trains, even where its minutes fit fewer (then it trains
-longer than the others; the report marks it)."""
 
 
 def timed_cells(calibrations: list[LMCell], rates: dict[str, float], minutes: float,

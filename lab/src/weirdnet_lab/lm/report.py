@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from weirdnet_lab.lm.command import MIN_STEPS
+from weirdnet_lab.lm.settings import MIN_STEPS
 from weirdnet_lab.opbench.report import markdown_table
 from weirdnet_lab.suite.claims import BETTER, WORSE, compare
 from weirdnet_lab.suite.report import score_of

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from weirdnet_lab.recall.settings import DEFAULT_LR, DIAGNOSTICS, TEST_SEQUENCES, diagnostic_options
 from weirdnet_lab.sweep.store import CellStore
 from weirdnet_lab.variants import MECHANISMS, Variant, get_variant
 
-DIAGNOSTICS = ("mqar", "selective-copy", "induction")
 LENGTHS = (64, 128)
 WIDTHS = (16, 32, 64)
 
@@ -44,9 +44,6 @@ def causal_mechanisms() -> tuple[str, ...]:
     """The suite's mechanisms with a causal form (the diagnostics are language models);
     read from the mixers, so it imports torch."""
     return tuple(v.name for v in MECHANISMS if not v.bidirectional_only)
-DEFAULT_LR = 3e-3
-"""The learning rate of a cell unless ``--lrs`` says otherwise (a cell at another rate
-has ``--lr<rate>`` in its key)."""
 DEFAULT_STEPS = 6000
 """Steps per cell.  MQAR is learnt in a sudden transition: a 2-layer softmax model at
 D = 64, L = 64 sat at the plateau of knowing which values occur (about 30%) until step
@@ -55,9 +52,6 @@ TRAIN_SEQUENCES = 100_000
 """Generated training sequences (Zoology's count); every step sees fresh ones until the
 6,000 x 32 = 192,000 drawn pass it."""
 BATCH_SIZE = 32
-TEST_SEQUENCES = 1000
-"""Sequences in the validation and test splits."""
-
 HELP = "recall diagnostics (MQAR, selective copying, induction) vs width"
 
 DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "`")
@@ -71,19 +65,6 @@ examples:
   weirdnet bench recall --report-only                    # rebuild the report from records
   weirdnet bench recall --list                           # the cells and their state
 """
-
-
-def diagnostic_options(diagnostic: str, length: int) -> dict[str, int]:
-    """The generator options of ``diagnostic`` at sequence length ``length``: MQAR asks
-    length / 16 keys (vocabulary 64), selective copying copies 8 tokens (vocabulary 16),
-    induction uses vocabulary 16."""
-    if diagnostic == "mqar":
-        return {"seq_len": length, "num_pairs": max(1, length // 16), "vocab_size": 64}
-    if diagnostic == "selective-copy":
-        return {"seq_len": length, "num_tokens": 8, "vocab_size": 16}
-    if diagnostic == "induction":
-        return {"seq_len": length, "vocab_size": 16}
-    raise ValueError(f"unknown diagnostic {diagnostic!r}; known: {', '.join(DIAGNOSTICS)}")
 
 
 def local_window(length: int) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet_lab.opbench.report import markdown_table
-from weirdnet_lab.recall.command import DEFAULT_LR, DIAGNOSTICS, TEST_SEQUENCES, diagnostic_options
+from weirdnet_lab.recall.settings import DEFAULT_LR, DIAGNOSTICS, TEST_SEQUENCES, diagnostic_options
 from weirdnet_lab.sweep import writing
 from weirdnet_lab.sweep.intervals import accuracy_interval, mean_interval
 from weirdnet_lab.sweep.store import CellStore
