@@ -6,10 +6,19 @@ repository by `.ci/run` and tests/test_wheel.py:
    convolution);
 3. a language model's decoding step runs through the fused C block step;
 4. a packaged config is reached by name;
-5. the main job (`weirdnet train quickstart`) trains a few steps and evaluates.
+5. the main job (`weirdnet train quickstart`) trains a few steps and evaluates;
+6. the trained run is evaluated again, generates text and is exported as a Hugging
+   Face folder (`weirdnet eval | generate | export-hf`);
+7. no module of the lab (weirdnet_lab, the weirdnet-lab distribution) was imported, and
+   without the lab `weirdnet bench` is one line saying how to install it, status 2
+   (skipped with --with-lab: the lab's wheel is installed too, and `weirdnet bench
+   --help` must then work).
 
 Run with the wheel's Python, in an empty working directory; WEIRDNET_CACHE_DIR should
 point at an empty folder so the kernels are built from the wheel's C sources.
+
+    python wheel_smoke.py              # the weirdnet wheel alone
+    python wheel_smoke.py --with-lab   # and the weirdnet-lab wheel: bench --help
 """
 
 import os
@@ -47,10 +56,49 @@ package = Path(weirdnet.__file__).parent
 assert config.is_file() and config.absolute().is_relative_to(package), config
 print("wheel smoke: the packaged config 'quickstart' is", config)
 
-job = [sys.executable, "-m", "weirdnet", "train", "quickstart", "--set", "train.steps=3",
-       "--set", "train.eval_every=3", "--set", "train.eval_batches=2", "--set",
-       "train.log_every=1", "--set", "train.batch_size=2"]
-done = subprocess.run(job, capture_output=True, text=True, timeout=900)
-assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+WEIRDNET = [sys.executable, "-m", "weirdnet"]
+
+
+def weirdnet_command(*argv: str, status: int = 0) -> subprocess.CompletedProcess:
+    """Run ``python -m weirdnet ARGV`` here with Python's import log; assert its exit
+    status and, unless --with-lab, that it imported no lab module.  Its stderr comes back
+    without the log."""
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+    done = subprocess.run([*WEIRDNET, *argv], capture_output=True, text=True, timeout=900,
+                          env=env)
+    log = [line for line in done.stderr.splitlines(keepends=True)
+           if line.startswith("import time:")]
+    done.stderr = "".join(line for line in done.stderr.splitlines(keepends=True)
+                          if not line.startswith("import time:"))
+    assert done.returncode == status, (argv, done.stdout[-2000:] + done.stderr[-3000:])
+    imported = {line.rsplit("|", 1)[-1].strip() for line in log}
+    lab = sorted(m for m in imported if m.split(".")[0] == "weirdnet_lab")
+    assert "--with-lab" in sys.argv[1:] or not lab, (argv, f"imported the lab: {lab}")
+    return done
+
+
+if "--with-lab" in sys.argv[1:]:
+    assert "scan" in weirdnet_command("bench", "--help").stdout
+    print("wheel smoke: with the lab's wheel, `weirdnet bench --help` lists the benchmarks")
+    sys.exit(0)
+
+weirdnet_command("train", "quickstart", "--set", "train.steps=3", "--set",
+                 "train.eval_every=3", "--set", "train.eval_batches=2", "--set",
+                 "train.log_every=1", "--set", "train.batch_size=2")
 assert (Path("runs") / "quickstart").is_dir(), "the main job wrote no run directory"
 print("wheel smoke: the main job trained 3 steps and evaluated")
+
+weirdnet_command("eval", "runs/quickstart", "--limit", "2", "--batch-size", "2")
+sample = weirdnet_command("generate", "runs/quickstart", "--prompt", "def ",
+                          "--max-new-tokens", "8").stdout
+assert sample.strip(), "generate printed nothing"
+weirdnet_command("export-hf", "runs/quickstart", "exported")
+assert (Path("exported") / "config.json").is_file(), "export-hf wrote no config.json"
+print("wheel smoke: the run evaluates, generates and exports as a Hugging Face folder")
+
+lab = [m for m in sys.modules if m.split(".")[0] == "weirdnet_lab"]
+assert not lab, f"the lab was imported: {lab}"  # here; each command's log is checked above
+bench = weirdnet_command("bench", "--help", status=2)
+assert "pip install -e ./lab" in bench.stderr and bench.stderr.count("\n") == 1, bench.stderr
+print("wheel smoke: no lab module imported; `weirdnet bench` without the lab says how to "
+      "install it (status 2)")
