@@ -35,7 +35,7 @@ from pathlib import Path
 
 from weirdnet.lab.harness import output
 
-from .plan import NO_CUDA, STEPS, TIME_BOXES_S, Plan, now, read_json
+from .plan import NO_CUDA, QUICK_STEPS, STEPS, TIME_BOXES_S, Plan, now, read_json
 from .report import render_report
 from .steps import code_version, run_step
 
@@ -95,9 +95,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run-cpu", action="store_true",
                         help="no GPU: the same steps on the CPU at tiny sizes (control flow "
                              "only; the report says so)")
-    parser.add_argument("--steps", type=_steps, default=list(STEPS), metavar="S1,S2",
+    parser.add_argument("--steps", type=_steps, default=None, metavar="S1,S2",
                         help=f"run only these steps, in the usual order (default: "
-                             f"{','.join(STEPS)})")
+                             f"{','.join(STEPS)}; --quick: {','.join(QUICK_STEPS)})")
     parser.add_argument("--time-box", type=_time_box, action="append", default=[],
                         metavar="STEP=SECONDS", help="a step's wall-clock limit (repeatable; "
                         "defaults above)")
@@ -118,9 +118,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         return 2
     mode = "dry-run" if args.dry_run_cpu else "quick" if args.quick else "full"
     boxes = {**TIME_BOXES_S[mode], **dict(args.time_box)}
+    chosen = args.steps or (QUICK_STEPS if mode == "quick" else STEPS)
     plan = Plan(out=Path(args.out).expanduser(), mode=mode,
                 device="cpu" if args.dry_run_cpu else "cuda",
-                steps=[s for s in STEPS if s in args.steps], boxes=boxes,
+                steps=[s for s in STEPS if s in chosen], boxes=boxes,
                 tests=args.tests, force=args.force, command=["weirdnet", *argv])
 
     def refuse() -> None:
