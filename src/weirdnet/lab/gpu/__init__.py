@@ -1,7 +1,9 @@
 """``weirdnet bench gpu``: the GPU path checked and timed by one command.
 
-Six steps, in this order, each in child processes under its own wall-clock limit (its
-time box: a child still running at the end of it is stopped, the step is recorded as
+Nine steps (issue 62 added kernels, models and decode-graph, described in
+docs/speed.md; --quick runs env, correctness and those three), in this order, each
+in child processes under its own wall-clock limit (its time box: a child still
+running at the end of it is stopped, the step is recorded as
 timed out and the next step runs), each writing its JSON record under OUT/records/
 before the next begins:
 
