@@ -20,6 +20,11 @@ fi
 # This checkout alone (the library and the lab, which adds `weirdnet bench`): resolving
 # their dependencies could replace the CUDA torch wheel.
 "$python" -m pip install --quiet --no-deps --no-build-isolation -e . -e ./lab
+# The wheels lab/benchmarks/fetch_gpu_wheels.sh put in wheels/ (the fla peers), carried
+# with the working tree to a machine that reaches no package registry.
+if compgen -G "wheels/*.whl" >/dev/null; then
+    "$python" -m pip install --quiet --no-index --no-deps --no-compile wheels/*.whl
+fi
 # The few pure-Python pieces the command and the GPU tests use, only where missing.
 missing=$("$python" -c 'import importlib.util as u; print(" ".join(n for n in
     ("numpy", "tqdm", "pytest") if u.find_spec(n) is None))')

@@ -71,3 +71,18 @@ def test_the_old_spellings_are_gone(capsys):
         assert stop.value.code == 2
         err = capsys.readouterr().err
         assert "invalid choice: 'generate'" in err and ("decode" in err or "build" in err)
+
+
+def test_cuda_graph_rows_are_marked_and_decode_the_same_way(tmp_path, capsys):
+    """--cuda-graph: Weird-Net A takes the static graph step (on a CPU run eagerly), the
+    GPT-2 baseline (softmax KV caches) decodes as usual; the report marks the rows."""
+    assert main(["bench", "decode", "--quick", "--cuda-graph", "--contexts", "256",
+                 "--models", "weirdnet-a-small-cpu,gpt2-small-cpu",
+                 "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    doc = json.loads((tmp_path / "decode_cpu.json").read_text())
+    assert doc["config"]["cuda_graph"] is True
+    graph = {r["model"]: r["cuda_graph"] for r in doc["results"]}
+    assert graph == {"weirdnet-a-small-cpu": True, "gpt2-small-cpu": False}
+    assert all(r["tokens_per_s"] > 0 for r in doc["results"])
+    assert "| weirdnet-a-small-cpu (CUDA graph) |" in text and "| gpt2-small-cpu |" in text

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 transformers = pytest.importorskip("transformers")
 
 from weirdnet.cli import main  # noqa: E402
-from weirdnet.models import PEERS, PeerLM, load  # noqa: E402
+from weirdnet.models import PeerLM, load  # noqa: E402
 from weirdnet.typed_config import ConfigError  # noqa: E402
 
 CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM",
@@ -26,7 +26,7 @@ def _peer(name: str, **backbone) -> PeerLM:
                                               "max_len": 64, "causal": True, **backbone}})
 
 
-@pytest.mark.parametrize("name", sorted(PEERS))
+@pytest.mark.parametrize("name", sorted(CLASSES))  # fla's: test_peers_fla.py
 def test_each_peer_is_the_transformers_model_with_weirdnets_loss(name):
     model = _peer(name).eval()
     assert type(model.peer).__name__ == CLASSES[name]
@@ -140,7 +140,7 @@ log_every = 2
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("peer", sorted(PEERS))
+@pytest.mark.parametrize("peer", sorted(CLASSES))
 def test_weirdnet_train_trains_evaluates_and_samples_each_peer(peer, tmp_path, capsys):
     config = tmp_path / f"{peer}.toml"
     # xLSTM's cache in transformers decodes only widths whose head splits are multiples of 64

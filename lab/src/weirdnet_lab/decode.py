@@ -64,6 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: all usable cores)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="each decoding step one CUDA graph replay (models that "
+                             "weirdnet.models.graph_decode supports, e.g. Weird-Net A; the "
+                             "others decode as usual; the report marks the rows; on a CPU "
+                             "the same static step, eagerly)")
     parser.add_argument("--name", default="decode",
                         help="report files NAME_<device>.md and .json (default: %(default)s; "
                              "the committed long-context run: decode-long)")
@@ -102,6 +107,17 @@ def cache_bytes(cache) -> int:
     return sum(cache_bytes(value) for key, value in fields.items() if key != "fused")
 
 
+def _prefill(backbone, prompt, n: int, device):
+    """(the cache for ``prompt`` (B, Lp) and n more tokens, the last hidden state, the
+    prefill's seconds): the prompt fed in chunks of :data:`PREFILL_CHUNK`."""
+    cache = backbone.init_cache(prompt.shape[0], prompt.shape[1] + n)
+    start = time.perf_counter()
+    for part in prompt.split(PREFILL_CHUNK, dim=1):
+        hidden = backbone(part, cache=cache)[:, -1]
+    _sync(device)
+    return cache, hidden, time.perf_counter() - start
+
+
 def _decode_steps(model, prompt, n: int, device) -> tuple[float, list[float], int]:
     """Prefill seconds, the n decode-step times (s) of greedy decoding of the (B, Lp)
     prompts, and the bytes the caches hold."""
@@ -109,17 +125,34 @@ def _decode_steps(model, prompt, n: int, device) -> tuple[float, list[float], in
 
     backbone = model.backbone
     with torch.no_grad():
-        cache = backbone.init_cache(prompt.shape[0], prompt.shape[1] + n)
-        start = time.perf_counter()
-        for part in prompt.split(PREFILL_CHUNK, dim=1):
-            hidden = backbone(part, cache=cache)[:, -1]
-        _sync(device)
-        prefill = time.perf_counter() - start
+        cache, hidden, prefill = _prefill(backbone, prompt, n, device)
         steps = []
         for _ in range(n):
             start = time.perf_counter()
             token = model.logits(hidden).argmax(-1, keepdim=True)
             hidden = backbone.step(token[:, 0], cache)
+            _sync(device)
+            steps.append(time.perf_counter() - start)
+    return prefill, steps, cache_bytes(cache.layers)
+
+
+def _graph_decode_steps(model, prompt, n: int, device) -> tuple[float, list[float], int]:
+    """As :func:`_decode_steps`, each step a replay of the CUDA graph of
+    :class:`weirdnet.models.graph_decode.StaticStep` (on a CPU the same static step, run
+    eagerly); the first step, which captures the graph, is not timed."""
+    import torch
+
+    from weirdnet.models.graph_decode import StaticStep
+
+    with torch.no_grad():
+        cache, hidden, prefill = _prefill(model.backbone, prompt, n, device)
+        token = model.logits(hidden).argmax(-1)
+        step = StaticStep(model.backbone, model.logits, cache, token,
+                          capture=device.type == "cuda")
+        logits, steps = step.logits, []
+        for _ in range(n - 1):
+            start = time.perf_counter()
+            logits = step(logits.argmax(-1))
             _sync(device)
             steps.append(time.perf_counter() - start)
     return prefill, steps, cache_bytes(cache.layers)
@@ -213,9 +246,12 @@ def _mixer_of(model, name: str):
     return next((b.mixer for b in model.backbone.blocks if type(b.mixer) is cls), None)
 
 
-def measure(model_name: str, context: int, new_tokens: int, device, batch: int = 1) -> dict:
+def measure(model_name: str, context: int, new_tokens: int, device, batch: int = 1,
+            cuda_graph: bool = False) -> dict:
     """One row: tokens/s, prefill time and speed, the caches' bytes, the peak memory of
-    prefill and decoding, and per-layer step times at ``context``."""
+    prefill and decoding, and per-layer step times at ``context``.  ``cuda_graph``: each
+    step a CUDA graph replay where :func:`weirdnet.models.graph_decode.supported` allows
+    (the row's ``cuda_graph`` says whether it did)."""
     import torch
 
     from weirdnet_lab.harness.memory import PeakMemory
@@ -225,8 +261,11 @@ def measure(model_name: str, context: int, new_tokens: int, device, batch: int =
     if context > model.max_len or context <= new_tokens:
         raise ValueError(f"{model_name}: context {context} must exceed the {new_tokens} new "
                          f"tokens and stay within its max_len={model.max_len}")
+    from weirdnet.models.graph_decode import supported
+
     peer = hasattr(model, "peer")
-    decode = _peer_decode_steps if peer else _decode_steps
+    graph = cuda_graph and not peer and supported(model.backbone) is None
+    decode = _peer_decode_steps if peer else _graph_decode_steps if graph else _decode_steps
     vocab = model.config.backbone.vocab_size
     prompt = torch.randint(0, vocab, (batch, context - new_tokens), device=device)
     decode(model, prompt[:, :64], 4, device)  # warm-up
@@ -241,7 +280,7 @@ def measure(model_name: str, context: int, new_tokens: int, device, batch: int =
            "step_ms_median": 1e3 * statistics.median(steps),
            "tokens_per_s": batch / statistics.median(steps),
            "non_embedding_parameters": model.num_parameters(embeddings=False),
-           "generate": "transformers" if peer else "weirdnet"}
+           "generate": "transformers" if peer else "weirdnet", "cuda_graph": graph}
     for name in ("weird", "softmax"):
         mixer = None if peer else _mixer_of(model, name)
         row[f"{name}_layer_step_us"] = (None if mixer is None
@@ -293,7 +332,8 @@ def _markdown(doc: dict) -> str:
               for k in ("weird_layer_step_us", "softmax_layer_step_us")]
         memory = [("–" if r.get(k) is None else f"{r[k]:,.0f}")
                   for k in ("prefill_tokens_per_s", "cache_mib", "peak_mib")]
-        lines.append(f"| {r['context']} | {r['model']} | {r['tokens_per_s']:.1f} | "
+        graph = " (CUDA graph)" if r.get("cuda_graph") else ""
+        lines.append(f"| {r['context']} | {r['model']}{graph} | {r['tokens_per_s']:.1f} | "
                      f"{r['step_ms_median']:.2f} | {r['prefill_s']:.2f} | {memory[0]} | "
                      f"{memory[1]} | {memory[2]} | {us[0]} | {us[1]} |")
     lines += ["", "Prefill: the prompt fed to the caches in chunks of "
@@ -359,7 +399,8 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path,
             for name in models:
                 what = f"{name} at context {L}"
                 progress.start(what)
-                rows.append(measure(name, L, new_tokens, device, args.batch))
+                rows.append(measure(name, L, new_tokens, device, args.batch,
+                                    args.cuda_graph))
                 progress.done(what, f"{rows[-1]['tokens_per_s']:.1f} tokens/s")
     finally:
         progress.close()
@@ -401,5 +442,6 @@ def _document(args, argv, models, contexts, new_tokens, device, allocator, rows)
                                 "ratio": False})
     return {"benchmark": "decode", "quick": bool(args.quick), "machine": info,
             "config": {"models": models, "contexts": contexts, "new_tokens": new_tokens,
+                       "cuda_graph": bool(getattr(args, "cuda_graph", False)),
                        "batch": args.batch, "threads": torch.get_num_threads()},
             "results": rows, "ratios": ratios, "targets": targets}

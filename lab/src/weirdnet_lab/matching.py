@@ -25,7 +25,7 @@ TOLERANCE = 0.05
 D_FF_MULTIPLE = 8
 WIDTH_STEP = 1
 
-_NO_FEED_FORWARD = ("mamba", "mamba2")
+_NO_FEED_FORWARD = ("mamba", "mamba2", "fla-mamba2")
 
 
 def knob(model: dict[str, Any]) -> str:

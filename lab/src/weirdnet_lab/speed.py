@@ -12,7 +12,12 @@ One training step = forward, loss, backward, optimizer step.
   ``max_memory_allocated`` on CUDA; on CPU the same quantity from a per-allocation trace
   (:func:`.memory.allocator_peak_bytes`), and beside it the peak RSS (glibc keeps freed
   memory, :mod:`.alloc`), which adds heap fragmentation and C workspaces;
-- speed: the median of ``--steps`` timed steps after ``--warmup`` untimed ones.
+- speed: the median of ``--steps`` timed steps after ``--warmup`` untimed ones;
+- precision: on CUDA every model trains in bfloat16 autocast, with
+  ``scaled_dot_product_attention`` limited to FlashAttention or cuDNN (a Transformer row
+  whose attention neither takes fails, rather than timing the math kernel); each row
+  records the SDPA backend its step ran (``sdpa_backend``, None without SDPA).  On a CPU
+  every model trains in float32, as before.
 
 A mechanism whose step took longer than ``--max-step-seconds`` at one length is not run
 at longer ones (marked in the table), so the quadratic Transformer cannot stall the run.
@@ -58,6 +63,9 @@ from weirdnet_lab.harness.alloc import return_freed_memory, reuse_freed_memory
 HELP = "training steps/s and peak memory of each model vs the Transformer"
 
 DESCRIPTION = __doc__.split("\n\n", 1)[0].replace("``", "`") + "\n\n" + \
+    "On CUDA every model trains in bf16 autocast, SDPA limited to FlashAttention or " \
+    "cuDNN (the report names the backend each row ran; a row neither takes fails); on " \
+    "a CPU in float32.\n\n" + \
     "Writes speed_<device>.{json,md,png} (--task lm: speed_lm_<device>.*, --task long: " \
     "speed_long_<device>.*) to OUT and " \
     "prints the Markdown table. OUT is --out DIR, else $WEIRDNET_BENCH_DIR, else " \
@@ -230,6 +238,19 @@ def _build(spec: dict[str, Any], device):
     return model, step, batch
 
 
+def in_precision(step, device):
+    """``step`` run in the precision of a model-level row on ``device``
+    (:func:`weirdnet_lab.gpu.sdpa.gpu_precision`: on CUDA bfloat16 autocast, SDPA limited
+    to FlashAttention or cuDNN; on a CPU float32, as it is)."""
+    from weirdnet_lab.gpu.sdpa import gpu_precision
+
+    def run(*batch) -> None:
+        with gpu_precision(device):
+            step(*batch)
+
+    return run
+
+
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """Speed and memory of one (mechanism, length): see the module doc."""
     traced = spec.get("memory", "trace") == "trace"
@@ -238,18 +259,21 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
     import torch
 
+    from weirdnet_lab.gpu.sdpa import PRECISION, SDPARecorder, backends_text
     from weirdnet_lab.harness.memory import MIB, PeakMemory, allocator_peak_bytes
     from weirdnet_lab.harness.timing import synchronize, time_step
 
     device = torch.device(spec["device"])
     torch.manual_seed(0)
     model, step, batch = _build(spec, device)
+    step = in_precision(step, device)
     step(*batch(min(16, spec["length"])))  # load kernels and thread pools
     tokens, labels = batch(spec["length"])
     meter = PeakMemory(device, since="model, optimizer and batch")
     meter.start()
     started = time.perf_counter()
-    step(tokens, labels)
+    with SDPARecorder() as recorder:  # the metered step: which kernel SDPA ran
+        step(tokens, labels)
     synchronize(device)
     first_s = time.perf_counter() - started
     memory_mib, rss_mib = meter.peak_mib()[0], None
@@ -257,7 +281,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         rss_mib = memory_mib
     if device.type == "cpu" and traced:
         torch.manual_seed(0)
-        _, fresh_step, _ = _build(spec, device)
+        fresh_step = in_precision(_build(spec, device)[1], device)
         memory_mib = allocator_peak_bytes(lambda: fresh_step(tokens, labels)) / MIB
     if traced:
         times = time_step(lambda: step(tokens, labels), device, spec["steps"], spec["warmup"])
@@ -270,6 +294,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             "step_s": seconds, "steps_per_s": 1.0 / seconds,
             "tokens_per_s": spec["batch"] * spec["length"] / seconds,
             "memory_mib": memory_mib, "rss_mib": rss_mib, "allocator": allocator,
+            "precision": PRECISION.get(device.type, "fp32"),
+            "sdpa_backend": backends_text(recorder.backends),
             "parameters": model.num_parameters(),
             "non_embedding_parameters": model.num_parameters(embeddings=False)}
 

@@ -221,7 +221,7 @@ def markdown(result: dict[str, Any], plot: str | None) -> str:
            f"- command: `{m['command']}`",
            "- softmax attention runs through `scaled_dot_product_attention` (a fused, "
            "memory-efficient kernel), not the materialised L x L attention of the papers' "
-           "baselines", "", *_parameters(result),
+           "baselines", *precision_lines(result), "", *_parameters(result),
            f"## Training {'tokens' if lm else 'steps'} per second relative to the {ref} "
            "(ours, higher is faster)", "", *_table(result, "steps_per_s"), "",
            *([_SLOW_NOTE, ""] if lm else []),
@@ -236,6 +236,34 @@ def markdown(result: dict[str, Any], plot: str | None) -> str:
         out += ["## The papers' numbers (their GPUs and their baselines' implementations)",
                 "", *_paper(result), ""]
     return "\n".join(out) + "\n"
+
+
+def precision_lines(result: dict[str, Any]) -> list[str]:
+    """What the rows computed in, the SDPA backend each model's rows ran, and a warning
+    where a CUDA row ran another than FlashAttention or cuDNN (older results record
+    neither: nothing)."""
+    from weirdnet_lab.gpu.sdpa import unfair
+
+    rows = [r for r in result["rows"] if r.get("status") == "ok"]
+    precision = next((r["precision"] for r in rows if r.get("precision")), None)
+    if precision is None:
+        return []
+    cuda = result["machine"]["device"] == "cuda"
+    lines = [f"- precision: every model trains in {precision}"
+             + (", SDPA limited to FlashAttention or cuDNN" if cuda else "")]
+    ran: dict[str, set[str]] = {}
+    for r in rows:
+        if r.get("sdpa_backend"):
+            ran.setdefault(r["mechanism"], set()).add(r["sdpa_backend"])
+    if ran:
+        lines.append("- SDPA backend run: " + "; ".join(
+            f"{_label(m)} {', '.join(sorted(b))}" for m, b in ran.items()))
+    bad = [r for r in rows if cuda and unfair(r.get("sdpa_backend"))]
+    if bad:
+        lines.append("- **not a fair GPU comparison**: " + ", ".join(
+            f"{_label(r['mechanism'])} at {_short(r['length'])} ran {r['sdpa_backend']}"
+            for r in bad))
+    return lines
 
 
 def _partial_note(result: dict[str, Any]) -> list[str]:

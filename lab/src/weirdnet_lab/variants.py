@@ -78,7 +78,7 @@ class Variant:
         if group == "lm" and self.bidirectional_only:
             return f"{self.label} has no causal form, so no language model"
         if self.peer and group != "lm":
-            return f"{self.label} comes from transformers as a causal LM: language models only"
+            return f"{self.label} is a peer causal LM: language models only"
         return None
 
     def lm_model(self, widths: dict[str, Any]) -> dict[str, Any]:
@@ -200,9 +200,15 @@ TODAY = (
     Variant("xlstm", "xLSTM (transformers)", "xlstm", peer="xlstm",
             note="transformers' xLSTMForCausalLM (mLSTM blocks, xLSTM-7B's); on CPU its "
                  "native PyTorch kernels"),
+    Variant("fla-gated-deltanet", "Gated DeltaNet (fla)", "fla-gated-deltanet",
+            peer="fla-gated-deltanet",
+            note="flash-linear-attention's GatedDeltaNetForCausalLM; GPU only (Triton)"),
+    Variant("fla-mamba2", "Mamba-2 (fla)", "fla-mamba2", peer="fla-mamba2", depth_factor=2,
+            note="flash-linear-attention's Mamba2ForCausalLM; GPU only (Triton)"),
 )
 """The baselines the field uses today (issue 30): the Transformer++, Weird-Net with its
-options, and the ``transformers`` peers (language models only)."""
+options, and the ``transformers`` and flash-linear-attention peers (language models
+only)."""
 
 LONG = (
     Variant("weird-a-long", "Weird-Net A, no positions", "A", backbone={"positions": "none"},

@@ -28,6 +28,7 @@ examples:
   weirdnet generate runs/quickstart --prompt "import " --max-new-tokens 240 \\
       --temperature 0.8 --top-k 40 --num-samples 3 --seed 1
   weirdnet generate runs/seq2seq-reverse --prompt "12345" --temperature 0
+  weirdnet generate runs/weird-a --device cuda --cuda-graph   # one graph replay a token
 """
 
 DEFAULT_NEW_TOKENS = 200
@@ -51,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--encoding", default=None,
                         help="text encoding of the tokens (default: the run's dataset's)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="on CUDA, decode each new token as one CUDA graph replay "
+                             "(Weird-attention-only language models, e.g. Weird-Net A; "
+                             "another model or a CPU device is an error)")
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -102,13 +107,33 @@ def generate_texts(args: argparse.Namespace) -> list[str]:
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
                 "eos_id": info.get("eos_id"), "generator": generator}
     if isinstance(model, WeirdNetSeq2Seq):
+        if args.cuda_graph:
+            raise ValueError("--cuda-graph decodes language models, not a seq2seq model")
         return _decode_seq2seq(model, prompt, args, sampling, info, encoding, device)
     if not prompt:  # an empty prompt starts from a newline
         prompt = [ord("\n")]
     ids = torch.tensor([prompt] * args.num_samples, device=device)
-    out = model.generate(ids, _new_tokens(args.max_new_tokens, len(prompt), model.max_len),
-                         **sampling)
+    new = _new_tokens(args.max_new_tokens, len(prompt), model.max_len)
+    if args.cuda_graph:
+        out = _graph_generate(model, ids, new, sampling)
+    else:
+        out = model.generate(ids, new, **sampling)
     return [bytes(row).decode(encoding, errors="replace") for row in out.tolist()]
+
+
+def _graph_generate(model, ids, new_tokens: int, sampling: dict):
+    """``--cuda-graph``: :func:`weirdnet.models.graph_decode.graph_generate`."""
+    from weirdnet.models.generation import Sampling
+    from weirdnet.models.graph_decode import graph_generate
+    from weirdnet.models.lm import WeirdNetLM
+
+    if ids.device.type != "cuda":
+        raise ValueError("--cuda-graph needs a CUDA device (--device cuda)")
+    if not isinstance(model, WeirdNetLM):
+        raise ValueError(f"--cuda-graph decodes weirdnet language models, not a "
+                         f"{type(model).__name__}")
+    return graph_generate(model, model.backbone, model.logits, ids, new_tokens,
+                          Sampling(**sampling))
 
 
 def _new_tokens(asked: int | None, prompt_length: int, max_len: int) -> int:

@@ -1,8 +1,11 @@
-"""Peers from ``transformers``, trained by weirdnet's own trainer, data, loss and scorer.
+"""Peers from ``transformers`` and flash-linear-attention, trained by weirdnet's own
+trainer, data, loss and scorer.
 
 :class:`PeerLM` wraps a ``transformers`` causal LM built from its own config class (never
 re-implemented): ``peer = "llama" | "mamba" | "mamba2" | "rwkv" | "qwen3-next" |
-"recurrent-gemma" | "xlstm"``.  The backbone keys it
+"recurrent-gemma" | "xlstm"``, or flash-linear-attention's own model (``fla.models``,
+the ``fla-core`` / ``flash-linear-attention`` 0.6 wheels): ``peer = "fla-gated-deltanet" |
+"fla-mamba2"``.  The backbone keys it
 reads are the ones every peer has a counterpart for (``dim``, ``depth``, ``vocab_size``,
 ``max_len``, ``norm_eps``, and ``d_ff`` / ``heads`` where the peer has them); the rest of
 the peer's config keeps the peer's recommended defaults unless ``options`` sets them:
@@ -43,6 +46,18 @@ the peer's config keeps the peer's recommended defaults unless ``options`` sets 
   D·v_dim_factor to be multiples of 64 (the cache rounds them up, the layers do not):
   :meth:`PeerLM.generate` refuses other widths with one clear error; training and
   evaluation take any width.
+- ``fla-gated-deltanet``: flash-linear-attention's GatedDeltaNetForCausalLM (Gated
+  DeltaNet layers with their short convolution and output gate, SwiGLU feed-forwards).
+  hidden_size = dim, num_hidden_layers = depth, intermediate_size = d_ff (default fla's:
+  8·D/3 rounded up to a multiple of 256); fla's proportions for the heads: head_dim
+  min(256, D), num_heads max(1, round(0.75·D / head_dim)) (fla's default 6 heads of 256
+  at D = 2048), value heads expand_v = 2 times wider; max_position_embeddings = max_len.
+- ``fla-mamba2``: flash-linear-attention's Mamba2ForCausalLM with the widths of
+  ``mamba2`` above (d_state 128, expand 2, head_dim 64, 1 group, chunk 256).
+
+The fla peers run fla's Triton kernels, so they train and decode on a GPU only (on a CPU
+they can be built, counted and matched); a missing fla is one error naming
+:data:`FLA_INSTALL`.
 
 On a CPU the Mamba, Mamba-2, Gated DeltaNet and mLSTM layers run ``transformers``'
 pure-PyTorch paths (their fused kernels, mamba_ssm's, flash-linear-attention's and
@@ -91,6 +106,20 @@ def _mamba2(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
     return "Mamba2Config", {"hidden_size": b.dim, "num_hidden_layers": b.depth,
                             "expand": 2, "head_dim": head_dim, "num_heads": inner // head_dim,
                             "n_groups": 1, "layer_norm_epsilon": b.norm_eps}
+
+
+def _fla_gated_deltanet(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
+    head_dim = min(256, b.dim)
+    keys = {"hidden_size": b.dim, "num_hidden_layers": b.depth, "head_dim": head_dim,
+            "num_heads": max(1, round(0.75 * b.dim / head_dim)),
+            "max_position_embeddings": b.max_len, "norm_eps": b.norm_eps}
+    return "GatedDeltaNetConfig", keys | ({"intermediate_size": b.d_ff} if b.d_ff else {})
+
+
+def _fla_mamba2(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
+    keys = _mamba2(b)[1]
+    keys["norm_eps"] = keys.pop("layer_norm_epsilon")
+    return "Mamba2Config", keys
 
 
 def _rwkv(b: BackboneConfig) -> tuple[str, dict[str, Any]]:
@@ -183,9 +212,18 @@ PEERS: dict[str, tuple[Callable[[BackboneConfig], tuple[str, dict]], frozenset]]
     "qwen3-next": (_qwen3_next, frozenset({"d_ff", "heads"})),
     "recurrent-gemma": (_recurrent_gemma, frozenset({"d_ff", "heads"})),
     "xlstm": (_xlstm, frozenset({"d_ff"})),
+    "fla-gated-deltanet": (_fla_gated_deltanet, frozenset({"d_ff"})),
+    "fla-mamba2": (_fla_mamba2, frozenset()),
 }
-"""peer name -> (its transformers config from the backbone keys, the optional backbone keys
-it reads besides dim, depth, vocab_size, max_len and norm_eps)."""
+"""peer name -> (its config class name and keys from the backbone keys, the optional
+backbone keys it reads besides dim, depth, vocab_size, max_len and norm_eps)."""
+
+FLA_PEERS = frozenset({"fla-gated-deltanet", "fla-mamba2"})
+"""The peers built from flash-linear-attention's ``fla.models`` (the rest: ``transformers``)."""
+
+FLA_INSTALL = "pip install flash-linear-attention==0.6.0"
+"""The command that installs fla (it brings fla-core); a GPU machine without a package
+registry installs the wheels of ``lab/benchmarks/fetch_gpu_wheels.sh`` instead (docs/speed.md)."""
 
 
 _NO_WEIGHT_DECAY = {"mamba": ("A_log", "D"), "mamba2": ("A_log", "D"),
@@ -226,14 +264,15 @@ class PeerConfig:
                               f"peer's own keys in model.options instead")
 
     def transformers_config(self):
-        """The peer's ``transformers`` config object."""
-        transformers = _import_transformers()
+        """The peer's config object (a ``transformers`` config class; fla's for the
+        :data:`FLA_PEERS`)."""
+        source = _import_fla(self.peer) if self.peer in FLA_PEERS else _import_transformers()
         build = PEERS[self.peer][0]
         class_name, mapped = build(self.backbone)
         keys = {"vocab_size": self.backbone.vocab_size,
                 "tie_word_embeddings": self.tie_embeddings, **mapped, **self.options}
         try:
-            config = getattr(transformers, class_name)(**keys)
+            config = getattr(source, class_name)(**keys)
         except (TypeError, ValueError) as error:
             raise ConfigError(f"peer {self.peer!r}: {class_name} refused the config: "
                               f"{error}") from None
@@ -253,9 +292,30 @@ def _import_transformers():
     return transformers
 
 
+def _import_fla(peer: str):
+    """``fla.models``; ImportError naming :data:`FLA_INSTALL` where fla (or a package it
+    needs: transformers, einops, triton) cannot be imported."""
+    _import_transformers()
+    try:
+        import fla.models
+    except ImportError as error:
+        raise ImportError(f"peer {peer!r} comes from flash-linear-attention, which cannot be "
+                          f"imported ({error}): {FLA_INSTALL}") from None
+    return fla.models
+
+
+def _peer_model(peer: str, config):
+    """The causal LM of ``config``: fla's ``<Name>ForCausalLM`` for the :data:`FLA_PEERS`,
+    else ``transformers``' auto class."""
+    if peer in FLA_PEERS:
+        name = type(config).__name__.removesuffix("Config") + "ForCausalLM"
+        return getattr(_import_fla(peer), name)(config)
+    return _import_transformers().AutoModelForCausalLM.from_config(config)
+
+
 @register_model
 class PeerLM(WeirdNetModel):
-    """A ``transformers`` causal LM (:data:`PEERS`) behind weirdnet's LM interface:
+    """A ``transformers`` or fla causal LM (:data:`PEERS`) behind weirdnet's LM interface:
     ``forward(input_ids, targets, mask) -> LMOutput`` with weirdnet's loss, and
     ``generate``.  Its weights live under ``peer.``."""
 
@@ -264,9 +324,7 @@ class PeerLM(WeirdNetModel):
 
     def __init__(self, config: PeerConfig | dict | None = None):
         super().__init__(PeerConfig() if config is None else config)
-        transformers = _import_transformers()
-        self.peer = transformers.AutoModelForCausalLM.from_config(
-            self.config.transformers_config())
+        self.peer = _peer_model(self.config.peer, self.config.transformers_config())
         for name, parameter in self.peer.named_parameters():
             if name.rsplit(".", 1)[-1] in _NO_WEIGHT_DECAY.get(self.config.peer, ()):
                 parameter._no_weight_decay = True

@@ -1,7 +1,9 @@
 """``weirdnet bench gpu``: the GPU path checked and timed by one command.
 
-Six steps, in this order, each in child processes under its own wall-clock limit (its
-time box: a child still running at the end of it is stopped, the step is recorded as
+Nine steps (issue 62 added kernels, models and decode-graph, described in
+docs/speed.md; --quick runs env, correctness and those three), in this order, each
+in child processes under its own wall-clock limit (its time box: a child still
+running at the end of it is stopped, the step is recorded as
 timed out and the next step runs), each writing its JSON record under OUT/records/
 before the next begins:
 
@@ -35,7 +37,7 @@ from pathlib import Path
 
 from weirdnet_lab.harness import output
 
-from .plan import NO_CUDA, STEPS, TIME_BOXES_S, Plan, now, read_json
+from .plan import NO_CUDA, QUICK_STEPS, STEPS, TIME_BOXES_S, Plan, now, read_json
 from .report import render_report
 from .steps import code_version, run_step
 
@@ -95,9 +97,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run-cpu", action="store_true",
                         help="no GPU: the same steps on the CPU at tiny sizes (control flow "
                              "only; the report says so)")
-    parser.add_argument("--steps", type=_steps, default=list(STEPS), metavar="S1,S2",
+    parser.add_argument("--steps", type=_steps, default=None, metavar="S1,S2",
                         help=f"run only these steps, in the usual order (default: "
-                             f"{','.join(STEPS)})")
+                             f"{','.join(STEPS)}; --quick: {','.join(QUICK_STEPS)})")
     parser.add_argument("--time-box", type=_time_box, action="append", default=[],
                         metavar="STEP=SECONDS", help="a step's wall-clock limit (repeatable; "
                         "defaults above)")
@@ -118,9 +120,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         return 2
     mode = "dry-run" if args.dry_run_cpu else "quick" if args.quick else "full"
     boxes = {**TIME_BOXES_S[mode], **dict(args.time_box)}
+    chosen = args.steps or (QUICK_STEPS if mode == "quick" else STEPS)
     plan = Plan(out=Path(args.out).expanduser(), mode=mode,
                 device="cpu" if args.dry_run_cpu else "cuda",
-                steps=[s for s in STEPS if s in args.steps], boxes=boxes,
+                steps=[s for s in STEPS if s in chosen], boxes=boxes,
                 tests=args.tests, force=args.force, command=["weirdnet", *argv])
 
     def refuse() -> None:

@@ -117,7 +117,14 @@ def job_copy(spec: dict) -> dict:
     return {"rows": rows}
 
 
-JOBS = {"env": job_env, "selfcheck": job_selfcheck, "copy": job_copy}
+def job_kernels(spec: dict) -> dict:
+    """:func:`weirdnet_lab.gpu.kernels.job_kernels`, then the copy of the same bytes."""
+    from .kernels import job_kernels as kernels
+
+    return {**kernels(spec), "copy": job_copy(spec)["rows"]}
+
+
+JOBS = {"env": job_env, "selfcheck": job_selfcheck, "copy": job_copy, "kernels": job_kernels}
 
 
 def job_main(argv: list[str]) -> int:

@@ -11,18 +11,24 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STEPS = ("env", "correctness", "scan", "speed", "decode", "suite")
+STEPS = ("env", "correctness", "scan", "kernels", "speed", "models", "decode",
+         "decode-graph", "suite")
+QUICK_STEPS = ("env", "correctness", "kernels", "models", "decode-graph")
+"""--quick's steps unless --steps names others: issue 62's measurements in 8 minutes."""
 TITLES = {"env": "Environment", "correctness": "Correctness (GPU tests)",
           "scan": "Scan timing vs SDPA and copy bandwidth",
           "speed": "Model-level training steps", "decode": "Decoding at 16K context",
-          "suite": "Pilot of the gpu suite budget (ListOps)"}
+          "suite": "Pilot of the gpu suite budget (ListOps)",
+          "kernels": "Scan backends vs SDPA causal and a copy (issue 62)",
+          "models": "Model level, bf16: Weird-Net A vs Transformer++ vs fla Gated DeltaNet",
+          "decode-graph": "Decoding at batch 1, 16K context, with and without a CUDA graph"}
 TIME_BOXES_S = {
-    "full": {"env": 60, "correctness": 300, "scan": 300, "speed": 300, "decode": 180,
-             "suite": 360},
-    "quick": {"env": 60, "correctness": 120, "scan": 60, "speed": 90, "decode": 35,
-              "suite": 60},
-    "dry-run": {"env": 60, "correctness": 120, "scan": 120, "speed": 120, "decode": 120,
-                "suite": 180},
+    "full": {"env": 60, "correctness": 300, "scan": 300, "kernels": 240, "speed": 300,
+             "models": 300, "decode": 180, "decode-graph": 120, "suite": 360},
+    "quick": {"env": 45, "correctness": 90, "scan": 60, "kernels": 150, "speed": 90,
+              "models": 120, "decode": 35, "decode-graph": 75, "suite": 60},
+    "dry-run": {"env": 60, "correctness": 120, "scan": 120, "kernels": 120, "speed": 120,
+                "models": 120, "decode": 120, "decode-graph": 120, "suite": 180},
 }
 """Each step's wall-clock limit in seconds, per mode (--time-box STEP=S overrides)."""
 
@@ -63,6 +69,19 @@ DECODE = {"full": ["--contexts", "16384"],
           "quick": ["--contexts", "16384", "--new-tokens", "16"],
           "dry-run": ["--quick", "--contexts", "256", "--new-tokens", "8", "--threads", "1",
                       "--models", "weirdnet-a-small-cpu,gpt2-small-cpu"]}
+
+KERNELS = {"full": {"lengths": (1024, 16384, 65536), "repeats": 10},
+           "quick": {"lengths": (1024, 16384, 65536), "repeats": 5},
+           "dry-run": {"lengths": (64, 128), "repeats": 1, "batch": 1, "dim": 32,
+                       "dtype": "float32"}}
+MODELS = {"full": ["--lengths", "4096", "16384", "--steps", "3"],
+          "quick": ["--lengths", "4096", "16384", "--steps", "2", "--warmup", "1"],
+          "dry-run": ["--lengths", "64", "--dim", "16", "--depth", "1", "--d-ff", "32",
+                      "--heads", "2", "--batch", "1", "--steps", "1", "--warmup", "0"]}
+MODEL_MECHANISMS = ("weird-a", "transformerpp", "fla-gated-deltanet")
+DECODE_GRAPH = {"full": ["--contexts", "16384", "--new-tokens", "64"],
+                "quick": ["--contexts", "16384", "--new-tokens", "32"],
+                "dry-run": ["--contexts", "256", "--new-tokens", "8", "--threads", "1"]}
 
 SUITE = {"full": ["--budget", "gpu"],
          "quick": ["--budget", "gpu", "--mechanisms", "weird-a,weird-b,dba,softmax"],

@@ -38,7 +38,85 @@ def render_report(summary: dict, records: list[dict]) -> str:
         lines += _SECTIONS[r["step"]](r.get("data") or {})
         if r.get("logs"):
             lines += ["", "Logs: " + ", ".join(f"`{p}`" for p in r["logs"])]
+    lines += ["", "## Targets of issue 62 (computed from this run's records)", "",
+              *(issue62_targets(records) or ["- none measured in this run"])]
     return "\n".join(lines) + "\n"
+
+
+def _row(data: dict, method: str, length: int) -> dict:
+    return next((r for r in data.get("rows", []) if r["method"] == method
+                 and r["L"] == length and not r["error"]), {})
+
+
+def _verdict(text: str, value, passed) -> str:
+    if value is None:
+        return f"- {text}: not measured"
+    return f"- {text}: {_f(value, 3)} — {'PASS' if passed else 'FAIL'}"
+
+
+def issue62_targets(records: list[dict]) -> list[str]:
+    """Issue 62's targets with PASS/FAIL from the kernels, models and decode-graph
+    records (the scan rows of the "triton-chunk" backend: the new kernel)."""
+    by = {r["step"]: r.get("data") or {} for r in records}
+    out = []
+    if "kernels" in by:
+        k = by["kernels"]
+        new, sdpa = "triton-chunk", "sdpa-causal"
+        f16, f64 = _row(k, new, 16384).get("fwd_ms"), _row(k, new, 65536).get("fwd_ms")
+        b16, b1 = _row(k, new, 16384).get("fwdbwd_ms"), _row(k, new, 1024).get("fwdbwd_ms")
+        s16, s1 = _row(k, sdpa, 16384).get("fwdbwd_ms"), _row(k, sdpa, 1024).get("fwdbwd_ms")
+        copy = next((c for c in k.get("copy", []) if c["L"] == 16384), None)
+        frac = copy["ms"] / f16 if copy and f16 else None
+        m16, ms = _row(k, new, 16384).get("extra_mib"), _row(k, sdpa, 16384).get("extra_mib")
+        out += [_verdict("scan fwd at 16K <= 0.6 ms (ms)", f16, f16 is not None and f16 <= 0.6),
+                _verdict("scan fwd at 16K >= 40% of the copy bandwidth (fraction)", frac,
+                         frac is not None and frac >= 0.4),
+                _verdict("scan fwd+bwd at 16K <= 3.3 ms (ms)", b16,
+                         b16 is not None and b16 <= 3.3),
+                _verdict("scan fwd+bwd at 16K >= 10x SDPA causal (x)",
+                         s16 / b16 if s16 and b16 else None, bool(s16 and b16) and
+                         s16 / b16 >= 10),
+                _verdict("scan fwd+bwd at 1K no slower than SDPA causal (x)",
+                         s1 / b1 if s1 and b1 else None, bool(s1 and b1) and s1 / b1 >= 1),
+                _verdict("64K fwd <= 4.5x the 16K fwd (x)", f64 / f16 if f64 and f16 else None,
+                         bool(f64 and f16) and f64 / f16 <= 4.5),
+                _verdict("extra memory at 16K <= 1.5x SDPA's (x)",
+                         m16 / ms if m16 and ms else None, bool(m16 and ms) and m16 / ms <= 1.5)]
+    if "models" in by:
+        rows = {(r["mechanism"], r["length"]): r.get("steps_per_s")
+                for r in by["models"].get("rows", []) if r.get("status") == "ok"}
+        for length, need in ((4096, 2.0), (16384, 8.0)):
+            a, t = rows.get(("weird-a", length)), rows.get(("transformerpp", length))
+            out.append(_verdict(f"Weird-Net A >= {need:g}x the Transformer++'s steps/s at "
+                                f"{length // 1024}K (x)", a / t if a and t else None,
+                                bool(a and t) and a / t >= need))
+            g = rows.get(("fla-gated-deltanet", length))
+            out.append(_verdict(f"Weird-Net A >= fla Gated DeltaNet's steps/s at "
+                                f"{length // 1024}K (x)", a / g if a and g else None,
+                                bool(a and g) and a / g >= 1))
+    for run_ in by.get("decode-graph", {}).get("runs", []):
+        speed = max((r["tokens_per_s"] for r in run_["results"]), default=None)
+        graph = "with" if run_["cuda_graph"] else "without"
+        out.append(_verdict(f"Weird-Net A small >= 5,000 tokens/s at batch 1, 16K, {graph} "
+                            "the CUDA graph (tokens/s)", speed,
+                            speed is not None and speed >= 5000))
+    return out
+
+
+def _kernels_section(data: dict) -> list[str]:
+    rows = data.get("rows")
+    if not rows:
+        return []
+    c = data["config"]
+    lines = ["", f"B={c['batch']}, D={c['dim']}, {c['dtype']}; median ms; extra MiB of "
+                 "fwd+bwd", "", "| method | L | fwd ms | fwd+bwd ms | extra MiB | note |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['method']} | {r['L']} | {_f(r['fwd_ms'], 3)} | {_f(r['fwdbwd_ms'], 3)} "
+              f"| {_f(r['extra_mib'], 0)} | {(r['error'] or '')[:60]} |" for r in rows]
+    lines += ["", "| L | copy ms | copy GB/s |", "|---|---|---|"]
+    lines += [f"| {c['L']} | {_f(c['ms'], 3)} | {_f(c['gb_per_s'], 1)} |"
+              for c in data.get("copy", [])]
+    return lines
 
 
 def _env_section(data: dict) -> list[str]:
@@ -173,4 +251,5 @@ def selfcheck_text(check: dict) -> str:
 
 _SECTIONS: dict[str, Callable[[dict], list[str]]] = {
     "env": _env_section, "correctness": _correctness_section, "scan": _scan_section,
-    "speed": _speed_section, "decode": _decode_section, "suite": _suite_section}
+    "speed": _speed_section, "decode": _decode_section, "suite": _suite_section,
+    "kernels": _kernels_section, "models": _speed_section, "decode-graph": _decode_section}

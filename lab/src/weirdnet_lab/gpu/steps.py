@@ -16,8 +16,12 @@ from weirdnet_lab.harness.jsonl import json_objects
 from .plan import (
     DECODE,
     DECODE_BATCHES,
+    DECODE_GRAPH,
     DRY_RUN_TESTS,
     GPU_TESTS,
+    KERNELS,
+    MODEL_MECHANISMS,
+    MODELS,
     SCAN,
     SCAN_METHODS,
     SCAN_SHAPE,
@@ -345,6 +349,67 @@ def budget_estimate(budget: str, cells: list[dict]) -> dict:
                                                         if mean else None)}
 
 
+def _step_kernels(step: Step) -> tuple[str, str]:
+    """Issue 62's scan backends, SDPA causal and the copy, in one child."""
+    plan = step.plan
+    spec = {**SCAN_SHAPE, **KERNELS[plan.mode], "device": plan.device}
+    step.data.update(step.job("kernels", spec))
+    step.data["config"] = {k: spec[k] for k in ("batch", "dim", "dtype", "lengths")}
+    failed = [r for r in step.data["rows"]
+              if r["error"] and not r["error"].startswith("skipped")]
+    return ("ok", "") if not failed else ("failed", f"{len(failed)} row(s) failed")
+
+
+def fla_importable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("fla") is not None
+
+
+def _step_models(step: Step) -> tuple[str, str]:
+    """``bench speed --task lm``: Weird-Net A, the Transformer++ and fla's Gated DeltaNet
+    (where fla is installed and the device is CUDA: fla's kernels are Triton), bf16."""
+    plan = step.plan
+    names = [m for m in MODEL_MECHANISMS if m != "fla-gated-deltanet"
+             or (fla_importable() and device_type(plan) == "cuda")]
+    step.data["left_out"] = [m for m in MODEL_MECHANISMS if m not in names]
+    done = step.child(plan.bench("speed", "--task", "lm", "--device", plan.device,
+                                 "--mechanisms", ",".join(names), "--out",
+                                 str(plan.out / "models"), *MODELS[plan.mode]), "models")
+    doc = read_json(plan.out / "models" / f"speed_lm_{device_type(plan)}.json")
+    if done.returncode != 0 or doc is None:
+        return "failed", f"weirdnet bench speed exited with {done.returncode}"
+    step.data.update({"file": f"models/speed_lm_{device_type(plan)}.json",
+                      "settings": doc["settings"], "rows": doc["rows"]})
+    note = (f"left out: {', '.join(step.data['left_out'])} (fla not installed, or no "
+            "CUDA)") if step.data["left_out"] else ""
+    return "ok", note
+
+
+def _step_decode_graph(step: Step) -> tuple[str, str]:
+    """``bench decode`` at batch 1, Weird-Net A small, with and without --cuda-graph."""
+    plan, failed = step.plan, []
+    step.data["runs"] = []
+    for graph in (False, True):
+        folder = plan.out / ("decode-graph" if graph else "decode-eager")
+        done = step.child(plan.bench("decode", "--device", plan.device, "--batch", "1",
+                                     "--models", "weirdnet-a-small-cpu", "--out",
+                                     str(folder), *DECODE_GRAPH[plan.mode],
+                                     *(["--cuda-graph"] if graph else [])),
+                          folder.name)
+        doc = read_json(folder / f"decode_{device_type(plan)}.json")
+        if done.returncode != 0 or doc is None:
+            failed.append(f"{folder.name}: weirdnet bench decode exited with "
+                          f"{done.returncode}")
+            continue
+        step.data["runs"].append({"batch": 1, "cuda_graph": graph,
+                                  "file": f"{folder.name}/decode_{device_type(plan)}.json",
+                                  "config": doc["config"], "results": doc["results"],
+                                  "targets": doc["targets"]})
+    return ("failed", "; ".join(failed)) if failed else ("ok", "")
+
+
 STEP_FUNCTIONS: dict[str, Callable[[Step], tuple[str, str]]] = {
     "env": _step_env, "correctness": _step_correctness, "scan": _step_scan,
-    "speed": _step_speed, "decode": _step_decode, "suite": _step_suite}
+    "kernels": _step_kernels, "speed": _step_speed, "models": _step_models,
+    "decode": _step_decode, "decode-graph": _step_decode_graph, "suite": _step_suite}

@@ -34,7 +34,13 @@ contexts and seeds the command named.  Records and resuming as in the suite
 Linformer have no causal form.  The peers (Llama, Mamba, Mamba-2, RWKV, Qwen3-Next,
 RecurrentGemma, xLSTM) are the ``transformers`` models; on a CPU the layers of Mamba,
 Mamba-2, Qwen3-Next's Gated DeltaNet and xLSTM run their pure-PyTorch reference paths,
-so their speed is a CPU user's, not a GPU's.
+so their speed is a CPU user's, not a GPU's.  The flash-linear-attention peers
+(``fla-gated-deltanet``, ``fla-mamba2``) run on CUDA only.
+
+Precision: on CUDA every model trains in bf16 autocast (the trainer's
+``train.precision = "auto"``), on a CPU in float32.  Before a CUDA run trains, the
+Transformer++'s SDPA backend at each context is recorded (``sdpa_cuda.json``; the report
+flags one that is not FlashAttention or cuDNN).
 """
 
 from __future__ import annotations
@@ -426,6 +432,10 @@ def _run(args, argv, planned: list[LMCell], store: CellStore, session: output.Wr
     states = {c.key: store.state(c, configs[c.key]) for c in cells}
     if not args.report_only and any(s != "done" for s in states.values()):
         require_corpus()
+        from weirdnet_lab.lm.sdpa import record_if_cuda
+
+        record_if_cuda(store.results_dir, [c.variant.name for c in cells],
+                       sorted({c.context for c in cells}))
     shown = stored_runs(store, cells, args.minutes, calibrated, rates, spacings, scale)
     return run_cells("lm", cells, configs, states, store, session, command,
                      args.report_only, lambda: write_report(store, shown, not args.no_plot),

@@ -241,7 +241,9 @@ def _groups(cells: Sequence) -> list[tuple[str, list]]:
     return out
 
 
-def markdown(cells: Sequence, done: dict[str, dict]) -> str:
+def markdown(cells: Sequence, done: dict[str, dict], notes: Sequence[str] = ()) -> str:
+    """lm.md; ``notes``: lines under the introduction (precision and the SDPA backend:
+    :func:`weirdnet_lab.lm.sdpa.report_lines`)."""
     out = ["# Language modelling at equal compute and at equal steps (ours)", "",
            "Byte-level language models on `wiki-xml`, the same bytes per step, the same "
            "optimiser and schedule; `weirdnet bench lm`. Every model has the non-embedding "
@@ -261,6 +263,7 @@ def markdown(cells: Sequence, done: dict[str, dict]) -> str:
            "CPU (the fused kernels of Mamba, Mamba-2, Gated DeltaNet and xLSTM need a GPU; "
            "RecurrentGemma's RG-LRU is a step-by-step loop on every device): its speed is "
            "what a CPU user gets; its quality per step is unaffected.", ""]
+    out += [line for note in notes for line in (note, "")]
     out += writing.machine_lines(done, name=_machine_name, unit="run", details=_run_details) + [""]
     for title, mine in _groups(cells):
         out += [f"## {title}", "", *context_table(mine, done), ""]
@@ -306,7 +309,10 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
 
 def write_report(store: CellStore, cells: Sequence, plot: bool) -> Path:
     """Write lm.md (and lm.png) into the results folder; returns lm.md."""
+    from weirdnet_lab.lm.sdpa import report_lines
+
     done = with_calibrations(store, cells, store.finished(cells))
     figure = (lambda path: draw(cells, done, path)) if plot and done else None
-    return writing.write_report(store.results_dir, "lm", markdown(cells, done), figure,
+    text = markdown(cells, done, report_lines(store.results_dir))
+    return writing.write_report(store.results_dir, "lm", text, figure,
                                 "bits per byte against training minutes and steps")

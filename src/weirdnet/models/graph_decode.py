@@ -1,0 +1,200 @@
+"""Decoding with every new token one CUDA graph replay: :func:`graph_generate`.
+
+One eager decoding step (:meth:`Backbone.step <weirdnet.models.backbone.Backbone.step>`)
+launches a few kernels per layer, so at batch 1 a GPU waits on the host's launches.
+Captured once in a ``torch.cuda.CUDAGraph``, the whole step (embedding, every block,
+the final norm and the output head) is one replay per token.
+
+A graph replays the same kernels on the same buffers with the same scalar arguments, so
+the step must keep its state in fixed tensors and must not depend on a Python number that
+changes from token to token.  Two things in today's step do:
+
+- the scan's decoding step takes the position as a Python int (``WeirdScanCache`` ->
+  ``ops.weird_scan.op.extend(..., t0, ...)``, a kernel argument): while the graph is
+  captured, :func:`_position_from_tensor` stands in for that ``extend`` with the same
+  update of the ring buffers (the PyTorch backend's, ``ops.weird_scan.pytorch.extend``,
+  with the same ``combine``), its row indices and "has a partner" tests computed from a
+  position *tensor* that the graph itself advances;
+- ``BackboneCache.lengths`` is replaced by a new tensor at each step: the captured step
+  copies it back into the tensor it read.
+
+So a model whose every block is a causal Weird-attention block without a short
+convolution or cross mixer (Weird-Net A; ``supported`` says why another is not) decodes
+through graphs; greedy tokens equal the full pass's (tests/models/test_graph_decode.py).
+:func:`graph_generate` with ``capture=False`` runs the same static-buffer step eagerly,
+which is how a CPU checks it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import torch
+
+from .backbone import Backbone, BackboneCache
+from .generation import Sampling, check_prompt, inference
+from .sampling import sample_next
+
+
+def supported(backbone: Backbone) -> str | None:
+    """Why ``backbone`` cannot decode through a CUDA graph, or None: causal, token inputs,
+    every block a Weird-attention mixer (its scan cache's position can be a tensor) with
+    no short convolution or cross mixer (their caches index by a Python int)."""
+    from weirdnet.layers.weird import WeirdAttention
+
+    if not backbone.config.causal or not backbone.takes_tokens:
+        return "graph decoding needs a causal token model"
+    for index, block in enumerate(backbone.blocks):
+        if not isinstance(block.mixer, WeirdAttention) or not block.mixer.causal:
+            return (f"graph decoding supports Weird-attention blocks only; block {index} "
+                    f"mixes with {type(block.mixer).__name__}")
+        if block.conv is not None or block.cross is not None:
+            return f"graph decoding: block {index} has a short convolution or cross mixer"
+    return None
+
+
+def _tensor_position_extend(position: torch.Tensor) -> Callable:
+    """An ``ops.weird_scan.op.extend`` for one token at the position held in the 0-dim
+    long tensor ``position`` (the Python ``t0`` it is given is ignored): the PyTorch
+    backend's ring update with tensor row indices, the rings updated in place."""
+    from weirdnet.ops.weird_scan.pytorch import combine, initial_state
+
+    def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, t0, backend):
+        if a.shape[1] != 1:
+            raise ValueError("graph decoding steps one token at a time")
+        m, h, u = initial_state(a, v, None if valid is None else valid[:, :1])
+        m, h, u = m[:, 0], h[:, 0], u[:, 0]
+        t = position.reshape(1)
+        for k in range(_levels(ring_m)):
+            s = 1 << k
+            row = (s - 1) + torch.bitwise_and(t, s - 1)
+            previous = [ring.index_select(0, row)[0] for ring in (ring_m, ring_h, ring_u)]
+            for ring, value in zip((ring_m, ring_h, ring_u), (m, h, u)):
+                ring.index_copy_(0, row, value[None])
+            merged = combine(m, h, u, previous[0] + log_w[k], previous[1], previous[2])
+            has = t >= s
+            m, h, u = (torch.where(has, new, old) for new, old in zip(merged, (m, h, u)))
+        return (h / u)[:, None].to(a.dtype)
+
+    return extend
+
+
+def _levels(ring: torch.Tensor) -> int:
+    return (ring.shape[0] + 1).bit_length() - 1
+
+
+@contextlib.contextmanager
+def _position_from_tensor(position: torch.Tensor) -> Iterator[None]:
+    """Inside: every scan cache's decoding step reads its position from ``position``."""
+    from weirdnet.ops.weird_scan import cache as scan_cache
+
+    original = scan_cache.extend
+    scan_cache.extend = _tensor_position_extend(position)
+    try:
+        yield
+    finally:
+        scan_cache.extend = original
+
+
+class StaticStep:
+    """One decoding step on fixed buffers: ``token`` (B,) in, ``logits`` (B, V) out, the
+    cache advanced; captured as a CUDA graph with ``capture=True`` (then :meth:`__call__`
+    is one replay).  Made after the prompt filled ``cache``."""
+
+    def __init__(self, backbone: Backbone, logits_of: Callable, cache: BackboneCache,
+                 token: torch.Tensor, capture: bool):
+        self.backbone, self.logits_of, self.cache = backbone, logits_of, cache
+        if cache.fused is None:  # every block as PyTorch ops (a fused C step reads the
+            cache.fused = [None] * len(cache.layers)  # Python position)
+        self.token = token.clone()
+        self.position = torch.tensor(cache.steps, device=token.device)
+        self.lengths = cache.lengths
+        self.graph = None
+        self.logits = self._eager()  # the first step runs eagerly (warms every kernel)
+        if capture:
+            self._capture()
+
+    def _body(self) -> torch.Tensor:
+        with _position_from_tensor(self.position):
+            hidden = self.backbone.step(self.token, self.cache)
+        self.lengths.copy_(self.cache.lengths)
+        self.cache.lengths = self.lengths
+        self.position.add_(1)
+        return self.logits_of(hidden)
+
+    def _eager(self) -> torch.Tensor:
+        return self._body()
+
+    def _capture(self) -> None:
+        """Record one step; the capture runs no kernel, so the Python counters it moved
+        are put back."""
+        saved = self._counters()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(stream), torch.cuda.graph(self.graph, stream=stream):
+            self.logits = self._body()
+        torch.cuda.current_stream().wait_stream(stream)
+        self._set_counters(saved)
+
+    def _counters(self) -> tuple[int, list[int]]:
+        return self.cache.steps, [layer.scan.position for layer in self.cache.layers]
+
+    def _set_counters(self, saved: tuple[int, list[int]]) -> None:
+        self.cache.steps = saved[0]
+        for layer, position in zip(self.cache.layers, saved[1]):
+            layer.scan.position = position
+
+    def __call__(self, token: torch.Tensor) -> torch.Tensor:
+        """Feed ``token`` (B,); the next logits (B, V) (a buffer the next call rewrites)."""
+        self.token.copy_(token)
+        if self.graph is None:
+            return self._eager()
+        self.graph.replay()
+        steps, positions = self._counters()  # what the replay did on the device
+        self._set_counters((steps + 1, [p + 1 for p in positions]))
+        return self.logits
+
+
+def graph_generate(model: torch.nn.Module, backbone: Backbone, logits_of: Callable,
+                   prompt_ids: torch.Tensor, max_new_tokens: int, sampling: Sampling,
+                   capture: bool | None = None) -> torch.Tensor:
+    """Continue ``prompt_ids`` (B, Lp) by ``max_new_tokens``: (B, Lp + new), as
+    :func:`weirdnet.models.generation.decode` does for unpadded prompts (the same
+    sampling and ``eos_id`` rule); each token after the first is a replay of a captured
+    step.
+    ``capture``: None = on CUDA; False runs the same static-buffer step eagerly.
+    ValueError for a model :func:`supported` refuses, or capture without CUDA."""
+    why = supported(backbone)
+    if why:
+        raise ValueError(why)
+    capture = prompt_ids.device.type == "cuda" if capture is None else capture
+    if capture and prompt_ids.device.type != "cuda":
+        raise ValueError("CUDA graph decoding needs the model on a CUDA device")
+    check_prompt(backbone, prompt_ids, max_new_tokens, None)
+    batch, prompt_len = prompt_ids.shape
+    out = prompt_ids.new_empty(batch, prompt_len + max_new_tokens)
+    out[:, :prompt_len] = prompt_ids
+    if max_new_tokens == 0:
+        return out
+    with inference(model):
+        cache = backbone.init_cache(batch, prompt_len + max_new_tokens)
+        logits = logits_of(backbone(prompt_ids, cache=cache)[:, -1])
+        done = torch.zeros(batch, dtype=torch.bool, device=prompt_ids.device)
+        eos, step = sampling.eos_id, None
+        for t in range(max_new_tokens):
+            token = sample_next(logits, sampling.temperature, sampling.top_k,
+                                sampling.top_p, sampling.generator)
+            if eos is not None:  # as decode: after eos a sequence keeps emitting it
+                token = torch.where(done, torch.full_like(token, eos), token)
+                done |= token == eos
+            out[:, prompt_len + t] = token
+            if t + 1 == max_new_tokens or (eos is not None and bool(done.all())):
+                return out[:, :prompt_len + t + 1]
+            if step is None:
+                step = StaticStep(backbone, logits_of, cache, token, capture)
+                logits = step.logits
+            else:
+                logits = step(token)
+    return out
