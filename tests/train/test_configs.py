@@ -26,8 +26,9 @@ from weirdnet.data.seq2seq.digits import BOS_ID, EOS_ID
 from weirdnet.models.base import model_class
 from weirdnet.models.presets import get_preset
 from weirdnet.train.config import TrainConfig, load_config, overlay_names, read_toml
+from weirdnet.train.named_configs import resolve
 from weirdnet.train.tasks import build_model_config
-from weirdnet.typed_config import from_dict
+from weirdnet.typed_config import from_dict, to_dict
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 FILES = sorted(CONFIGS.rglob("*.toml"))
@@ -283,6 +284,38 @@ def test_the_quickstart_model_is_as_before():
     assert build_model_config(config.model, dataset_info(config)) == ("WeirdNetLM", {
         "backbone": {"pattern": "B", "causal": True, "dim": 128, "depth": 4, "d_ff": 512,
                      "heads": 4, "vocab_size": 256, "input_dim": None, "max_len": 256}})
+
+
+# ---- `weirdnet configs show NAME`: the same run from one file ------------------------------
+
+def _typed_model(config: TrainConfig) -> tuple[str, dict, int]:
+    """(class, every key of the model config, parameters) of the model ``config`` builds
+    for its dataset, on the meta device."""
+    class_name, model_config = build_model_config(config.model, dataset_info(config))
+    typed = from_dict(model_class(class_name).config_class, model_config, where="model")
+    return class_name, to_dict(typed), sum(p.numel() for p in build_on_meta(config).parameters())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_shown_config_trains_the_same_run(name, tmp_path, capsys):
+    """`weirdnet configs show NAME` prints one TOML file from which `weirdnet train` reads
+    the config that `weirdnet train NAME` reads (every section, key by key) and builds the
+    same model (its whole config and parameter count), with every size written out."""
+    from weirdnet.cli import main
+
+    assert main(["configs", "show", name]) == 0
+    text = capsys.readouterr().out
+    shown = tmp_path / "shown.toml"
+    shown.write_text(text, encoding="utf-8")
+    table = tomllib.loads(text)
+    assert "preset" not in table["model"] and "extends" not in table
+    assert "overlay" not in table
+    original, again = load_config(resolve(name)), load_config(shown)
+    assert {**again.to_dict(), "model": None} == {**original.to_dict(), "model": None}
+    assert _typed_model(again) == _typed_model(original)
+    for key in ("backbone", "encoder", "decoder"):
+        if key in table["model"]:
+            assert {"dim", "depth", "d_ff"} <= set(table["model"][key]), (name, key)
 
 
 # ---- a few CPU-sized configs, trained end to end for a few steps ------------------------

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -108,3 +109,65 @@ def test_the_wheel_ships_every_config(tmp_path):
     want = {"weirdnet/configs/" + p.relative_to(REPO / "configs").as_posix()
             for p in (REPO / "configs").rglob("*") if p.suffix in (".toml", ".md")}
     assert want <= shipped
+
+
+def test_configs_show_resolves_a_file_by_its_path(tmp_path, capsys, monkeypatch):
+    """A path works as a name does: its ``extends``, its overlay (by the overlay's path)
+    and its preset are resolved; ``--set`` applies as it does to ``weirdnet train``."""
+    (tmp_path / "base.toml").write_text(
+        '[data]\ndataset = "listops"\n[train]\nsteps = 50\n[optim]\nlr = 0.5\n')
+    (tmp_path / "x.toml").write_text(
+        '# X.\nextends = "base.toml"\n[model]\npreset = "lra-listops-cpu"\n'
+        '[model.backbone]\ndim = 32\n# Small.\n[overlay.cpu]\n[overlay.cpu.train]\nsteps = 5\n')
+    monkeypatch.chdir(tmp_path)
+    assert main(["configs", "show", "x-cpu.toml", "--set", "train.batch_size=4"]) == 0
+    shown = tomllib.loads(capsys.readouterr().out)
+    assert (shown["train"]["steps"], shown["train"]["batch_size"], shown["optim"]["lr"]) == \
+        (5, 4, 0.5)
+    assert shown["run"]["name"] == "x-cpu" and shown["train"]["keep_last"] == 2  # defaults
+    assert shown["model"]["class"] == "WeirdNetClassifier"
+    assert {k: shown["model"]["backbone"][k] for k in ("dim", "depth", "d_ff", "pattern")} \
+        == {"dim": 32, "depth": 2, "d_ff": 128, "pattern": "A"}
+    assert "vocab_size" not in shown["model"]["backbone"]  # the dataset's, at the run
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["show", "lra/lisops-cpu"], "did you mean lra/listops-cpu"),
+    (["show", "no-such.toml"], "`weirdnet configs list` lists them"),
+    (["show"], "show takes one config name or path"),
+    (["show", "a", "b"], "show takes one config name or path"),
+    (["list", "a", "b"], "list takes one PATTERN"),
+    (["list", "--set", "train.steps=1"], "--set goes with show"),
+    (["show", "quickstart", "--set", "train.stepz=1"], "did you mean 'train.steps'"),
+])
+def test_configs_show_and_list_refuse_bad_input_in_one_line(argv, message, capsys):
+    assert main(["configs", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("weirdnet configs: ") and message in err
+
+
+def test_configs_show_refuses_a_folder(tmp_path, capsys):
+    assert main(["configs", "show", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
+def test_configs_list_is_the_default(capsys):
+    assert main(["configs", "list", "uea/heartbeat"]) == 0
+    listed = capsys.readouterr().out
+    assert main(["configs", "uea/heartbeat"]) == 0
+    assert capsys.readouterr().out == listed
+    assert main(["configs", "list"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(names())
+
+
+def test_the_toml_writer_reads_back_as_written():
+    from weirdnet._toml_write import dumps
+
+    table = {"a": 1, "b": {"c": [1, 2.5, True], "d": {}, "e": {"f": 'x\ny"\x7fé'},
+                           "g": None},
+             "h": {"i": {"j": 1e-9, "k": float("inf")}}, "l": [{"x": 1}], "odd key": "s"}
+    text = dumps(table, "a header\nof two lines")
+    assert text.startswith("# a header\n# of two lines\n")
+    back = tomllib.loads(text)
+    del table["b"]["g"]  # TOML has no null: None is left out (the default)
+    assert back == table

@@ -6,6 +6,7 @@ tree, real files in a wheel), so after ``pip install weirdnet``::
     weirdnet train lra/listops               # = configs/lra/listops.toml
     weirdnet train lra/listops-cpu           # = the same file with its [overlay.cpu] table
     weirdnet configs                         # every config, with the paper table it follows
+    weirdnet configs show lra/listops-cpu    # one config resolved, every key written out
 
 A config's name is its file's path under the folder without ``.toml``; ``X-NAME`` names
 file ``X.toml`` with its ``[overlay.NAME]`` table applied (:data:`~weirdnet.train.config.
@@ -64,7 +65,7 @@ def resolve(name_or_path: str | os.PathLike) -> Path:
     close = difflib.get_close_matches(name, names(), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise ConfigError(f"{name_or_path} is neither a file nor a packaged config{hint} "
-                      "(`weirdnet configs` lists them)")
+                      "(`weirdnet configs list` lists them)")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,97 @@
+"""The README a newcomer reads (issue 63): short, its Python example runs, and every number
+of its results rows is the stored record's.
+
+- at most 150 lines, none over 300 characters; the two commands, the first exactly the
+  main job's;
+- the ```python block (at most 15 lines) runs as written;
+- the results: at most 8 one-line rows, each linking to a docs page; every number of a
+  row is a number of the record that row stands on (:data:`EVIDENCE`), and the docs page
+  it links to links that record, so a record rewritten with other numbers fails here.
+
+The records' folder is named once, :data:`RESULTS`.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+RESULTS = ROOT / "lab" / "results"
+"""Where the stored records are (the one line to change when they move)."""
+
+EVIDENCE = {
+    "main job: validation bits per character": "quickstart_cpu.md",
+    "byte LM, 10 CPU-minutes, 1024-byte context, test bits/byte": "lm/lm.md",
+    "byte LM, 10 CPU-minutes, 4096-byte context, test bits/byte": "lm/lm.md",
+    "MQAR at Zoology's recipe, L = 64, test accuracy %": "recall-zoology/recall-zoology.md",
+    "Fashion-MNIST pixel by pixel, `laptop` budget, accuracy %": "suite-laptop/report.md",
+    "`weird_scan` forward + backward at L = 16384, ms": "scan_cpu.md",
+    "cached decoding at context 16384, batch 1, tokens/s": "decode_cpu.md",
+    "training Weird-Net A at a 1024K-byte context, GiB and tokens/s": "speed_long_cpu.md",
+}
+"""Each README results row (by its first cell) and the record (under RESULTS) behind it."""
+
+FIRST_COMMAND = 'pip install -e ".[dev]" -e ./lab && weirdnet train configs/quickstart.toml'
+NUMBER = re.compile(r"(?<![\w.,])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w.]\d|\d)")
+
+
+def _text() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def _rows() -> list[list[str]]:
+    """The cells of each row of the README's results table (after its header)."""
+    section = _text().split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[2:]]
+
+
+def _numbers(text: str) -> set[str]:
+    """Every number written in ``text`` ("2,971", "2.397", "64"), as written."""
+    return set(NUMBER.findall(text))
+
+
+def test_the_readme_is_short():
+    lines = _text().splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines (at most 150)"
+    long = [i + 1 for i, line in enumerate(lines) if len(line) > 300]
+    assert not long, f"README.md lines over 300 characters: {long}"
+
+
+def test_the_readme_gives_the_two_commands():
+    blocks = re.findall(r"^```\n(.*?)^```", _text(), re.M | re.S)
+    assert blocks and blocks[0].splitlines() == [FIRST_COMMAND, "python -m pytest -q"]
+    assert "pip install torch==" in _text()  # the CPU build first, where there is no GPU
+
+
+def test_the_python_example_runs():
+    """The README's ```python block, as written (a few seconds)."""
+    code = re.findall(r"^```python\n(.*?)^```", _text(), re.M | re.S)
+    assert len(code) == 1 and len(code[0].splitlines()) <= 15
+    exec(compile(code[0], "README.md", "exec"), {})
+
+
+def test_the_results_are_at_most_eight_rows_each_with_its_record():
+    rows = _rows()
+    assert 1 <= len(rows) <= 8
+    assert [row[0] for row in rows] == list(EVIDENCE), \
+        "the README's results rows and EVIDENCE (their records) must name the same rows"
+
+
+@pytest.mark.parametrize("label", list(EVIDENCE))
+def test_every_number_of_a_row_is_its_records(label):
+    """Each number of the row (label and result) is written in the row's record, and the
+    docs page the row links to links that record."""
+    row = next(row for row in _rows() if row[0] == label)
+    record = RESULTS / EVIDENCE[label]
+    found = _numbers(record.read_text(encoding="utf-8"))
+    cells = " ".join(row[:-1])
+    missing = sorted(_numbers(cells) - found)
+    assert not missing, f"README row {label!r}: {missing} are not numbers of {record}"
+    link = re.fullmatch(r"\[[^]]+\]\((docs/[\w./-]+\.md)(#[\w-]+)?\)", row[-1])
+    assert link, f"README row {label!r} must end with a link to a docs page"
+    page = (ROOT / link[1]).read_text(encoding="utf-8")
+    assert f"results/{EVIDENCE[label]}" in page, \
+        f"{link[1]}, which README row {label!r} links to, does not link its record"
