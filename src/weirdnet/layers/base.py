@@ -67,6 +67,9 @@ class Mixer(nn.Module):
     """
 
     cache_type: type | None = None  # the decoding cache's class; None: cannot decode
+    shared_settings: tuple[str, ...] = ()
+    """The backbone settings this mixer takes (names of ``layers.registry.SHARED_SETTINGS``,
+    each a constructor parameter); a backbone passes it these and no others."""
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 cache=None, doc_ids: torch.Tensor | None = None) -> torch.Tensor:

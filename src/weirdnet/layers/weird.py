@@ -69,6 +69,8 @@ class WeirdAttention(Mixer):
         n_layers: number of layers N of the model, used by the papers' W_O initialisation.
     """
 
+    shared_settings = ("max_len", "bias", "n_layers")  # the backbone sets these
+
     cache_type = WeirdAttentionCache
 
     def __init__(self, dim: int, *, causal: bool = True, max_len: int = 4096,
