@@ -116,7 +116,7 @@ class Mixer(nn.Module):
         if x.shape[-1] != width:
             raise ValueError(f"{name} must have shape (batch, length, {width}), "
                              f"got {tuple(x.shape)}")
-        check_mask(mask, x.shape[0], x.shape[1])
+        check_mask(mask, x.shape[0], x.shape[1], device=x.device)
 
     def check_cache(self, cache, batch: int) -> None:
         """``cache`` must come from this mixer's :meth:`init_cache` (this very layer's:
