@@ -15,7 +15,9 @@ A mixer maps (B, L, dim) to (B, L, dim)::
 returned).  ``mask`` is (B, L) bool, True for real tokens.  A subclass supplies
 ``_mix_full(x, mask)``, and when it decodes, ``cache_type``, ``_new_cache(B, max_len)`` and
 ``_mix_cached(x, mask, cache)``; input and cache checks, ``init_cache`` and ``step`` are
-here.  ``tests/layers/test_mixers_common.py`` checks the contract for every registered mixer.
+here.  ``shared_settings`` lists the backbone settings the constructor takes (see
+:data:`weirdnet.layers.registry.SHARED_SETTINGS`).  ``tests/layers/test_mixers_common.py``
+checks the contract for every registered mixer.
 
 Packed documents (``doc_ids``, the convention of :mod:`weirdnet.ops.packing`): every
 mixer gives each document the outputs it gets alone.  A mixer with a native packed path
