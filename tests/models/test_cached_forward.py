@@ -12,8 +12,7 @@ import pytest
 import torch
 
 from helpers.numerics import rel_err
-from weirdnet.models import WeirdNetLM
-from weirdnet.models import backbone as backbone_module
+from weirdnet.models import WeirdNetLM, fused_decode
 from weirdnet.ops import block_step
 
 PATTERNS = ["A", "B", "softmax", "ps", "relation", "linear", "local", "weird,relation"]
@@ -124,7 +123,7 @@ def test_left_padded_prompts_continue_alike():
 
 
 def test_large_batches_and_training_mode_take_the_pytorch_path(monkeypatch):
-    monkeypatch.setattr(backbone_module, "FUSED_STEP_MAX_BATCH", 2)
+    monkeypatch.setattr(fused_decode, "FUSED_STEP_MAX_BATCH", 2)
     bb = lm("A").backbone
     with torch.no_grad():
         cache = bb.init_cache(3, 4)

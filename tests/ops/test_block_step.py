@@ -177,9 +177,9 @@ def test_reorder_between_steps():
 
 
 def test_large_batches_take_the_pytorch_path(monkeypatch):
-    from weirdnet.models import backbone as backbone_module
+    from weirdnet.models import fused_decode
 
-    monkeypatch.setattr(backbone_module, "FUSED_STEP_MAX_BATCH", 2)
+    monkeypatch.setattr(fused_decode, "FUSED_STEP_MAX_BATCH", 2)
     bb = lm("A", torch.float64).backbone
     with torch.no_grad():
         cache = bb.init_cache(3, 4)

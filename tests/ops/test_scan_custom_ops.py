@@ -53,22 +53,21 @@ OPCHECK_CASES = [
 ]
 
 
-def directions(kind: str, D: int) -> tuple[bool, int]:
-    """The ops' (reverse, split) arguments of a direction."""
-    return {"causal": (False, op.NO_SPLIT), "reverse": (True, op.NO_SPLIT),
-            "both": (False, D // 2)}[kind]
+def directions(kind: str, D: int) -> int:
+    """The ops' direction argument ``n_causal`` (channels [0, n_causal) causal)."""
+    return {"causal": D, "reverse": 0, "both": D // 2}[kind]
 
 
 @pytest.mark.parametrize("L,masked,kind,dtype,packed", OPCHECK_CASES)
 def test_opcheck_forward_and_backward(backend, L, masked, kind, dtype, packed):
     a, v, log_w, mask = scan_inputs(L, dtype=dtype, masked=masked)
     doc = packed_docs(a.shape[0], L) if packed else None
-    reverse, split = directions(kind, a.shape[-1])
+    n_causal = directions(kind, a.shape[-1])
     leaves = [t.requires_grad_() for t in (a, v, log_w)]
-    torch.library.opcheck(op.scan_op, (*leaves, mask, doc, reverse, split, backend))
+    torch.library.opcheck(op.scan_op, (*leaves, mask, doc, n_causal, backend))
     grad = torch.randn_like(a)
     torch.library.opcheck(op.scan_backward_op, (grad, a.detach(), v.detach(), log_w.detach(),
-                                                mask, doc, reverse, split, backend))
+                                                mask, doc, n_causal, backend))
 
 
 @pytest.mark.parametrize("masked", [False, True])

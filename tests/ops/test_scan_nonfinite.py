@@ -385,7 +385,7 @@ def test_nonfinite_log_w_is_refused_by_the_custom_op_compiled_and_the_cache(valu
     decoding cache refuse it too, so no path computes with it."""
     a, v, log_w = _log_w_with(value)
     with pytest.raises(ValueError, match=LOG_W_REFUSED):
-        torch.ops.weirdnet.weird_scan(a, v, log_w, None, None, False, -1, "torch")
+        torch.ops.weirdnet.weird_scan(a, v, log_w, None, None, a.shape[-1], "torch")
 
     compiled = torch.compile(lambda a, v, w: weird_scan(a, v, w, backend="torch"),
                              fullgraph=True, backend="eager")

@@ -15,7 +15,9 @@ A mixer maps (B, L, dim) to (B, L, dim)::
 returned).  ``mask`` is (B, L) bool, True for real tokens.  A subclass supplies
 ``_mix_full(x, mask)``, and when it decodes, ``cache_type``, ``_new_cache(B, max_len)`` and
 ``_mix_cached(x, mask, cache)``; input and cache checks, ``init_cache`` and ``step`` are
-here.  ``tests/layers/test_mixers_common.py`` checks the contract for every registered mixer.
+here.  ``shared_settings`` lists the backbone settings the constructor takes (see
+:data:`weirdnet.layers.registry.SHARED_SETTINGS`).  ``tests/layers/test_mixers_common.py``
+checks the contract for every registered mixer.
 
 Packed documents (``doc_ids``, the convention of :mod:`weirdnet.ops.packing`): every
 mixer gives each document the outputs it gets alone.  A mixer with a native packed path
@@ -67,6 +69,9 @@ class Mixer(nn.Module):
     """
 
     cache_type: type | None = None  # the decoding cache's class; None: cannot decode
+    shared_settings: tuple[str, ...] = ()
+    """The backbone settings this mixer takes (names of ``layers.registry.SHARED_SETTINGS``,
+    each a constructor parameter); a backbone passes it these and no others."""
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 cache=None, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -113,7 +118,7 @@ class Mixer(nn.Module):
         if x.shape[-1] != width:
             raise ValueError(f"{name} must have shape (batch, length, {width}), "
                              f"got {tuple(x.shape)}")
-        check_mask(mask, x.shape[0], x.shape[1])
+        check_mask(mask, x.shape[0], x.shape[1], device=x.device)
 
     def check_cache(self, cache, batch: int) -> None:
         """``cache`` must come from this mixer's :meth:`init_cache` (this very layer's:

@@ -341,6 +341,9 @@ def dba(dim: int, *, causal: bool = False, form: str = "authors",
     return DBAttention(dim, causal=causal, heads=heads, d_p=d_p, d_in=d_in, dropout=dropout)
 
 
+dba.shared_settings = ("heads", "dropout")  # the backbone sets these
+
+
 class DBACrossAttention(_DBABase):
     """DBA cross-attention (eq. 14): queries from x, keys and values from the context
     compressed to d_p rows, which also gives Z_1 = Linear(W_r2 X_2).

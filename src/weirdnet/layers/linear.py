@@ -50,6 +50,8 @@ class LinearAttention(MultiHeadMixer):
     cache holds O(dim * dim / heads) numbers per sequence, whatever the length.
     """
 
+    shared_settings = ("heads", "bias")  # the backbone sets these
+
     cache_type = LinearAttentionCache
 
     def __init__(self, dim: int, *, causal: bool = True, heads: int | None = None,

@@ -30,6 +30,8 @@ class LinformerAttention(MultiHeadMixer):
     the authors' fairseq code.  Memory O(L k).
     """
 
+    shared_settings = ("max_len", "heads", "bias", "dropout")  # the backbone sets these
+
     def __init__(self, dim: int, *, causal: bool = False, k: int = 256, max_len: int = 4096,
                  heads: int | None = None, bias: bool = True, dropout: float = 0.0):
         if causal:

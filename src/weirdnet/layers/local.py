@@ -61,6 +61,8 @@ class LocalAttention(MultiHeadMixer):
     decoding keeps the last window - 1 keys and values (:class:`LocalAttentionCache`).
     """
 
+    shared_settings = ("heads", "bias", "dropout")  # the backbone sets these
+
     cache_type = LocalAttentionCache
 
     def __init__(self, dim: int, *, causal: bool = True, window: int = 128,

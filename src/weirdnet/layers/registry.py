@@ -66,6 +66,36 @@ def accepted_options(name: str) -> list[str] | None:
         inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
 
 
+SHARED_SETTINGS = ("max_len", "heads", "n_layers", "dropout", "bias", "rope", "rope_theta")
+"""The settings a backbone shares with its mixers (its max_len, heads, depth, attention
+dropout, ``bias=False``, rotary positions).  A mixer takes the ones it lists in its
+``shared_settings`` attribute (e.g. ``shared_settings = ("max_len", "n_layers")``), and
+only those."""
+
+
+def shared_settings(name: str) -> tuple[str, ...]:
+    """The shared settings mixer ``name`` declares (its ``shared_settings``, none by
+    default), checked against its constructor: a ValueError naming the mixer and the
+    setting for a declared one it does not take (say a renamed parameter), one that is not
+    shared, or a shared one it takes but does not declare (it would be dropped)."""
+    declared = tuple(getattr(factory(name), "shared_settings", ()))
+    accepted = accepted_options(name)
+    for setting in declared:
+        if setting not in SHARED_SETTINGS:
+            raise ValueError(f"mixer {name!r} declares {setting!r} in shared_settings, which "
+                             f"is not a shared setting (those are {', '.join(SHARED_SETTINGS)})")
+        if accepted is not None and setting not in accepted:
+            raise ValueError(f"mixer {name!r} declares the shared setting {setting!r} but its "
+                             f"constructor takes no {setting!r} (renamed?); accepted options: "
+                             f"{', '.join(accepted)}")
+    undeclared = [s for s in SHARED_SETTINGS if accepted and s in accepted and s not in declared]
+    if undeclared:
+        raise ValueError(f"mixer {name!r} takes the shared setting(s) "
+                         f"{', '.join(map(repr, undeclared))} but does not declare them: add "
+                         "them to its shared_settings, or the backbone's value is dropped")
+    return declared
+
+
 def check_options(name: str, options) -> None:
     """ValueError (one line) naming the options mixer ``name`` does not take, and those
     it does."""

@@ -70,6 +70,8 @@ class Relation(Mixer):
         dropout: dropout rate after h̄ ⊙ G and after the ReLU (default 0).
     """
 
+    shared_settings = ("dropout",)  # the backbone sets these
+
     cache_type = RelationCache
 
     def __init__(self, dim: int, *, causal: bool = False, inner_dim: int | None = None,

@@ -85,6 +85,8 @@ class SoftmaxAttention(MultiHeadMixer):
     :class:`SoftmaxKVCache` (keys stored rotated).
     """
 
+    shared_settings = ("heads", "bias", "dropout", "rope", "rope_theta")
+
     cache_type = SoftmaxKVCache
     initial_capacity = 256
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..ops import WeirdScanCache, levels_needed, weird_scan, weird_scan_bidirectional
+from ..ops import WeirdScanCache, levels_needed
 from ..ops.block_step import ScanMixerWeights
+from ..ops.weird_scan.op import scan_op
 from .base import Mixer
 from .ownership import check_owner
 from .registry import register
@@ -68,6 +69,8 @@ class WeirdAttention(Mixer):
         bias: biases on the A and V projections (the Moss variant).
         n_layers: number of layers N of the model, used by the papers' W_O initialisation.
     """
+
+    shared_settings = ("max_len", "bias", "n_layers")  # the backbone sets these
 
     cache_type = WeirdAttentionCache
 
@@ -127,19 +130,16 @@ class WeirdAttention(Mixer):
                 f"with max_len >= {x.shape[1]}"
             )
 
-    def _mix_full(self, x, mask):
-        return self._mix_packed(x, mask, None)
-
-    def _mix_packed(self, x, mask, doc_ids):
-        """The scan with its document gate (``doc_ids`` None: one document per row)."""
+    def _mix_packed(self, x, mask, doc_ids=None):
+        """The scan with its document gate (``doc_ids`` None: one document per row), one
+        call into the scan's custom op: x, mask and doc_ids were checked on entry
+        (:meth:`Mixer.forward`), A and V are projections of x and ``log_w`` covers
+        ``max_len``, so the public op's checks would only repeat those."""
         a, v = self.proj_a(x), self.proj_v(x)
-        log_w = self.log_weights()
-        if self.causal:
-            o = weird_scan(a, v, log_w, mask=mask, doc_ids=doc_ids)
-        else:
-            o = weird_scan_bidirectional(a, v, log_w, mask=mask, doc_ids=doc_ids,
-                                         split=self.dim // 2)
-        return self.proj_o(o)
+        n_causal = self.dim if self.causal else self.dim // 2  # encoder: half each way
+        return self.proj_o(scan_op(a, v, self.log_weights(), mask, doc_ids, n_causal, ""))
+
+    _mix_full = _mix_packed  # the full pass is the packed one with no document starts
 
     def _new_cache(self, batch_size: int, max_len: int | None) -> WeirdAttentionCache:
         """Ring buffers for up to ``max_len`` tokens (default: the layer's max_len): about

@@ -35,19 +35,13 @@ from weirdnet.ops.checks import check_mask, check_rows, on_host
 from weirdnet.ops.packing import check_doc_ids, per_document, positions_in_document
 from weirdnet.ops.rotary import token_positions
 
-from .blocks import Block, build_mixer, make_norm
+from .blocks import PerBlockContext, block_contexts, build_mixer, make_norm
 from .config import BackboneConfig
+from .fused_decode import FUSED_STEP_MAX_BATCH, fused_step, may_fuse
+from .z_carry import link_z_carriers, make_block
 
-FUSED_STEP_MAX_BATCH = 8
-"""Largest batch decoded through the fused block steps.  The fused step is one thread;
-past this size PyTorch's multi-threaded matrix products win (measured on a 2-core CPU,
-structure A at D=128: fused/PyTorch tokens/s 4.5x at B=1, 1.3x at B=8, 0.93x at B=16)."""
-
-
-class PerBlockContext(list):
-    """One cross-mixer context per block (e.g. each block's precomputed keys and values);
-    a plain context is given to every block."""
-
+__all__ = ["CHECKPOINTING", "FUSED_STEP_MAX_BATCH", "Backbone", "BackboneCache",
+           "PerBlockContext", "normal_init"]
 
 CHECKPOINTING = ("none", "blocks", "every_k")
 """The activation checkpointing modes of :meth:`Backbone.set_activation_checkpointing`."""
@@ -63,30 +57,12 @@ def normal_init(module: nn.Module, std: float) -> None:
             nn.init.zeros_(part.bias)
 
 
-def _run_block(block: Block, h, mask, context, context_mask, z, carries_z: bool,
-               doc_ids=None):
-    """One block of the full pass: (h, z), with z the Z-carrying mixers' state (None
-    unless the backbone carries one)."""
-    if carries_z:
-        return block(h, mask, context=context, context_mask=context_mask, z=z,
-                     return_z=True)
-    return block(h, mask, context=context, context_mask=context_mask, doc_ids=doc_ids), None
-
-
-def _block_contexts(context, count: int) -> list:
-    if isinstance(context, PerBlockContext):
-        if len(context) != count:
-            raise ValueError(f"{len(context)} per-block contexts for {count} blocks")
-        return list(context)
-    return [context] * count
-
-
 @dataclass
 class BackboneCache:
     """Decoding state of a causal backbone: one cache per layer, the number of real tokens
     seen per sequence (B,), the number of positions fed (real or padded), the capacity.
     ``fused`` holds the blocks' fused decoding steps once :meth:`Backbone.step` has made
-    them (None for a block that runs as PyTorch ops)."""
+    them (:mod:`.fused_decode`; None for a block that runs as PyTorch ops)."""
 
     layers: list
     lengths: torch.Tensor
@@ -134,10 +110,10 @@ class Backbone(nn.Module):
         self.pos = nn.Embedding(config.max_len, dim) if config.positions == "learned" else None
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
-            Block(build_mixer(name, config), config,
-                  None if cross_factory is None else cross_factory())
+            make_block(build_mixer(name, config), config,
+                       None if cross_factory is None else cross_factory())
             for name in config.mixers)
-        self.carries_z = _link_z_carriers(self.blocks)
+        self.carries_z = link_z_carriers(self.blocks)
         self.norm = make_norm(config)
         # Activation checkpointing (:meth:`set_activation_checkpointing`); the attribute
         # names are transformers' own, so ``gradient_checkpointing_enable()`` sets them.
@@ -243,30 +219,31 @@ class Backbone(nn.Module):
         doc_ids (B, L) integer ids of packed documents (see the module docstring).
 
         With ``cache`` (from :meth:`init_cache`) the inputs continue the cached sequences
-        and the cache advances; one unpadded token (L = 1, mask None or all True) runs as
-        :meth:`step` does (the fused blocks where they apply), bitwise alike.
-        ``context``/``context_mask`` go to the blocks' cross mixers.  Returns hidden
-        states (B, L, D) after the final LayerNorm.
+        and the cache advances (:meth:`_extend`).  ``context``/``context_mask`` go to the
+        blocks' cross mixers.  Returns hidden states (B, L, D) after the final norm.
         """
         self.check_inputs(inputs, mask)
         check_doc_ids(doc_ids, inputs.shape[0], inputs.shape[1], inputs.device)
         if cache is not None:
-            if doc_ids is not None:
-                raise ValueError("doc_ids belong to the full pass; when decoding, start a new "
-                                 "document in chosen rows with cache.start_document(rows)")
-            return self._extend(inputs, mask, cache, context, context_mask)
-        if doc_ids is not None and context is not None:
+            return self._extend(inputs, mask, cache, context, context_mask, doc_ids)
+        if doc_ids is not None and self._unpacks(context):
+            return per_document(self, inputs, mask, doc_ids)
+        h = self.embed_inputs(inputs, mask, doc_ids=doc_ids)
+        z = None  # the state Z-carrying blocks hand on (models/z_carry.py)
+        contexts = block_contexts(context, len(self.blocks))
+        for index, (block, ctx) in enumerate(zip(self.blocks, contexts)):
+            carry = self._checkpointed(block) if self._checkpoints(index) else block.carry
+            h, z = carry(h, z, mask, ctx, context_mask, doc_ids)
+        return self.norm(h)
+
+    def _unpacks(self, context) -> bool:
+        """Whether packed documents run as the rows of a padded batch (a backbone that
+        carries Z: a carried Z belongs to one sequence) rather than natively.  Packed
+        documents take no context (one context belongs to one sequence)."""
+        if context is not None:
             raise ValueError("packed documents (doc_ids) take no cross-attended context: "
                              "one context belongs to one sequence")
-        if doc_ids is not None and self.carries_z:
-            return per_document(self, inputs, mask, doc_ids)
-        h, z = self.embed_inputs(inputs, mask, doc_ids=doc_ids), None
-        contexts = _block_contexts(context, len(self.blocks))
-        for index, (block, ctx) in enumerate(zip(self.blocks, contexts)):
-            run = self._checkpointed if self._checkpoints(index) else _run_block
-            # z: the last Z-carrying mixer's state (e.g. DBA's C), or None
-            h, z = run(block, h, mask, ctx, context_mask, z, self.carries_z, doc_ids)
-        return self.norm(h)
+        return self.carries_z
 
     def _checkpoints(self, index: int) -> bool:
         """Whether block ``index`` runs checkpointed in this pass (training with
@@ -274,15 +251,22 @@ class Backbone(nn.Module):
         return (self.gradient_checkpointing and self.training and torch.is_grad_enabled()
                 and index % self.checkpoint_every == 0)
 
-    def _checkpointed(self, block, *args):
-        """:func:`_run_block` under ``torch.utils.checkpoint`` (or the function
+    def _checkpointed(self, block):
+        """``block.carry`` under ``torch.utils.checkpoint`` (or the function
         ``transformers``' ``gradient_checkpointing_enable`` set), tensors passed
         positionally so a reentrant checkpoint sees them too."""
         run = self._gradient_checkpointing_func or partial(checkpoint, use_reentrant=False)
-        return run(partial(_run_block, block), *args)
+        return partial(run, block.carry)
 
-    def _extend(self, inputs, mask, cache: BackboneCache, context, context_mask):
+    def _extend(self, inputs, mask, cache: BackboneCache, context, context_mask,
+                doc_ids=None):
+        """The cached forward: L more tokens continue the cached sequences.  One unpadded
+        token (L = 1, mask None or all True) runs as :meth:`step` does (the fused blocks
+        where they apply, :mod:`.fused_decode`), bitwise alike."""
         check_owner(cache, self)
+        if doc_ids is not None:
+            raise ValueError("doc_ids belong to the full pass; when decoding, start a new "
+                             "document in chosen rows with cache.start_document(rows)")
         batch, length = inputs.shape[:2]
         if batch != cache.lengths.shape[0]:
             raise ValueError(f"cache holds {cache.lengths.shape[0]} sequences, inputs have "
@@ -290,10 +274,10 @@ class Backbone(nn.Module):
         if cache.steps + length > cache.capacity:
             raise ValueError(f"the cache holds {cache.capacity} positions; {cache.steps} are "
                              f"used and {length} more were given")
-        if length == 1 and self.takes_tokens and self._may_fuse(cache) and _all_real(mask):
-            return self._step(inputs[:, 0], cache, context, context_mask)[:, None]
+        if length == 1 and self.takes_tokens and may_fuse(self, batch) and _all_real(mask):
+            return fused_step(self, inputs[:, 0], cache, context, context_mask)[:, None]
         h = self.embed_inputs(inputs, mask, start=cache.lengths)
-        contexts = _block_contexts(context, len(self.blocks))
+        contexts = block_contexts(context, len(self.blocks))
         for block, layer_cache, ctx in zip(self.blocks, cache.layers, contexts):
             h = block(h, mask, cache=layer_cache, context=ctx, context_mask=context_mask)
         real = length if mask is None else mask.sum(1)
@@ -310,8 +294,8 @@ class Backbone(nn.Module):
         The decoding loop's call (mamba's ``step``): in eval mode, without autograd and
         outside ``torch.compile``, for at most ``FUSED_STEP_MAX_BATCH`` sequences, each
         causal Weird-attention block on CPU runs as one fused C call
-        (:mod:`weirdnet.ops.block_step`, made at the cache's first step from the weights
-        of that moment); other blocks run as PyTorch ops.  Token ids are not
+        (:mod:`weirdnet.models.fused_decode`, made at the cache's first step from the
+        weights of that moment); other blocks run as PyTorch ops.  Token ids are not
         range-checked here (the embedding rejects one out of range).  A cache made by
         another backbone is a ValueError (:func:`weirdnet.layers.ownership.check_owner`).
         """
@@ -322,37 +306,9 @@ class Backbone(nn.Module):
                              f"token backbone, got {_describe(tokens)}")
         if cache.steps >= cache.capacity:
             raise ValueError(f"the cache holds {cache.capacity} positions; all are used")
-        if not self._may_fuse(cache):
+        if not may_fuse(self, cache.batch_size):
             return self._extend(tokens[:, None], None, cache, context, context_mask)[:, 0]
-        return self._step(tokens, cache, context, context_mask)
-
-    def _may_fuse(self, cache: BackboneCache) -> bool:
-        """Whether one token may take the fused step path: eval mode, no autograd, not
-        compiling, at most ``FUSED_STEP_MAX_BATCH`` sequences."""
-        return not (self.training or torch.is_grad_enabled() or torch.compiler.is_compiling()
-                    or cache.batch_size > FUSED_STEP_MAX_BATCH)
-
-    def _step(self, tokens: torch.Tensor, cache: BackboneCache, context, context_mask
-              ) -> torch.Tensor:
-        """One unpadded token per sequence, tokens (B,) -> (B, D), through the fused
-        blocks where they apply (made at the cache's first step).  The callers check the
-        inputs and the cache's room."""
-        if cache.fused is None:
-            cache.fused = [block.fused_step(layer)
-                           for block, layer in zip(self.blocks, cache.layers)]
-        h = self.embed(tokens.long())
-        if self.pos is not None:
-            h = h + self.pos(cache.lengths)
-        contexts = _block_contexts(context, len(self.blocks))
-        for block, layer, fused, ctx in zip(self.blocks, cache.layers, cache.fused, contexts):
-            if fused is None:
-                h = block(h[:, None], None, cache=layer, context=ctx,
-                          context_mask=context_mask)[:, 0]
-            else:
-                fused(h)
-        cache.lengths = cache.lengths + 1
-        cache.steps += 1
-        return self.norm(h)
+        return fused_step(self, tokens, cache, context, context_mask)
 
     def init_cache(self, batch_size: int, max_len: int | None = None) -> BackboneCache:
         """An empty decoding cache for ``batch_size`` sequences of up to ``max_len``
@@ -366,16 +322,6 @@ class Backbone(nn.Module):
         layers = [block.init_cache(batch_size, max_len) for block in self.blocks]
         lengths = torch.zeros(batch_size, dtype=torch.long, device=self.embed.weight.device)
         return own(BackboneCache(layers, lengths, 0, max_len), self)
-
-
-def _link_z_carriers(blocks) -> bool:
-    """Chain the mixers that carry Z (DBA's authors' form with ``z_carry``): the first
-    keeps its learned Z, each later one drops its own and receives the previous one's
-    state in :meth:`Backbone.forward`.  Returns whether any block carries Z."""
-    carriers = [block.mixer for block in blocks if block.carries_z]
-    for mixer in carriers[1:]:
-        mixer.use_carried_z()
-    return bool(carriers)
 
 
 def _all_real(mask: torch.Tensor | None) -> bool:

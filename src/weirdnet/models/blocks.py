@@ -9,7 +9,6 @@ Block (GPT-2 style pre-norm, docs/design.md §2; Norm: LayerNorm or RMSNorm)::
 
 from __future__ import annotations
 
-import inspect
 import math
 from typing import Any
 
@@ -18,34 +17,44 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from weirdnet.layers.registry import factory
-from weirdnet.ops import WeirdScanCache, block_step
+from weirdnet.layers.registry import accepted_options, factory, shared_settings
 
 from .config import BackboneConfig
 from .short_conv import ShortConv, ShortConvCache
 
 
+class PerBlockContext(list):
+    """One cross-mixer context per block (e.g. each block's precomputed keys and values);
+    a plain context is given to every block."""
+
+
+def block_contexts(context, count: int) -> list:
+    """The cross-mixer context of each of ``count`` blocks (see :class:`PerBlockContext`)."""
+    if isinstance(context, PerBlockContext):
+        if len(context) != count:
+            raise ValueError(f"{len(context)} per-block contexts for {count} blocks")
+        return list(context)
+    return [context] * count
+
+
 def mixer_options(name: str, config: BackboneConfig) -> dict[str, Any]:
     """Constructor options for mixer ``name`` in a backbone built from ``config``: the
-    backbone's max_len, heads, depth (``n_layers``, used by Weird-attention's
-    initialisation), attention dropout, ``bias=False`` and rotary positions (``rope``,
-    ``rope_theta``) where the mixer takes them, then ``config.mixer_options[name]``."""
-    accepted = inspect.signature(factory(name)).parameters
-    shared = {"max_len": config.max_len, "heads": config.heads, "n_layers": config.depth,
-              "dropout": config.attn_dropout}
-    if not config.bias:
-        shared["bias"] = False
-    if config.positions == "rope":
-        shared.update(rope=True, rope_theta=config.rope_theta)
-    options = {key: value for key, value in shared.items()
-               if key in accepted and value is not None}
-    if "dropout" in options and options["dropout"] == 0.0:
-        del options["dropout"]
+    shared settings the mixer declares (``shared_settings``, checked by
+    :func:`weirdnet.layers.registry.shared_settings`) with the backbone's values (max_len,
+    heads, depth as ``n_layers``, attention dropout, ``bias=False``, rotary positions
+    ``rope``/``rope_theta``; an unset or default value is not passed), then
+    ``config.mixer_options[name]``."""
+    rope = config.positions == "rope"
+    values = {"max_len": config.max_len, "heads": config.heads, "n_layers": config.depth,
+              "dropout": config.attn_dropout or None, "bias": None if config.bias else False,
+              "rope": True if rope else None, "rope_theta": config.rope_theta if rope else None}
+    options = {key: values[key] for key in shared_settings(name) if values[key] is not None}
     extra = dict(config.mixer_options.get(name, {}))
-    unknown = [key for key in extra if key not in accepted]
+    accepted = accepted_options(name)
+    unknown = [key for key in extra if accepted is not None and key not in accepted]
     if unknown:
         raise ValueError(f"mixer_options[{name!r}] has unknown option(s) {unknown}; "
-                         f"{name} accepts {', '.join(k for k in accepted if k != 'dim')}")
+                         f"{name} accepts {', '.join(accepted)}")
     options.update(extra)
     return options
 
@@ -128,38 +137,27 @@ class Block(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.ffn_chunk = 0  # > 0: the FFN runs in checkpointed chunks of this many positions
 
-    @property
-    def carries_z(self) -> bool:
-        """Whether the mixer hands state to the next mixer of its kind (DBA's authors'
-        form with ``z_carry``: its compressed sequence becomes the next DBA layer's Z)."""
-        return bool(getattr(self.mixer, "carries_z", False))
+    carries_z = False
+    """Whether the mixer hands state to the next mixer of its kind (see
+    :class:`~weirdnet.models.z_carry.ZCarryBlock`)."""
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache=None,
                 context=None, context_mask: torch.Tensor | None = None, *,
-                z: torch.Tensor | None = None, return_z: bool = False,
-                doc_ids: torch.Tensor | None = None):
-        """x (B, L, D), mask (B, L) bool or None; with ``cache`` (from the mixer's
-        ``init_cache``) the L tokens continue the cached sequence.  ``context``: the
-        cross mixer's context (B, Lc, Dc) (or its precomputed form).  ``doc_ids`` (B, L):
-        packed documents (full pass), for the mixer and the short convolution.  Returns
-        (B, L, D).
-
-        ``return_z=True`` returns (output, z) instead: for a mixer that carries Z
-        (:attr:`carries_z`) it is given ``z`` (None: its own learned Z) and z is the
-        state it hands on; any other mixer passes ``z`` through unchanged."""
+                doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, D), mask (B, L) bool or None; with ``cache`` (from :meth:`init_cache`)
+        the L tokens continue the cached sequence.  ``context``: the cross mixer's context
+        (B, Lc, Dc) (or its precomputed form).  ``doc_ids`` (B, L): packed documents (full
+        pass), for the mixer and the short convolution.  Returns (B, L, D)."""
         h = self.norm_mix(x)
-        if self.conv is not None:
-            h, state = self.conv(h, mask, None if cache is None else cache.state, doc_ids)
-            if cache is not None:
-                cache.state, cache = state, cache.mixer
-        if return_z and self.carries_z:
-            y, z = self.mixer(h, mask, z=z, return_z=True)
-        elif doc_ids is not None:
-            y = self.mixer(h, mask, doc_ids=doc_ids)
-        else:
-            y = self.mixer(h, mask, cache=cache)
-        x = self._after_mixer(x + self.dropout(y), context, context_mask)
-        return (x, z) if return_z else x
+        if self.conv is not None:  # takes its part of the cache, hands on the mixer's
+            h, cache = self.conv.before_mixer(h, mask, cache, doc_ids)
+        y = self.mixer(h, mask, cache=cache, doc_ids=doc_ids)
+        return self._after_mixer(x + self.dropout(y), context, context_mask)
+
+    def carry(self, x: torch.Tensor, z, mask, context, context_mask, doc_ids):
+        """The backbone's full-pass call: ``(x, z) -> (output, z)``, where z is the state
+        Z-carrying blocks hand on; this block passes it through."""
+        return self(x, mask, context=context, context_mask=context_mask, doc_ids=doc_ids), z
 
     def init_cache(self, batch_size: int, max_len: int | None = None):
         """The block's decoding state: the mixer's cache, with the short convolution's
@@ -178,7 +176,7 @@ class Block(nn.Module):
             return x
         chunk = self.ffn_chunk
         if not (chunk and x.shape[1] > chunk and self.training and torch.is_grad_enabled()):
-            return x + self.dropout(self.ffn(self.norm_ffn(x)))
+            return self._ffn_residual(x)
         # position-wise: chunks of the sequence, each recomputed in the backward, so the
         # FFN's inner activations (d_ff per position) never exist for the whole sequence
         parts = [checkpoint(self._ffn_residual, part, use_reentrant=False)
@@ -187,42 +185,3 @@ class Block(nn.Module):
 
     def _ffn_residual(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.dropout(self.ffn(self.norm_ffn(x)))
-
-    def fused_step(self, cache) -> FusedBlockStep | None:
-        """This block's fused C decoding step over ``cache`` (its mixer's cache), or None
-        where it does not apply: RMSNorm, SwiGLU, no FFN, a short convolution, a cross mixer, a
-        mixer without a fused step (:meth:`Mixer.fused_step_parts`), weights other than
-        float32/float64 on CPU, or no C compiler."""
-        if self.ffn is None or not isinstance(self.norm_mix, nn.LayerNorm) \
-                or self.ffn.gate is not None \
-                or self.conv is not None or self.cross is not None:
-            return None  # the fused step is LayerNorm + GELU/LeakyReLU, no convolution
-        parts = self.mixer.fused_step_parts(cache)
-        if parts is None or block_step.unavailable_reason() is not None:
-            return None
-        mixer, scan = parts
-        if any(t.device.type != "cpu" or t.dtype != scan.dtype for t in self.parameters()):
-            return None
-        ffn = self.ffn
-        weights = block_step.BlockWeights(
-            self.norm_mix.weight, self.norm_mix.bias, self.norm_mix.eps,
-            mixer.a_weight, mixer.a_bias, mixer.v_weight, mixer.v_bias,
-            mixer.o_weight, mixer.o_bias, mixer.log_w,
-            self.norm_ffn.weight, self.norm_ffn.bias, self.norm_ffn.eps,
-            ffn.inner.weight, ffn.inner.bias, ffn.outer.weight, ffn.outer.bias,
-            ffn.activation)
-        return FusedBlockStep(block_step.BlockStep(weights), scan)
-
-
-class FusedBlockStep:
-    """One block's fused decoding step bound to its layer cache: ``step(x)`` turns the
-    residual stream x (B, D) at the next position into the block's output, in place,
-    and advances the cache.  Holds the weights as they were when it was made."""
-
-    def __init__(self, step: block_step.BlockStep, scan: WeirdScanCache):
-        self.step, self.scan = step, scan
-
-    def __call__(self, x: torch.Tensor) -> None:
-        scan = self.scan
-        self.step(x, *scan.rings, scan.position)
-        scan.advance()

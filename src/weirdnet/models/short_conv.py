@@ -66,6 +66,17 @@ class ShortConv(nn.Module):
         y = short_conv(x, self.conv.weight[:, 0], self.conv.bias, state, doc_ids=doc_ids)
         return y, None if doc_ids is not None else self._next_state(x, state)
 
+    def before_mixer(self, x: torch.Tensor, mask: torch.Tensor | None, cache,
+                     doc_ids: torch.Tensor | None = None):
+        """The convolution on a mixer's input x (B, L, D) inside a block: returns (y, the
+        mixer's cache).  ``cache`` is the block's decoding state, a
+        :class:`ShortConvCache` (its ``state`` is read and advanced here, its ``mixer``
+        part handed on) or None (the full pass, with packed ``doc_ids`` if any)."""
+        if cache is None:
+            return self(x, mask, None, doc_ids)[0], None
+        y, cache.state = self(x, mask, cache.state)
+        return y, cache.mixer
+
     def _next_state(self, x: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
         """The last k − 1 inputs, reaching into ``state`` (None: zeros) when L < k − 1."""
         keep = self.width - 1

@@ -43,8 +43,9 @@ def check_float_tensor(x, name: str, rank: int) -> None:
         raise ValueError(f"{name} must have {rank} dimensions, got shape {tuple(x.shape)}")
 
 
-def check_mask(mask, batch: int, length: int, name: str = "mask") -> None:
-    """``mask`` must be None or a bool tensor of shape (batch, length)."""
+def check_mask(mask, batch: int, length: int, name: str = "mask", device=None) -> None:
+    """``mask`` must be None or a bool tensor of shape (batch, length) (on ``device``,
+    when given)."""
     if mask is None:
         return
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
@@ -55,6 +56,8 @@ def check_mask(mask, batch: int, length: int, name: str = "mask") -> None:
             f"{name} must have shape (batch, length) = {(batch, length)}, "
             f"got {tuple(mask.shape)}"
         )
+    if device is not None and mask.device != torch.device(device):
+        raise ValueError(f"{name} must be on {device}, got {mask.device}")
 
 
 def check_rows(rows, batch: int, device=None, name: str = "rows") -> None:
@@ -115,8 +118,6 @@ def check_scan_inputs(a, v, log_w, mask=None, doc_ids=None) -> tuple[int, int, i
             f"that log_w's {log_w.shape[0]} levels cover; it needs {need} levels "
             f"(a layer built with max_len >= {L})"
         )
-    check_mask(mask, B, L)
-    if mask is not None and mask.device != a.device:
-        raise ValueError(f"mask must be on {a.device}, got {mask.device}")
+    check_mask(mask, B, L, device=a.device)
     check_doc_ids(doc_ids, B, L, a.device)
     return B, L, D

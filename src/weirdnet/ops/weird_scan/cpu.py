@@ -70,20 +70,20 @@ def _suffix(dtype: torch.dtype) -> str:
     raise TypeError(f"the C scan kernel takes float32 or float64, got {dtype}")
 
 
-def fwd(a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
+def fwd(a, v, log_w, mask, doc, n_causal: int, nlev: int) -> torch.Tensor:
     """Forward scan; see ``weird_scan.pytorch.fwd`` for the contract.  Returns O (B, L, D)."""
     lib = load()
     B, L, D = a.shape
     out = torch.empty((B, L, D), dtype=a.dtype)
     fn = getattr(lib, f"scan_fwd_{_suffix(a.dtype)}")
-    n_units = lib.scan_units(B, D, split)
+    n_units = lib.scan_units(B, D, n_causal)
     args = (*rows(a), *rows(v), log_w.data_ptr(), address(mask), address(doc), out.data_ptr(),
-            B, L, D, split, nlev)
+            B, L, D, n_causal, nlev)
     run_units(fn, args, n_units, B * L * D, "weird_scan")
     return out
 
 
-def bwd(a, v, log_w, mask, doc, grad, split: int, nlev: int):
+def bwd(a, v, log_w, mask, doc, grad, n_causal: int, nlev: int):
     """Backward scan; returns (da, dv, dlog_w) with dlog_w (nlev, D) in float64."""
     lib = load()
     B, L, D = a.shape
@@ -91,9 +91,9 @@ def bwd(a, v, log_w, mask, doc, grad, split: int, nlev: int):
     dv = torch.empty((B, L, D), dtype=a.dtype)
     dlogw = torch.zeros((B, nlev, D), dtype=torch.float64)
     fn = getattr(lib, f"scan_bwd_{_suffix(a.dtype)}")
-    n_units = lib.scan_units(B, D, split)
+    n_units = lib.scan_units(B, D, n_causal)
     args = (*rows(a), *rows(v), log_w.data_ptr(), address(mask), address(doc), *rows(grad),
-            da.data_ptr(), dv.data_ptr(), dlogw.data_ptr(), B, L, D, split, nlev)
+            da.data_ptr(), dv.data_ptr(), dlogw.data_ptr(), B, L, D, n_causal, nlev)
     run_units(fn, args, n_units, B * L * D, "weird_scan")
     return da, dv, dlogw.sum(0)
 

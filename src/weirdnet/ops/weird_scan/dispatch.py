@@ -3,8 +3,8 @@
 Every backend implements the same three functions (the contract is
 ``weird_scan.pytorch``'s; docs/design.md §8 has the algorithm):
 
-    fwd(a, v, log_w, mask, doc, split, nlev) -> O                       (B, L, D)
-    bwd(a, v, log_w, mask, doc, grad, split, nlev) -> (dA, dV, dlog_w)  dlog_w (nlev, D) f64
+    fwd(a, v, log_w, mask, doc, n_causal, nlev) -> O                       (B, L, D)
+    bwd(a, v, log_w, mask, doc, grad, n_causal, nlev) -> (dA, dV, dlog_w)  dlog_w (nlev, D) f64
 
 ``doc`` is None or the (B, L) int64 canonical document ids of a packed batch (contiguous
 and C-ordered when given): a level combines two positions only when their ids agree.
@@ -97,17 +97,17 @@ class Backend:
             return mask
         return mask.contiguous().view(torch.uint8)
 
-    def fwd(self, a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
+    def fwd(self, a, v, log_w, mask, doc, n_causal: int, nlev: int) -> torch.Tensor:
         """O (B, L, D) in the kernel's output dtype (see ``native_dtypes``)."""
         weights = log_w.to(compute_dtype(a.dtype)).contiguous()
         return self.load().fwd(self._read(a), self._read(v), weights, self._mask(mask),
-                               _doc(doc), split, nlev)
+                               _doc(doc), n_causal, nlev)
 
-    def bwd(self, a, v, log_w, mask, doc, grad, split: int, nlev: int):
+    def bwd(self, a, v, log_w, mask, doc, grad, n_causal: int, nlev: int):
         """(dA, dV, dlog_w): dA, dV (B, L, D); dlog_w (nlev, D) float64."""
         weights = log_w.to(compute_dtype(a.dtype)).contiguous()
         return self.load().bwd(self._read(a), self._read(v), weights, self._mask(mask),
-                               _doc(doc), self._read(grad), split, nlev)
+                               _doc(doc), self._read(grad), n_causal, nlev)
 
     def extend(self, a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int):
         """Decode T tokens; ``a``, ``v``, ``log_w`` and the rings in the compute dtype."""
@@ -251,7 +251,7 @@ def _run_selfcheck(backend: Backend, device: torch.device) -> Backend:
 
 
 def selfcheck_inputs(device: torch.device):
-    """(a, v, log_w, mask, doc, grad, split) of the self-check: B=2, L=300 (two passes of
+    """(a, v, log_w, mask, doc, grad, n_causal) of the self-check: B=2, L=300 (two passes of
     the Triton kernels), D=6 with 3 causal and 3 anti-causal channels, one padded row tail,
     and three packed documents in the first row."""
     gen = torch.Generator().manual_seed(20261124)
@@ -277,14 +277,14 @@ def selfcheck_error(backend: Backend, device: torch.device) -> str | None:
     description of what differed or of the exception the kernel raised."""
     reference = BACKENDS[FALLBACK]
     try:
-        a, v, log_w, mask, doc, grad, split = selfcheck_inputs(device)
+        a, v, log_w, mask, doc, grad, n_causal = selfcheck_inputs(device)
         nlev = log_w.shape[0]
-        got = (backend.fwd(a, v, log_w, mask, doc, split, nlev),
-               *backend.bwd(a, v, log_w, mask, doc, grad, split, nlev))
+        got = (backend.fwd(a, v, log_w, mask, doc, n_causal, nlev),
+               *backend.bwd(a, v, log_w, mask, doc, grad, n_causal, nlev))
     except Exception as err:  # a kernel that does not compile or launch on this device
         return f"it raised {type(err).__name__}: {err}"
-    want = (reference.fwd(a, v, log_w, mask, doc, split, nlev),
-            *reference.bwd(a, v, log_w, mask, doc, grad, split, nlev))
+    want = (reference.fwd(a, v, log_w, mask, doc, n_causal, nlev),
+            *reference.bwd(a, v, log_w, mask, doc, grad, n_causal, nlev))
     errors = {name: _rel_err(x, y) for name, x, y in zip(("O", "dA", "dV", "dlog_w"), got, want)}
     bad = {k: e for k, e in errors.items() if not e <= SELFCHECK_TOLERANCE}  # NaN is bad
     if not bad:

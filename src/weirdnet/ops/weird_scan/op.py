@@ -16,16 +16,19 @@ This module is the whole public op, top to bottom:
    (meta) implementation, so ``torch.compile(fullgraph=True)`` keeps them in the graph as
    opaque calls and ``torch.export`` records them::
 
-       weirdnet::weird_scan(a, v, log_w, mask?, doc?, reverse, split, backend) -> O
-       weirdnet::weird_scan_backward(grad, a, v, log_w, mask?, doc?, reverse, split,
+       weirdnet::weird_scan(a, v, log_w, mask?, doc_ids?, n_causal, backend) -> O
+       weirdnet::weird_scan_backward(grad, a, v, log_w, mask?, doc_ids?, n_causal,
            backend) -> (dA, dV, dlog_w)
        weirdnet::weird_scan_extend(a, v, log_w, valid?, ring_m!, ring_h!, ring_u!, t0,
            backend) -> O
 
    The forward op's autograd formula calls the backward op (once differentiable: the
-   backward op has no derivative of its own).  The decoding step runs through its op
-   inside a traced graph and calls the same implementation directly in eager mode
-   (:func:`extend`), where the op's dispatch would cost more than the step itself;
+   backward op has no derivative of its own).  The ops check nothing: their callers have
+   (the public functions here, or a layer that checked its own inputs, see
+   ``layers/weird.py``), so every input is checked once, where it enters.  The decoding
+   step runs through its op inside a traced graph and calls the same implementation
+   directly in eager mode (:func:`extend`), where the op's dispatch would cost more than
+   the step itself;
 3. each op resolves a backend of ``dispatch.BACKENDS`` on its real tensors (so a traced
    graph holds no device test) and runs its ``fwd`` / ``bwd`` / ``extend``:
    * ``"cpu"``: fused C kernels (``csrc/weird_scan.c``), built on first use;
@@ -38,16 +41,16 @@ This module is the whole public op, top to bottom:
 ``"torch"``, and ``"triton"`` for CUDA tensors when ``triton`` imports, else ``"torch"``.
 ``WEIRDNET_SCAN_BACKEND=torch`` forces the fallback everywhere (any name forces that one).
 
-Directions.  The ops carry ``reverse`` (False: causal prefix scan, True: anti-causal suffix
-scan) and ``split``: -1 scans every channel in the direction ``reverse`` names; a split
-s >= 0 is the encoder form, channels [0, s) causal and [s, D) anti-causal (``reverse``
-False).  The backends' kernels take only the number of causal channels
-(:func:`causal_channels`), computed in one place, here.
+Directions.  The ops and every backend take one direction argument, ``n_causal``:
+channels [0, n_causal) are scanned causally (prefix) and [n_causal, D) anti-causally
+(suffix).  :func:`weird_scan` passes D (``reverse=False``) or 0 (``reverse=True``);
+:func:`weird_scan_bidirectional` passes its public split index ``split``.
 
-Packed documents.  ``doc_ids`` (B, L) (see :mod:`weirdnet.ops.packing`) reaches the ops
-as ``doc``, the canonical segment ids (int64, computed here once); a level's combine of
-position i with i -/+ 2^k happens only when both carry the same id.  Because documents are
-contiguous, that one comparison per level keeps every document exactly as it is alone.
+Packed documents.  ``doc_ids`` (B, L) (see :mod:`weirdnet.ops.packing`) reaches the
+backends as ``doc``, the canonical segment ids (int64, computed inside the ops); a
+level's combine of position i with i -/+ 2^k happens only when both carry the same id.
+Because documents are contiguous, that one comparison per level keeps every document
+exactly as it is alone.
 
 Outputs: O and dA in ``a``'s dtype, dV in ``v``'s, d log_w in ``log_w``'s shape and dtype
 (zero in the levels the sequence does not use); extend's O in ``a``'s dtype.
@@ -61,9 +64,6 @@ from torch import Tensor
 from ..checks import check_finite_log_w, check_scan_inputs, levels_needed, on_host
 from ..packing import segment_ids
 from . import dispatch
-
-NO_SPLIT = -1
-"""``split`` of a one-direction scan: every channel in the direction ``reverse`` names."""
 
 
 def scan_backend_name(device: torch.device | str = "cpu") -> str:
@@ -110,7 +110,8 @@ def weird_scan(a, v, log_w, *, reverse=False, mask=None, doc_ids=None, backend=N
         ``torch.compile`` too, as in the reference and the decoding cache.  On CUDA the
         values are not read (that would wait for the device), and the result is undefined.
     """
-    return _scan(a, v, log_w, mask, doc_ids, bool(reverse), NO_SPLIT, backend)
+    backend = _checked(a, v, log_w, mask, doc_ids, backend)
+    return scan_op(a, v, log_w, mask, doc_ids, 0 if reverse else a.shape[-1], backend)
 
 
 def weird_scan_bidirectional(a, v, log_w, *, mask=None, doc_ids=None, split=None,
@@ -125,21 +126,20 @@ def weird_scan_bidirectional(a, v, log_w, *, mask=None, doc_ids=None, split=None
     split = D // 2 if split is None else int(split)
     if not 0 <= split <= D:
         raise ValueError(f"split must be in [0, D={D}], got {split}")
-    return _scan(a, v, log_w, mask, doc_ids, False, split, backend)
+    backend = _checked(a, v, log_w, mask, doc_ids, backend)
+    return scan_op(a, v, log_w, mask, doc_ids, split, backend)
 
 
-def _scan(a, v, log_w, mask, doc_ids, reverse: bool, split: int, backend: str | None):
+def _checked(a, v, log_w, mask, doc_ids, backend: str | None) -> str:
+    """Every argument checked (a ValueError naming it); the ops' ``backend`` string."""
     check_scan_inputs(a, v, log_w, mask, doc_ids)
     dispatch.check_name(backend)
-    doc = None if doc_ids is None else segment_ids(doc_ids)
-    return scan_op(a, v, log_w, mask, doc, reverse, split, backend or "")
+    return backend or ""
 
 
-def causal_channels(width: int, reverse: bool, split: int) -> int:
-    """The kernels' direction argument: channels [0, n) causal, [n, width) anti-causal."""
-    if split != NO_SPLIT:
-        return split
-    return 0 if reverse else width
+def _segments(doc_ids: Tensor | None) -> Tensor | None:
+    """The backends' ``doc``: canonical segment ids (B, L) int64, or None."""
+    return None if doc_ids is None else segment_ids(doc_ids)
 
 
 # --- the custom ops --------------------------------------------------------------------
@@ -151,52 +151,52 @@ def _levels_of_ring(ring: Tensor) -> int:
 
 
 @torch.library.custom_op("weirdnet::weird_scan", mutates_args=())
-def scan_op(a: Tensor, v: Tensor, log_w: Tensor, mask: Tensor | None, doc: Tensor | None,
-            reverse: bool, split: int, backend: str) -> Tensor:
-    """O (B, L, D) in the directions ``reverse`` and ``split`` name (module docstring)."""
+def scan_op(a: Tensor, v: Tensor, log_w: Tensor, mask: Tensor | None, doc_ids: Tensor | None,
+            n_causal: int, backend: str) -> Tensor:
+    """O (B, L, D): channels [0, n_causal) causal, [n_causal, D) anti-causal, on checked
+    inputs (module docstring); ``backend`` "" picks one."""
     impl = dispatch.resolve(a.device, backend or None)
+    nlev = levels_needed(a.shape[1])
     if on_host(log_w):  # the values are at hand (in a compiled graph too: an opaque op)
-        check_finite_log_w(log_w, levels_needed(a.shape[1]))
-    n_causal = causal_channels(a.shape[-1], reverse, split)
-    out = impl.fwd(a, v, log_w, mask, doc, n_causal, levels_needed(a.shape[1]))
+        check_finite_log_w(log_w, nlev)
+    out = impl.fwd(a, v, log_w, mask, _segments(doc_ids), n_causal, nlev)
     return out.to(a.dtype).contiguous()
 
 
 @scan_op.register_fake
-def _scan_fake(a, v, log_w, mask, doc, reverse, split, backend):
+def _scan_fake(a, v, log_w, mask, doc_ids, n_causal, backend):
     return a.new_empty(a.shape)
 
 
 @torch.library.custom_op("weirdnet::weird_scan_backward", mutates_args=())
 def scan_backward_op(grad: Tensor, a: Tensor, v: Tensor, log_w: Tensor, mask: Tensor | None,
-                     doc: Tensor | None, reverse: bool, split: int,
+                     doc_ids: Tensor | None, n_causal: int,
                      backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    """(dA, dV, dlog_w) of ``sum(grad * scan_op(a, v, log_w, mask, doc, reverse, split))``."""
+    """(dA, dV, dlog_w) of ``sum(grad * scan_op(a, v, log_w, mask, doc_ids, n_causal))``."""
     impl = dispatch.resolve(a.device, backend or None)
     nlev = levels_needed(a.shape[1])
-    n_causal = causal_channels(a.shape[-1], reverse, split)
-    da, dv, dlogw = impl.bwd(a, v, log_w, mask, doc, grad, n_causal, nlev)
+    da, dv, dlogw = impl.bwd(a, v, log_w, mask, _segments(doc_ids), grad, n_causal, nlev)
     grad_log_w = log_w.new_zeros(log_w.shape)
     grad_log_w[:nlev] = dlogw.to(log_w.dtype)
     return da.to(a.dtype).contiguous(), dv.to(v.dtype).contiguous(), grad_log_w
 
 
 @scan_backward_op.register_fake
-def _scan_backward_fake(grad, a, v, log_w, mask, doc, reverse, split, backend):
+def _scan_backward_fake(grad, a, v, log_w, mask, doc_ids, n_causal, backend):
     return a.new_empty(a.shape), v.new_empty(v.shape), log_w.new_empty(log_w.shape)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    a, v, log_w, mask, doc, reverse, split, backend = inputs
-    ctx.save_for_backward(a, v, log_w, mask, doc)
-    ctx.reverse, ctx.split, ctx.backend = reverse, split, backend
+    a, v, log_w, mask, doc_ids, n_causal, backend = inputs
+    ctx.save_for_backward(a, v, log_w, mask, doc_ids)
+    ctx.n_causal, ctx.backend = n_causal, backend
 
 
 def _backward(ctx, grad):
-    a, v, log_w, mask, doc = ctx.saved_tensors
-    da, dv, dlogw = scan_backward_op(grad, a, v, log_w, mask, doc, ctx.reverse, ctx.split,
+    a, v, log_w, mask, doc_ids = ctx.saved_tensors
+    da, dv, dlogw = scan_backward_op(grad, a, v, log_w, mask, doc_ids, ctx.n_causal,
                                      ctx.backend)
-    return da, dv, dlogw, None, None, None, None, None
+    return da, dv, dlogw, None, None, None, None
 
 
 scan_op.register_autograd(_backward, setup_context=_setup_context)

@@ -7,7 +7,7 @@ cannot be built.  Every function here takes tensors already in the compute dtype
 
 State per (batch, position, channel): ``(m, h, u)`` with ``H = e^m h``, ``U = e^m u``.
 Padded sources start as ``(NEG, 0, 1)``; non-finite tokens as :func:`initial_state` says.
-Channels ``[0, split)`` are scanned causally, ``[split, D)`` anti-causally.  With ``doc``
+Channels ``[0, n_causal)`` are scanned causally, ``[n_causal, D)`` anti-causally.  With ``doc``
 (canonical document ids, (B, L) int64) a level combines position i with its partner only
 when both lie in one document; elsewhere the state passes through unchanged.
 """
@@ -83,13 +83,13 @@ def apply_level(state, s: int, c, doc=None):
     return tuple(torch.cat([x_old[:, :s], x], 1) for x, x_old in zip(new, state))
 
 
-def _parts(D: int, split: int):
+def _parts(D: int, n_causal: int):
     """(channel slice, reverse?) for the causal and the anti-causal channel ranges."""
     parts = []
-    if split > 0:
-        parts.append((slice(0, split), False))
-    if split < D:
-        parts.append((slice(split, D), True))
+    if n_causal > 0:
+        parts.append((slice(0, n_causal), False))
+    if n_causal < D:
+        parts.append((slice(n_causal, D), True))
     return parts
 
 
@@ -104,12 +104,12 @@ def _oriented(x, reverse: bool):
     return None if x is None else (x.flip(1) if reverse else x)
 
 
-def fwd(a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
+def fwd(a, v, log_w, mask, doc, n_causal: int, nlev: int) -> torch.Tensor:
     """O = H / U.  a, v: (B, L, D); log_w: (>= nlev, D); mask: (B, L) bool or None;
     doc: (B, L) int64 or None."""
     B, L, D = a.shape
     out = torch.empty_like(a)
-    for part, rev in _parts(D, split):
+    for part, rev in _parts(D, n_causal):
         msk, dc = _oriented(mask, rev), _oriented(doc, rev)
         for ch in _chunks(part, B, L, 0):
             state = initial_state(_oriented(a[..., ch], rev), _oriented(v[..., ch], rev), msk)
@@ -119,12 +119,12 @@ def fwd(a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
     return out
 
 
-def bwd(a, v, log_w, mask, doc, grad, split: int, nlev: int):
+def bwd(a, v, log_w, mask, doc, grad, n_causal: int, nlev: int):
     """Gradients (dA, dV, dlog_w) of ``sum(grad * fwd(...))``; dlog_w (nlev, D) float64."""
     B, L, D = a.shape
     da, dv = torch.empty_like(a), torch.empty_like(a)
     dlogw = torch.zeros((nlev, D), dtype=torch.float64, device=a.device)
-    for part, rev in _parts(D, split):
+    for part, rev in _parts(D, n_causal):
         msk, dc = _oriented(mask, rev), _oriented(doc, rev)
         for ch in _chunks(part, B, L, nlev):
             args = [_oriented(x[..., ch], rev) for x in (a, v, grad)]

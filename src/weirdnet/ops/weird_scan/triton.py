@@ -542,20 +542,20 @@ def channel_chunks(B: int, L: int, D: int, state_dtype: torch.dtype) -> list[sli
     return [slice(c, min(c + width, D)) for c in range(0, D, width)] or [slice(0, D)]
 
 
-def _in_chunks(whole, a, v, log_w, split: int, nlev: int, *rest):
-    """Run ``whole(a, v, log_w, *rest, split, nlev)`` (a ``_fwd_whole`` or ``_bwd_whole``)
+def _in_chunks(whole, a, v, log_w, n_causal: int, nlev: int, *rest):
+    """Run ``whole(a, v, log_w, *rest, n_causal, nlev)`` (a ``_fwd_whole`` or ``_bwd_whole``)
     on each channel chunk of :func:`channel_chunks` and put the pieces together: the
     (B, L, D) outputs along the channels, d log_w (nlev, D) along its columns."""
     B, L, D = a.shape
     chunks = channel_chunks(B, L, D, log_w.dtype)
     if len(chunks) == 1:
-        return whole(a, v, log_w, *rest, split, nlev)
+        return whole(a, v, log_w, *rest, n_causal, nlev)
     outs = None
     for c in chunks:
         rows = [x[..., c] if isinstance(x, torch.Tensor) and x.dim() == 3 else x
                 for x in rest]
-        local_split = min(max(split - c.start, 0), c.stop - c.start)
-        piece = whole(a[..., c], v[..., c], log_w[:, c].contiguous(), *rows, local_split,
+        local_n_causal = min(max(n_causal - c.start, 0), c.stop - c.start)
+        piece = whole(a[..., c], v[..., c], log_w[:, c].contiguous(), *rows, local_n_causal,
                       nlev)
         pieces = piece if isinstance(piece, tuple) else (piece,)
         if outs is None:
@@ -567,18 +567,18 @@ def _in_chunks(whole, a, v, log_w, split: int, nlev: int, *rest):
     return outs if len(outs) > 1 else outs[0]
 
 
-def fwd(a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
+def fwd(a, v, log_w, mask, doc, n_causal: int, nlev: int) -> torch.Tensor:
     """O = H / U in ``a``'s dtype.
 
     a, v: (B, L, D) any float dtype, unit channel stride; log_w: (>= nlev, D) contiguous in
     the state dtype (float32, or float64 for float64 inputs); mask: (B, L) bool or None;
-    doc: (B, L) int64 C-contiguous canonical document ids, or None.  Channels [0, split)
-    are causal, [split, D) anti-causal.  Runs in channel chunks (:func:`channel_chunks`).
+    doc: (B, L) int64 C-contiguous canonical document ids, or None.  Channels [0, n_causal)
+    are causal, [n_causal, D) anti-causal.  Runs in channel chunks (:func:`channel_chunks`).
     """
-    return _in_chunks(_fwd_whole, a, v, log_w, split, nlev, mask, doc)
+    return _in_chunks(_fwd_whole, a, v, log_w, n_causal, nlev, mask, doc)
 
 
-def _fwd_whole(a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
+def _fwd_whole(a, v, log_w, mask, doc, n_causal: int, nlev: int) -> torch.Tensor:
     B, L, D = a.shape
     out = torch.empty((B, L, D), dtype=a.dtype, device=a.device)
     if out.numel() == 0:
@@ -589,7 +589,7 @@ def _fwd_whole(a, v, log_w, mask, doc, split: int, nlev: int) -> torch.Tensor:
         for i, ps in enumerate(passes):
             last = i == len(passes) - 1
             y = (out, out) if last else _buffers(a, log_w.dtype, 2)
-            for part, rev in _parts(D, split):
+            for part, rev in _parts(D, n_causal):
                 _launch_fwd(ps, x, y, mask, doc, log_w, part, rev, i == 0, last)
             x = y
     return out
@@ -599,17 +599,17 @@ def _buffers(a: torch.Tensor, dtype: torch.dtype, n: int):
     return tuple(torch.empty(a.shape, dtype=dtype, device=a.device) for _ in range(n))
 
 
-def bwd(a, v, log_w, mask, doc, grad, split: int, nlev: int):
+def bwd(a, v, log_w, mask, doc, grad, n_causal: int, nlev: int):
     """Gradients (dA, dV, dlog_w) of ``sum(grad * fwd(...))``.
 
     a, v, grad: (B, L, D) unit channel stride; mask, doc as in :func:`fwd`; dA, dV in
     ``a``'s dtype; dlog_w (nlev, D) float64.  Runs in channel chunks
     (:func:`channel_chunks`), each as :func:`_bwd_whole`.
     """
-    return _in_chunks(_bwd_whole, a, v, log_w, split, nlev, mask, doc, grad)
+    return _in_chunks(_bwd_whole, a, v, log_w, n_causal, nlev, mask, doc, grad)
 
 
-def _bwd_whole(a, v, log_w, mask, doc, grad, split: int, nlev: int):
+def _bwd_whole(a, v, log_w, mask, doc, grad, n_causal: int, nlev: int):
     """:func:`bwd` on all of a's channels at once: recomputes the forward intermediates,
     then runs the passes backwards.
 
@@ -628,7 +628,7 @@ def _bwd_whole(a, v, log_w, mask, doc, grad, split: int, nlev: int):
         xs = [(a, v)]
         for i, ps in enumerate(passes[:-1]):
             xs.append(_buffers(a, log_w.dtype, 2))
-            for part, rev in _parts(D, split):
+            for part, rev in _parts(D, n_causal):
                 _launch_fwd(ps, xs[-2], xs[-1], mask, doc, log_w, part, rev, i == 0, False)
         adj = grad
         for i in reversed(range(len(passes))):
@@ -638,7 +638,7 @@ def _bwd_whole(a, v, log_w, mask, doc, grad, split: int, nlev: int):
                 out = (da, da, dv)
             else:
                 out = _buffers(a, log_w.dtype, 3)
-            for part, rev in _parts(D, split):
+            for part, rev in _parts(D, n_causal):
                 dlogw[ps.lo : ps.lo + ps.nl] += _launch_bwd(ps, x, adj, out, mask, doc, log_w,
                                                             part, rev, i == 0)
             adj = out

@@ -20,8 +20,8 @@
  * which keeps the state before every level, transposes a unit into channel rows and
  * scans one channel at a time, so those states stay in cache (weird_scan_impl.h); where
  * a channel's logits allow it, with one fixed scale instead of the running max.
- * Threads (from Python) take disjoint unit ranges.  Channels [0, split) are scanned
- * causally, channels [split, D) anti-causally (suffix scan); the reversal is done by the
+ * Threads (from Python) take disjoint unit ranges.  Channels [0, n_causal) are scanned
+ * causally, channels [n_causal, D) anti-causally (suffix scan); the reversal is done by the
  * index mapping used when loading and storing.
  *
  * Determinism: built with -ffp-contract=off, and exp/log are written with plain IEEE
@@ -105,23 +105,23 @@ static inline double wn_log(double x) { return log(x); }
 /* Units are ordered (batch, block): consecutive units read neighbouring channels of one
  * batch row, so a thread walks each input tensor in memory order (with the batch row
  * outermost, the hardware prefetcher keeps up; block-major order cost the backward a
- * quarter of its time in cache misses at L = 64).  Blocks never straddle the split. */
-static inline i64 n_blocks_of(i64 split, i64 D) {
-    return (split + LANES - 1) / LANES + (D - split + LANES - 1) / LANES;
+ * quarter of its time in cache misses at L = 64).  Blocks never straddle channel n_causal. */
+static inline i64 n_blocks_of(i64 n_causal, i64 D) {
+    return (n_causal + LANES - 1) / LANES + (D - n_causal + LANES - 1) / LANES;
 }
 
-static inline void unit_geometry(i64 unit, i64 D, i64 split, i64 *b, i64 *d0, i64 *nl,
+static inline void unit_geometry(i64 unit, i64 D, i64 n_causal, i64 *b, i64 *d0, i64 *nl,
                                  int *rev) {
-    i64 nf = (split + LANES - 1) / LANES;
-    i64 nblk = n_blocks_of(split, D);
+    i64 nf = (n_causal + LANES - 1) / LANES;
+    i64 nblk = n_blocks_of(n_causal, D);
     i64 blk = unit % nblk;
     *b = unit / nblk;
     if (blk < nf) {
         *d0 = blk * LANES;
-        *nl = split - *d0 < LANES ? split - *d0 : LANES;
+        *nl = n_causal - *d0 < LANES ? n_causal - *d0 : LANES;
         *rev = 0;
     } else {
-        *d0 = split + (blk - nf) * LANES;
+        *d0 = n_causal + (blk - nf) * LANES;
         *nl = D - *d0 < LANES ? D - *d0 : LANES;
         *rev = 1;
     }
@@ -188,4 +188,4 @@ static void *wn_alloc(size_t bytes) {
 #include "weird_scan_impl.h"
 
 /* Number of work units (batch row x block of LANES channels) for Python to split. */
-i64 scan_units(i64 B, i64 D, i64 split) { return B * n_blocks_of(split, D); }
+i64 scan_units(i64 B, i64 D, i64 n_causal) { return B * n_blocks_of(n_causal, D); }

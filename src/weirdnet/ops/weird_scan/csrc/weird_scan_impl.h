@@ -109,7 +109,7 @@ static void WN_NAME(load_logw)(const WN_T *logw, i64 D, i64 k, i64 d0, i64 nl, W
 /* Forward: out = H / U for units [u0, u1).  out is (B, L, D) contiguous. */
 int WN_NAME(scan_fwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i64 vsl,
                    const WN_T *logw, const uint8_t *mask, const i64 *doc, WN_T *out, i64 B,
-                   i64 L, i64 D, i64 split, i64 nlev, i64 u0, i64 u1) {
+                   i64 L, i64 D, i64 n_causal, i64 nlev, i64 u0, i64 u1) {
     size_t n = (size_t)L * LANES;
     WN_T *buf = (WN_T *)wn_alloc(6 * n * sizeof(WN_T) + (doc ? (size_t)L * sizeof(i64) : 0));
     if (!buf) return 1;
@@ -118,7 +118,7 @@ int WN_NAME(scan_fwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
     for (i64 unit = u0; unit < u1; unit++) {
         i64 b, d0, nl;
         int rev;
-        unit_geometry(unit, D, split, &b, &d0, &nl, &rev);
+        unit_geometry(unit, D, n_causal, &b, &d0, &nl, &rev);
         const i64 *seg = scan_order_doc(doc, L, b, rev, sbuf);
         WN_T *cur = buf, *nxt = buf + 3 * n;
         WN_NAME(load_unit)(a, v, asb, asl, vsb, vsl, mask, L, b, d0, nl, rev, cur, cur + n,
@@ -546,7 +546,7 @@ static int WN_NAME(row_bwd_linear)(WN_T *restrict ar, WN_T *restrict vr,
 int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i64 vsl,
                       const WN_T *logw, const uint8_t *mask, const i64 *doc, const WN_T *g,
                       i64 gsb, i64 gsl, WN_T *da, WN_T *dv, double *dlogw, i64 B, i64 L,
-                      i64 D, i64 split, i64 nlev, i64 u0, i64 u1) {
+                      i64 D, i64 n_causal, i64 nlev, i64 u0, i64 u1) {
     size_t n = (size_t)row_stride(L);
     /* rows of A, V, G; nlev + 1 forward states (the last one becomes an adjoint buffer)
      * + 1 adjoint buffer; the unit's document ids (with doc) and mask */
@@ -561,7 +561,7 @@ int WN_NAME(scan_bwd)(const WN_T *a, i64 asb, i64 asl, const WN_T *v, i64 vsb, i
     for (i64 unit = u0; unit < u1; unit++) {
         i64 b, d0, nl;
         int rev;
-        unit_geometry(unit, D, split, &b, &d0, &nl, &rev);
+        unit_geometry(unit, D, n_causal, &b, &d0, &nl, &rev);
         WN_NAME(gather_rows)(a, asb, asl, L, n, b, d0, nl, rev, arows);
         WN_NAME(gather_rows)(v, vsb, vsl, L, n, b, d0, nl, rev, vrows);
         WN_NAME(gather_rows)(g, gsb, gsl, L, n, b, d0, nl, rev, grows);
