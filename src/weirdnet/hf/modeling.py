@@ -42,7 +42,7 @@ class WeirdNetPreTrainedModel(PreTrainedModel):
     config_class = WeirdNetConfig
     base_model_prefix = "backbone"
     main_input_name = "input_ids"
-    _no_split_modules = ["Block"]
+    _no_split_modules = ["Block", "ZCarryBlock"]
     supports_gradient_checkpointing = True  # Backbone.gradient_checkpointing, per block
     _is_stateful = True  # transformers refuses assisted decoding for stateful models
 
