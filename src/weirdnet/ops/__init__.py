@@ -28,6 +28,10 @@ from .weird_scan import (
     weird_scan_bidirectional,
     weird_scan_reference,
 )
+from .weird_scan.context_parallel import (
+    weird_scan_bidirectional_context_parallel,
+    weird_scan_context_parallel,
+)
 
 __all__ = [
     "dba_attention",
@@ -57,5 +61,7 @@ __all__ = [
     "scan_backend_name",
     "weird_scan",
     "weird_scan_bidirectional",
+    "weird_scan_bidirectional_context_parallel",
+    "weird_scan_context_parallel",
     "weird_scan_reference",
 ]

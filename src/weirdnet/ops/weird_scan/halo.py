@@ -1,0 +1,164 @@
+"""Halo exchange of scan states between the ranks that hold one sequence's shards.
+
+A rank of a context-parallel scan holds positions ``[offset, offset + n)`` of the global
+sequence.  At the level with shift ``s`` a position combines with its partner ``s`` back
+(forward) or ``s`` ahead (the backward's adjoint); the partners that lie on other ranks
+form the *halo*: one contiguous range of global positions, sent point to point
+(``isend`` / ``irecv``) by the ranks that own it.
+
+    ShardLayout        who holds which positions, in sequence order
+    ShardLayout.plan   the (source, destination, positions) transfers of one level
+    start_halo         posts one level's sends and receives; the caller works on the
+                       positions it already has, then calls ``.wait()`` for the halo
+    count_sent_bytes   a context manager that counts the bytes this rank sends
+
+Every rank computes the same plan from the layout, so no message carries a header.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """Shard lengths in sequence order, and which of them is this rank's.
+
+    lengths: positions of each shard, in sequence order (all >= 1).
+    index: this rank's place in that order.
+    ranks: the global rank that holds each shard (what point-to-point calls address).
+    members: the group rank that holds each shard.
+    """
+
+    lengths: tuple[int, ...]
+    index: int
+    ranks: tuple[int, ...]
+    members: tuple[int, ...]
+
+    @property
+    def total(self) -> int:
+        """L, the global sequence length."""
+        return sum(self.lengths)
+
+    def offset(self, q: int) -> int:
+        """Global position of shard ``q``'s first position."""
+        return sum(self.lengths[:q])
+
+    @property
+    def start(self) -> int:
+        """Global position of this rank's first position."""
+        return self.offset(self.index)
+
+    @property
+    def length(self) -> int:
+        """n, the positions this rank holds."""
+        return self.lengths[self.index]
+
+    def needed(self, q: int, shift: int, ahead: bool) -> tuple[int, int]:
+        """[lo, hi): the global positions shard ``q``'s partners at ``shift`` occupy on
+        other shards (``ahead``: partners at +shift, else at -shift)."""
+        off, n = self.offset(q), self.lengths[q]
+        if ahead:
+            return max(off + n, off + shift), min(self.total, off + n + shift)
+        return max(0, off - shift), min(off, off + n - shift)
+
+    def plan(self, shift: int, ahead: bool) -> list[tuple[int, int, int, int]]:
+        """Transfers of one level: (source shard, destination shard, lo, hi), sources in
+        position order for each destination, so a destination's pieces concatenate."""
+        transfers = []
+        for dst in range(len(self.lengths)):
+            lo, hi = self.needed(dst, shift, ahead)
+            for src in range(len(self.lengths)):
+                a = max(lo, self.offset(src))
+                b = min(hi, self.offset(src) + self.lengths[src])
+                if src != dst and a < b:
+                    transfers.append((src, dst, a, b))
+        return transfers
+
+
+@dataclass
+class SentBytes:
+    """Bytes (and messages) this rank sent point to point, by phase."""
+
+    forward: int = 0
+    backward: int = 0
+    messages: int = 0
+
+    def add(self, phase: str, tensor: torch.Tensor) -> None:
+        nbytes = tensor.numel() * tensor.element_size()
+        setattr(self, phase, getattr(self, phase) + nbytes)
+        self.messages += 1
+
+
+_COUNTERS: list[SentBytes] = []
+
+
+@contextlib.contextmanager
+def count_sent_bytes():
+    """Count the halo bytes this rank sends inside the block::
+
+        with count_sent_bytes() as sent:
+            out = weird_scan_context_parallel(a, v, log_w)
+            out.sum().backward()
+        sent.forward, sent.backward   # bytes, this rank's own sends
+    """
+    counter = SentBytes()
+    _COUNTERS.append(counter)
+    try:
+        yield counter
+    finally:
+        _COUNTERS.remove(counter)
+
+
+@dataclass
+class PendingHalo:
+    """One level's posted transfers; :meth:`wait` returns the received halo."""
+
+    works: list = field(default_factory=list)
+    pieces: list = field(default_factory=list)
+    empty: torch.Tensor | None = None
+    _done: torch.Tensor | None = None
+
+    def wait(self) -> torch.Tensor:
+        """(C, B, h, D): the halo's C state tensors at its h positions, in order (the
+        sends complete too; a second call returns the same tensor)."""
+        if self._done is None:
+            for work in self.works:
+                work.wait()
+            self._done = torch.cat(self.pieces, 2) if self.pieces else self.empty
+        return self._done
+
+
+@dataclass
+class ReadyHalo:
+    """A halo already at hand (the backward's recompute of the forward levels)."""
+
+    halo: torch.Tensor
+
+    def wait(self) -> torch.Tensor:
+        return self.halo
+
+
+def start_halo(state: tuple[torch.Tensor, ...], layout: ShardLayout, shift: int,
+               ahead: bool, group, phase: str) -> PendingHalo:
+    """Post the sends of this rank's positions that others need at ``shift`` and the
+    receives of its own halo.  ``state``: C tensors (B, n, D) of this rank's positions."""
+    me, off = layout.index, layout.start
+    B, _, D = state[0].shape
+    ops, pieces = [], []
+    for src, dst, lo, hi in layout.plan(shift, ahead):
+        if src == me:
+            buf = torch.stack([x[:, lo - off:hi - off] for x in state]).contiguous()
+            ops.append(dist.P2POp(dist.isend, buf, layout.ranks[dst], group))
+            for counter in _COUNTERS:
+                counter.add(phase, buf)
+        elif dst == me:
+            buf = state[0].new_empty((len(state), B, hi - lo, D))
+            ops.append(dist.P2POp(dist.irecv, buf, layout.ranks[src], group))
+            pieces.append(buf)
+    works = dist.batch_isend_irecv(ops) if ops else []
+    return PendingHalo(works, pieces, state[0].new_empty((len(state), B, 0, D)))

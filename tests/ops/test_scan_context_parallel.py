@@ -1,0 +1,178 @@
+"""weird_scan over a gloo process group (2 and 4 CPU processes) against one process.
+
+Outputs, dA and dV equal the single-process ``"torch"`` backend's bitwise; everything,
+d log_w's sum over the group included, is within 1e-12 (float64) of the reference; the
+bytes each rank sends are those of ``context_parallel_cost.halo_values``.  One spawn per
+group size runs every case (helpers/context_parallel.py).
+"""
+
+import pytest
+import torch
+
+from helpers.context_parallel import Case, inputs, run_cases
+from helpers.numerics import rel_err
+from weirdnet.ops import (
+    weird_scan,
+    weird_scan_bidirectional,
+    weird_scan_context_parallel,
+    weird_scan_reference,
+)
+from weirdnet.ops.weird_scan.context_parallel_cost import halo_values, halo_values_equal
+
+TWO = [
+    Case("L2", (1, 1)),
+    Case("L7", (3, 4), seed=1),
+    Case("L7-masked-reverse", (3, 4), reverse=True, masked=True, seed=2),
+    Case("L7-docs-at-boundary", (3, 4), docs="0,0,0,1,1,2,2", seed=3),
+    Case("L1000", (500, 500), masked=True, seed=4),
+    Case("L1001-docs-masked", (600, 401), masked=True, docs="random", seed=5),
+    Case("L1001-reverse-docs", (1, 1000), reverse=True, docs="random", seed=6),
+    Case("L9-bidirectional", (5, 4), bidirectional=True, masked=True, D=4, seed=7),
+    Case("L1-group-of-one", (1,), members=(0,), seed=8),
+    Case("bad-P-larger-than-L", (1, 0), extra={"bad": "empty"}),
+    Case("bad-channels", (3, 4), extra={"bad": "channels"}),
+    Case("bad-dtype", (3, 4), extra={"bad": "dtype"}),
+    Case("bad-mask-on-rank-1", (3, 4), extra={"bad": "mask"}),
+    Case("bad-levels", (3, 4), extra={"bad": "levels"}),
+]
+FOUR = [
+    Case("L7-ones", (1, 2, 3, 1), masked=True, seed=11),
+    Case("L7-docs-span", (1, 2, 3, 1), docs="0,1,1,1,1,1,0", reverse=True, seed=12),
+    Case("L1000", (250, 250, 250, 250), seed=13),
+    Case("L1001-docs-masked", (1, 300, 500, 200), masked=True, docs="random", seed=14),
+    Case("L1001-reverse-masked", (400, 1, 300, 300), reverse=True, masked=True, seed=15),
+    Case("L64-bidirectional-docs", (16, 16, 16, 16), bidirectional=True, docs="random",
+         D=2, seed=16),
+    Case("L5-subgroup", (2, 3), members=(1, 3), masked=True, seed=17),
+    Case("bad-P-larger-than-L", (1, 1, 1, 0), extra={"bad": "empty"}),
+]
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    return run_cases(2, TWO, tmp_path_factory.mktemp("cp2"))
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory):
+    return run_cases(4, FOUR, tmp_path_factory.mktemp("cp4"))
+
+
+def _ranks(case, results):
+    """The results of the ranks that ran ``case``, in group rank order."""
+    members = sorted(case.members or range(len(results)))
+    return [results[r][case.name] for r in members]
+
+
+def _single(case):
+    """(torch backend's O, dA, dV, dlog_w; reference's O, dA, dV, dlog_w) on one process,
+    the loss restricted to outputs with a real token in reach (the reference's NaN)."""
+    a, v, log_w, mask, doc, grad = inputs(case)
+    kw = dict(mask=mask, doc_ids=doc)
+    if case.bidirectional:
+        def scan(*x, **k):
+            return weird_scan_bidirectional(*x, **k)
+
+        def ref(*x, **k):
+            D = x[0].shape[-1]
+            h = D // 2
+            return torch.cat([weird_scan_reference(x[0][..., :h], x[1][..., :h],
+                                                   x[2][:, :h], **k),
+                              weird_scan_reference(x[0][..., h:], x[1][..., h:],
+                                                   x[2][:, h:], reverse=True, **k)], -1)
+    else:
+        def scan(*x, **k):
+            return weird_scan(*x, reverse=case.reverse, **k)
+
+        def ref(*x, **k):
+            return weird_scan_reference(*x, reverse=case.reverse, **k)
+    leaves = [x.clone().requires_grad_() for x in (a, v, log_w)]
+    want = ref(*leaves, **kw)
+    grad = grad * ~torch.isnan(want)
+    ref_grads = torch.autograd.grad(want.nan_to_num(), leaves, grad)
+    leaves = [x.clone().requires_grad_() for x in (a, v, log_w)]
+    out = scan(*leaves, backend="torch", **kw)
+    got_grads = torch.autograd.grad(out, leaves, grad)
+    return (out.detach(), *got_grads), (want.detach(), *ref_grads), grad
+
+
+def _sharded(case, results):
+    parts = _ranks(case, results)
+    cat = [torch.cat([p[k] for p in parts], 1) for k in ("o", "da", "dv")]
+    return (*cat, sum(p["dlogw"] for p in parts))
+
+
+def _check(case, results):
+    (o, da, dv, dw), refs, grad = _single(case)
+    got = _sharded(case, results)
+    assert all(torch.isfinite(x).all() for x in got)
+    for name, x, y in zip(("O", "dA", "dV"), got, (o, da, dv)):
+        assert torch.equal(x, y), f"{name} differs from the single-process torch backend"
+    keep = grad != 0
+    assert rel_err(got[0][keep], refs[0][keep]) <= 1e-12
+    for name, x, y in zip(("dA", "dV", "dlog_w"), got[1:], refs[1:]):
+        assert rel_err(x, y) <= 1e-12, name
+    assert rel_err(got[3], dw) <= 1e-12, "d log_w summed over the group"
+
+
+def _check_bytes(case, results):
+    """Each rank's measured bytes equal the formula (per direction of the scan)."""
+    if case.bidirectional:
+        return
+    parts = _ranks(case, results)
+    order = list(range(len(parts)))[::-1] if case.reverse else list(range(len(parts)))
+    values = halo_values([case.lengths[q] for q in order])
+    unit = case.B * case.D * 8
+    for (fwd, bwd), q in zip(values, order):
+        assert (parts[q]["forward"], parts[q]["backward"]) == (fwd * unit, bwd * unit)
+
+
+def _check_error(case, results, expected):
+    for message in _ranks(case, results):
+        assert expected in message, message
+
+
+GOOD_TWO = [c for c in TWO if "bad" not in c.extra]
+GOOD_FOUR = [c for c in FOUR if "bad" not in c.extra]
+ERRORS = {"empty": "at least one position", "channels": "disagree in channels D",
+          "dtype": "disagree in dtype", "levels": "levels", "mask": "mask"}
+
+
+@pytest.mark.parametrize("case", GOOD_TWO, ids=lambda c: c.name)
+def test_two_processes_match_one(two, case):
+    _check(case, two)
+    _check_bytes(case, two)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", GOOD_FOUR, ids=lambda c: c.name)
+def test_four_processes_match_one(four, case):
+    _check(case, four)
+    _check_bytes(case, four)
+
+
+@pytest.mark.parametrize("case", [c for c in TWO if "bad" in c.extra], ids=lambda c: c.name)
+def test_bad_inputs_raise_one_value_error_on_every_rank(two, case):
+    bad = case.extra["bad"]
+    if bad == "mask":  # rank 1 names its mask; rank 0 names rank 1
+        messages = _ranks(case, two)
+        assert "rank 1" in messages[0] and "mask" in messages[1]
+        return
+    _check_error(case, two, ERRORS[bad])
+
+
+@pytest.mark.slow
+def test_four_processes_refuse_more_ranks_than_positions(four):
+    _check_error(FOUR[-1], four, "at least one position")
+
+
+def test_no_process_group_is_a_value_error():
+    a = torch.zeros(1, 3, 2)
+    with pytest.raises(ValueError, match="process group"):
+        weird_scan_context_parallel(a, a, torch.zeros(2, 2))
+
+
+@pytest.mark.parametrize("P", [2, 3, 4, 5, 8, 16, 64])
+@pytest.mark.parametrize("S", [1, 2, 64, 1024])
+def test_halo_closed_form_is_the_count(P, S):
+    assert max(f for f, _ in halo_values([S] * P)) == halo_values_equal(P, S)
