@@ -148,6 +148,10 @@ def test_bitwise_causal_with_an_exact_path_and_documents_in_the_future(monkeypat
     """Changing everything from t on (values x 30, so that later chunks take the exact
     path; the mask; new document starts) leaves every earlier output bitwise equal: no
     scale and no path decision of a chunk looks at a later one."""
+    bitwise_causality_case(monkeypatch, c, reverse, "chunk")
+
+
+def bitwise_causality_case(monkeypatch, c: int, reverse: bool, backend: str) -> None:
     monkeypatch.setattr(chunk, "LEVELS_PER_CHUNK", c)
     B, L, D, t = 2, 333, 24, 150
     a, v, log_w, mask = (x.float() if x.dtype != torch.bool else x
@@ -159,7 +163,7 @@ def test_bitwise_causal_with_an_exact_path_and_documents_in_the_future(monkeypat
     v2[:, later] += 100.0
     mask2[:, later] = ~mask2[:, later]
     doc2[:, later] = torch.arange(doc2[:, later].shape[1]) // 3 + (0 if reverse else 10)
-    outs = [weird_scan(x, y, log_w, reverse=reverse, mask=m, doc_ids=d, backend="chunk")
+    outs = [weird_scan(x, y, log_w, reverse=reverse, mask=m, doc_ids=d, backend=backend)
             for x, y, m, d in ((a, v, mask, doc), (a2, v2, mask2, doc2))]
     earlier = slice(None, t) if not reverse else slice(t + 1, None)
     assert torch.equal(outs[0][:, earlier], outs[1][:, earlier])
