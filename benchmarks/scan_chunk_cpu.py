@@ -4,10 +4,10 @@
         [--width 256] [--rounds 3] [--levels-per-chunk 6]
 
 Times the forward and the forward + backward of each backend on the same float32 inputs
-(B = --batch, D = --width, log_w = cumsum(randn), logits N(0, 1)), alternating the
-backends in every round so that load changes reach them alike (after one warm-up call), with this process's CPU
-time (one torch thread: a wait for a core does not count).  Prints a Markdown table of
-the medians, with the machine and commit.
+(B = --batch, D = --width, log_w = cumsum(randn), logits N(0, 1)), after one warm-up
+call, alternating the backends in every round so that load changes reach them alike,
+with this process's CPU time (one torch thread: a wait for a core does not count).
+Prints a Markdown table of the medians, with the machine and commit.
 """
 
 from __future__ import annotations

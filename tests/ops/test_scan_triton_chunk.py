@@ -10,6 +10,7 @@ the same small chunks for short sequences; with CUDA they run compiled.
 
 import importlib
 import os
+from unittest import mock
 
 import pytest
 import torch
@@ -41,17 +42,9 @@ MODULE = "weirdnet.ops.weird_scan.triton_chunk"
 
 def _import_kernel():
     """``weird_scan.triton_chunk``, built for the interpreter when there is no GPU."""
-    if CUDA:
+    interpret = {} if CUDA else {"TRITON_INTERPRET": "1"}
+    with mock.patch.dict(os.environ, interpret):  # put back as it was afterwards
         return importlib.import_module(MODULE)
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        return importlib.import_module(MODULE)
-    finally:
-        if old is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = old
 
 
 tc = _import_kernel()

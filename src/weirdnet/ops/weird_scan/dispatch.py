@@ -18,7 +18,8 @@ on a device is checked against the PyTorch backend.  :func:`resolve` picks one:
    ValueError saying why it cannot run on the tensors' device;
 2. otherwise the first backend of the table, in order, that lists the device type among
    the ones it is chosen for automatically and is available there (the C kernel on CPU,
-   Triton on CUDA, PyTorch anywhere).
+   Triton on CUDA, PyTorch anywhere).  "chunk" and "triton-chunk" (docs/design.md §18)
+   are chosen for no device: only by name.
 
 Self-check.  A backend with ``selfcheck_on`` (Triton: ``("cuda",)``) is compared with the
 PyTorch backend the first time it is resolved for a device of that type in a process
@@ -121,7 +122,7 @@ def _doc(doc: torch.Tensor | None) -> torch.Tensor | None:
     return None if doc is None else doc.to(torch.int64).contiguous()
 
 
-# --- the three backends --------------------------------------------------------------
+# --- the backends --------------------------------------------------------------
 
 
 def _load_torch() -> ModuleType:
