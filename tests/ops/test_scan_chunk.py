@@ -126,7 +126,7 @@ def test_wide_spread_takes_the_exact_path_and_matches(backend, exact_calls, L, r
     for dtype, tol in ((torch.float64, 1e-8), (torch.float32, 1e-4)):
         exact_calls.clear()
         out, grads = _grads(a.to(dtype), v.to(dtype), log_w.to(dtype), None, doc_ids,
-                            reverse, grad, "chunk")
+                            reverse, grad, backend)
         if dtype == torch.float32:
             assert sum(exact_calls) > 0, "no column took the exact path"
         assert rel_err(out, want) <= tol / 10
@@ -171,7 +171,7 @@ def bitwise_causality_case(monkeypatch, c: int, reverse: bool, backend: str) -> 
 
 @pytest.mark.parametrize("c", [1, 3])
 @pytest.mark.parametrize("L", [5, 37, 100])
-def test_documents_starting_inside_chunks(monkeypatch, c, L):
+def test_documents_starting_inside_chunks(backend, monkeypatch, c, L):
     """Starts at every offset of a chunk (documents of 3 and 5 tokens), padding beside
     them: forward and all gradients in float64 against the reference."""
     monkeypatch.setattr(chunk, "LEVELS_PER_CHUNK", c)
@@ -183,20 +183,20 @@ def test_documents_starting_inside_chunks(monkeypatch, c, L):
     keep = torch.isfinite(want)
     grad = grad * keep
     want, want_grads = _grads(a, v, log_w, mask, doc_ids, False, grad)
-    out, grads = _grads(a, v, log_w, mask, doc_ids, False, grad, "chunk")
+    out, grads = _grads(a, v, log_w, mask, doc_ids, False, grad, backend)
     assert rel_err(out[keep], want[keep]) <= 1e-12
     for name, got, ref in zip(("dA", "dV", "dlog_w"), grads, want_grads):
         assert rel_err(got, ref) <= 1e-10, name
 
 
 @pytest.mark.parametrize("L", [1, 2, 3, 7, 63, 64, 65, 1000])
-def test_lengths_around_the_chunk_size(L):
+def test_lengths_around_the_chunk_size(backend, L):
     """L a multiple of C, one off either way, and not at all (the last chunk padded)."""
     B, D = 2, 3
     a, v, log_w, mask = make_inputs(B, L, D, seed=L)
     grad = torch.randn(B, L, D, dtype=torch.float64)
     want, want_grads = _grads(a, v, log_w, None, None, False, grad)
-    out, grads = _grads(a, v, log_w, None, None, False, grad, "chunk")
+    out, grads = _grads(a, v, log_w, None, None, False, grad, backend)
     assert rel_err(out, want) <= 1e-12
     for got, ref in zip(grads, want_grads):
         assert rel_err(got, ref) <= 1e-10
