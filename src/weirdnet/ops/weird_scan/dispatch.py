@@ -18,7 +18,8 @@ on a device is checked against the PyTorch backend.  :func:`resolve` picks one:
    ValueError saying why it cannot run on the tensors' device;
 2. otherwise the first backend of the table, in order, that lists the device type among
    the ones it is chosen for automatically and is available there (the C kernel on CPU,
-   Triton on CUDA, PyTorch anywhere).
+   Triton on CUDA, PyTorch anywhere).  "chunk" and "triton-chunk" (docs/design.md §18)
+   are chosen for no device: only by name.
 
 Self-check.  A backend with ``selfcheck_on`` (Triton: ``("cuda",)``) is compared with the
 PyTorch backend the first time it is resolved for a device of that type in a process
@@ -41,6 +42,7 @@ from types import ModuleType
 import torch
 
 from ..checks import levels_needed
+from . import chunk as chunk_kernels
 from . import cpu as cpu_kernels
 from . import pytorch as torch_kernels
 
@@ -120,7 +122,7 @@ def _doc(doc: torch.Tensor | None) -> torch.Tensor | None:
     return None if doc is None else doc.to(torch.int64).contiguous()
 
 
-# --- the three backends --------------------------------------------------------------
+# --- the backends --------------------------------------------------------------
 
 
 def _load_torch() -> ModuleType:
@@ -129,6 +131,10 @@ def _load_torch() -> ModuleType:
 
 def _torch_unavailable(device: torch.device) -> str | None:
     return None
+
+
+def _load_chunk() -> ModuleType:
+    return chunk_kernels
 
 
 def _load_cpu() -> ModuleType:
@@ -146,35 +152,56 @@ def _cpu_unavailable(device: torch.device) -> str | None:
 
 
 _TRITON_MODULE = __package__ + ".triton"
-_triton_import_error: list[str] = []  # why ``weird_scan.triton`` did not import, once
+_TRITON_CHUNK_MODULE = __package__ + ".triton_chunk"
+_import_errors: dict[str, str] = {}  # why a Triton module did not import, once
+
+
+def _import_triton_module(name: str) -> ModuleType:
+    """Module ``name``, imported on first use; ImportError when triton does not load."""
+    if name in sys.modules:
+        return sys.modules[name]
+    if name in _import_errors:
+        raise ImportError(_import_errors[name])
+    try:
+        return importlib.import_module(name)
+    except Exception as err:  # not installed, or an installation that cannot load
+        _import_errors[name] = f"{type(err).__name__}: {err}"
+        raise ImportError(_import_errors[name]) from err
 
 
 def _load_triton() -> ModuleType:
     """``weird_scan.triton``, imported on first use; ImportError when triton does not load."""
-    if _TRITON_MODULE in sys.modules:
-        return sys.modules[_TRITON_MODULE]
-    if _triton_import_error:
-        raise ImportError(_triton_import_error[0])
+    return _import_triton_module(_TRITON_MODULE)
+
+
+def _load_triton_chunk() -> ModuleType:
+    """``weird_scan.triton_chunk`` (the tensor-core kernel), imported on first use."""
+    return _import_triton_module(_TRITON_CHUNK_MODULE)
+
+
+def _triton_reason(name: str, load: Callable[[], ModuleType], module_name: str,
+                   device: torch.device) -> str | None:
+    """Why Triton backend ``name`` cannot run on ``device``, or None."""
+    if device.type not in ("cuda", "cpu"):
+        return f"backend '{name}' takes CUDA tensors, got tensors on {device}"
     try:
-        return importlib.import_module(_TRITON_MODULE)
-    except Exception as err:  # not installed, or an installation that cannot load
-        _triton_import_error.append(f"{type(err).__name__}: {err}")
-        raise ImportError(_triton_import_error[0]) from err
+        module = load()
+    except ImportError as err:
+        return (f"backend '{name}' was requested but triton does not import ({err}); "
+                "pip install 'weirdnet[triton]'")
+    if device.type == "cpu" and not module.INTERPRETED:
+        return (f"backend '{name}' takes CUDA tensors; CPU tensors run only under the Triton "
+                f"interpreter: set TRITON_INTERPRET=1 before {module_name} is first "
+                "imported")
+    return None
 
 
 def _triton_unavailable(device: torch.device) -> str | None:
-    if device.type not in ("cuda", "cpu"):
-        return f"backend 'triton' takes CUDA tensors, got tensors on {device}"
-    try:
-        module = _load_triton()
-    except ImportError as err:
-        return (f"backend 'triton' was requested but triton does not import ({err}); "
-                "pip install 'weirdnet[triton]'")
-    if device.type == "cpu" and not module.INTERPRETED:
-        return ("backend 'triton' takes CUDA tensors; CPU tensors run only under the Triton "
-                f"interpreter: set TRITON_INTERPRET=1 before {_TRITON_MODULE} is first "
-                "imported")
-    return None
+    return _triton_reason("triton", _load_triton, _TRITON_MODULE, device)
+
+
+def _triton_chunk_unavailable(device: torch.device) -> str | None:
+    return _triton_reason("triton-chunk", _load_triton_chunk, _TRITON_CHUNK_MODULE, device)
 
 
 BACKENDS: dict[str, Backend] = {
@@ -182,6 +209,11 @@ BACKENDS: dict[str, Backend] = {
     "triton": Backend("triton", _load_triton, _triton_unavailable, auto_on=("cuda",),
                       native_dtypes=True, selfcheck_on=("cuda",)),
     "torch": Backend("torch", _load_torch, _torch_unavailable, auto_on=("*",)),
+    # opt-in (docs/design.md §18): never chosen automatically until a GPU run records
+    # the tensor-core kernel faster than "triton" at every length
+    "chunk": Backend("chunk", _load_chunk, _torch_unavailable, auto_on=()),
+    "triton-chunk": Backend("triton-chunk", _load_triton_chunk, _triton_chunk_unavailable,
+                            auto_on=()),
 }
 FALLBACK = "torch"
 
