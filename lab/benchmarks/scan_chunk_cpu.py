@@ -19,9 +19,9 @@ import time
 
 import torch
 
-from weirdnet_lab.harness.machine import cpu_model
 from weirdnet.ops import levels_needed, weird_scan
 from weirdnet.ops.weird_scan import chunk, dispatch
+from weirdnet_lab.harness.machine import cpu_model
 
 
 def timed(fn) -> float:
