@@ -82,3 +82,22 @@ def test_cache_argument_errors():
         cache.step(torch.ones(2, 8, dtype=torch.long), torch.ones(2, 8, dtype=torch.long))
     with pytest.raises(ValueError, match="mask"):
         cache.step(torch.randn(2, 8), torch.randn(2, 8), torch.ones(3, dtype=torch.bool))
+
+
+def test_a_cache_following_a_position_tensor_steps_as_it_does_by_itself():
+    """``follow``: the step at a tensor position (the CUDA-graph form) gives the Python
+    position's outputs bit for bit, and the rings end the same."""
+    B, L, D = 2, 37, 5
+    g = torch.Generator().manual_seed(3)
+    a, v = torch.randn(B, L, D, generator=g) * 3, torch.randn(B, L, D, generator=g)
+    log_w = torch.randn(6, D, generator=g).cumsum(0) * 0.3
+    plain = WeirdScanCache(log_w, B, backend="torch")
+    followed = WeirdScanCache(log_w, B, backend="torch")
+    position = torch.tensor(0)
+    followed.follow(position)
+    for t in range(L):
+        assert torch.equal(followed.step(a[:, t], v[:, t]), plain.step(a[:, t], v[:, t]))
+        position.add_(1)
+    assert all(torch.equal(x, y) for x, y in zip(followed.rings, plain.rings))
+    with pytest.raises(ValueError, match="0-dim int64 tensor"):
+        followed.follow(torch.tensor([1]))

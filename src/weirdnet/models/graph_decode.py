@@ -10,11 +10,10 @@ the step must keep its state in fixed tensors and must not depend on a Python nu
 changes from token to token.  Two things in today's step do:
 
 - the scan's decoding step takes the position as a Python int (``WeirdScanCache`` ->
-  ``ops.weird_scan.op.extend(..., t0, ...)``, a kernel argument): while the graph is
-  captured, :func:`_position_from_tensor` stands in for that ``extend`` with the same
-  update of the ring buffers (the PyTorch backend's, ``ops.weird_scan.pytorch.extend``,
-  with the same ``combine``), its row indices and "has a partner" tests computed from a
-  position *tensor* that the graph itself advances;
+  ``ops.weird_scan.op.extend(..., t0, ...)``, a kernel argument): during the step each
+  scan cache follows a position *tensor* that the graph itself advances
+  (``WeirdScanCache.follow``), and runs the PyTorch backend's ring update with tensor
+  row indices (``ops.weird_scan.pytorch.extend_at``, the same ``combine``);
 - ``BackboneCache.lengths`` is replaced by a new tensor at each step: the captured step
   copies it back into the tensor it read.
 
@@ -27,8 +26,7 @@ which is how a CPU checks it.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 
@@ -54,47 +52,10 @@ def supported(backbone: Backbone) -> str | None:
     return None
 
 
-def _tensor_position_extend(position: torch.Tensor) -> Callable:
-    """An ``ops.weird_scan.op.extend`` for one token at the position held in the 0-dim
-    long tensor ``position`` (the Python ``t0`` it is given is ignored): the PyTorch
-    backend's ring update with tensor row indices, the rings updated in place."""
-    from weirdnet.ops.weird_scan.pytorch import combine, initial_state
-
-    def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, t0, backend):
-        if a.shape[1] != 1:
-            raise ValueError("graph decoding steps one token at a time")
-        m, h, u = initial_state(a, v, None if valid is None else valid[:, :1])
-        m, h, u = m[:, 0], h[:, 0], u[:, 0]
-        t = position.reshape(1)
-        for k in range(_levels(ring_m)):
-            s = 1 << k
-            row = (s - 1) + torch.bitwise_and(t, s - 1)
-            previous = [ring.index_select(0, row)[0] for ring in (ring_m, ring_h, ring_u)]
-            for ring, value in zip((ring_m, ring_h, ring_u), (m, h, u)):
-                ring.index_copy_(0, row, value[None])
-            merged = combine(m, h, u, previous[0] + log_w[k], previous[1], previous[2])
-            has = t >= s
-            m, h, u = (torch.where(has, new, old) for new, old in zip(merged, (m, h, u)))
-        return (h / u)[:, None].to(a.dtype)
-
-    return extend
-
-
-def _levels(ring: torch.Tensor) -> int:
-    return (ring.shape[0] + 1).bit_length() - 1
-
-
-@contextlib.contextmanager
-def _position_from_tensor(position: torch.Tensor) -> Iterator[None]:
-    """Inside: every scan cache's decoding step reads its position from ``position``."""
-    from weirdnet.ops.weird_scan import cache as scan_cache
-
-    original = scan_cache.extend
-    scan_cache.extend = _tensor_position_extend(position)
-    try:
-        yield
-    finally:
-        scan_cache.extend = original
+def _follow(cache: BackboneCache, position: torch.Tensor | None) -> None:
+    """Every layer's scan cache reads its position from ``position`` (None: its own)."""
+    for layer in cache.layers:
+        layer.scan.follow(position)
 
 
 class StaticStep:
@@ -116,8 +77,11 @@ class StaticStep:
             self._capture()
 
     def _body(self) -> torch.Tensor:
-        with _position_from_tensor(self.position):
+        _follow(self.cache, self.position)
+        try:
             hidden = self.backbone.step(self.token, self.cache)
+        finally:
+            _follow(self.cache, None)
         self.lengths.copy_(self.cache.lengths)
         self.cache.lengths = self.lengths
         self.position.add_(1)

@@ -24,7 +24,7 @@ from ..checks import (
 from . import dispatch
 from .dispatch import compute_dtype, prepare_input
 from .op import extend
-from .pytorch import neg_sentinel
+from .pytorch import extend_at, neg_sentinel
 
 
 class WeirdScanCache:
@@ -63,6 +63,19 @@ class WeirdScanCache:
         shape = (rows, self.batch_size, D)
         self._ring = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(3)]
         self.position = 0
+        self.position_tensor: torch.Tensor | None = None
+
+    def follow(self, position: torch.Tensor | None) -> None:
+        """Read the position of each :meth:`step` from the 0-dim int64 tensor ``position``
+        (on the cache's device) instead of :attr:`position`; whoever owns the tensor advances
+        it.  Each step then runs the PyTorch backend's ring update with tensor indices
+        (:func:`weirdnet.ops.weird_scan.pytorch.extend_at`), the same kernels at every
+        position, so it can be captured in a CUDA graph (``weirdnet.models.graph_decode``).
+        ``None`` goes back to the Python position."""
+        if position is not None and (position.dim() != 0 or position.dtype != torch.int64
+                                     or position.device != self.device):
+            raise ValueError(f"position must be a 0-dim int64 tensor on {self.device}")
+        self.position_tensor = position
 
     @property
     def nbytes(self) -> int:
@@ -126,9 +139,12 @@ class WeirdScanCache:
             )
         if a.device != self.device or (mask is not None and mask.device != self.device):
             raise ValueError(f"tokens and mask must be on {self.device}, got {a.device}")
+        inputs = prepare_input(a, self.dtype), prepare_input(v, self.dtype), self.log_w, mask
         with torch.no_grad():
-            out = extend(prepare_input(a, self.dtype), prepare_input(v, self.dtype),
-                         self.log_w, mask, *self._ring, self.position, self.backend)
+            if self.position_tensor is None:
+                out = extend(*inputs, *self._ring, self.position, self.backend)
+            else:
+                out = extend_at(*inputs, *self._ring, self.levels, self.position_tensor)
         self.position += T
         return out.to(a.dtype)
 

@@ -208,3 +208,27 @@ def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> to
                 ring_m[row], ring_h[row], ring_u[row] = m, h, u
         out[:, tt] = h / u
     return out
+
+
+def extend_at(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int,
+              position: torch.Tensor) -> torch.Tensor:
+    """:func:`extend` of one token at the position held in the 0-dim int64 tensor
+    ``position`` (not a Python int): the same ring update and ``combine``, with the rows
+    picked by tensor indices and "has a partner" as a ``torch.where``, so the step runs the
+    same kernels at every position and can be captured in a CUDA graph.  a, v: (B, 1, D).
+    Its outputs are those of :func:`extend` at that position, bit for bit."""
+    if a.shape[1] != 1:
+        raise ValueError(f"a step at a tensor position takes one token, got {a.shape[1]}")
+    m, h, u = initial_state(a, v, None if valid is None else valid[:, :1])
+    m, h, u = m[:, 0], h[:, 0], u[:, 0]
+    t = position.reshape(1)
+    for k in range(nlev):
+        s = 1 << k
+        row = (s - 1) + torch.bitwise_and(t, s - 1)
+        previous = [ring.index_select(0, row)[0] for ring in (ring_m, ring_h, ring_u)]
+        for ring, value in zip((ring_m, ring_h, ring_u), (m, h, u)):
+            ring.index_copy_(0, row, value[None])
+        merged = combine(m, h, u, previous[0] + log_w[k], previous[1], previous[2])
+        has = t >= s
+        m, h, u = (torch.where(has, new, old) for new, old in zip(merged, (m, h, u)))
+    return (h / u)[:, None]
