@@ -115,10 +115,8 @@ def _run_error(case: Case, index: int) -> str:
     return "no error"
 
 
-def _worker(rank: int, world: int, port: int, cases: list[Case], out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _scan_cases(cases: list[Case], rank: int, world: int) -> dict:
+    """This rank's results of the scan cases it takes part in."""
     groups = {c.members: dist.new_group(list(c.members)) for c in cases if c.members}
     results = {}
     for case in cases:
@@ -130,6 +128,14 @@ def _worker(rank: int, world: int, port: int, cases: list[Case], out: str) -> No
             results[case.name] = _run_error(case, index)
         else:
             results[case.name] = _run_case(case, groups.get(case.members), index)
+    return results
+
+
+def _worker(rank: int, world: int, port: int, run, cases: list, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    results = run(cases, rank, world)
     dist.barrier()
     dist.destroy_process_group()
     with open(Path(out) / f"{rank}.pkl", "wb") as f:
@@ -142,8 +148,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_cases(world: int, cases: list[Case], tmp: Path) -> list[dict]:
-    """Spawn ``world`` gloo processes that run ``cases``; returns each rank's results."""
+def spawn(world: int, run, cases: list, tmp: Path) -> list[dict]:
+    """Spawn ``world`` gloo processes; each calls ``run(cases, rank, world)`` (a
+    module-level function) and returns a picklable dict; returns them in rank order."""
     os.environ["OMP_NUM_THREADS"] = "1"
-    mp.spawn(_worker, args=(world, _free_port(), cases, str(tmp)), nprocs=world)
+    mp.spawn(_worker, args=(world, _free_port(), run, cases, str(tmp)), nprocs=world)
     return [pickle.loads((tmp / f"{r}.pkl").read_bytes()) for r in range(world)]
+
+
+def run_cases(world: int, cases: list[Case], tmp: Path) -> list[dict]:
+    """Spawn ``world`` gloo processes that run the scan ``cases``; each rank's results."""
+    return spawn(world, _scan_cases, cases, tmp)

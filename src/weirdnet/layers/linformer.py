@@ -30,6 +30,9 @@ class LinformerAttention(MultiHeadMixer):
     the authors' fairseq code.  Memory O(L k).
     """
 
+    cannot_shard = ("it projects K and V along the sequence with a (k, max_len) matrix "
+                    "over every position")
+
     shared_settings = ("max_len", "heads", "bias", "dropout")  # the backbone sets these
 
     def __init__(self, dim: int, *, causal: bool = False, k: int = 256, max_len: int = 4096,

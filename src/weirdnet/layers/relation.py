@@ -70,6 +70,9 @@ class Relation(Mixer):
         dropout: dropout rate after h̄ ⊙ G and after the ReLU (default 0).
     """
 
+    cannot_shard = ("its per-sequence mean of H needs every position's H (no sharded form "
+                    "here)")
+
     shared_settings = ("dropout",)  # the backbone sets these
 
     cache_type = RelationCache

@@ -14,7 +14,13 @@ import torch.nn.functional as F
 from ..ops.checks import check_mask, on_host
 from ..ops.packing import positions_in_document, segment_ids
 from ..ops.rotary import rotary, rotary_angles, token_positions
-from ..ops.softmax_attention import packed_softmax_attention, softmax_attention
+from ..ops.sequence_shards import gather_sequence
+from ..ops.softmax_attention import (
+    merge_heads,
+    packed_softmax_attention,
+    softmax_attention,
+    split_heads,
+)
 from .base import MultiHeadMixer, clear_rows, select_rows
 from .registry import register
 
@@ -125,6 +131,26 @@ class SoftmaxAttention(MultiHeadMixer):
         return self.project_out(packed_softmax_attention(
             q, k, v, segment_ids(doc_ids), causal=self.causal, mask=mask,
             dropout_p=self.dropout_p))
+
+    cannot_shard = None
+
+    def _mix_sharded(self, x, mask, doc_ids, cp):
+        """An all-gather of K and V (rotated at their global positions): the causal form
+        keeps the keys of positions [0, its shard's end) and aligns its queries to their
+        end, the causal offset (docs/context_parallel.md: bytes)."""
+        cp.no_documents(doc_ids, self)
+        layout, group = cp.layout(x), cp.process_group
+        q, k, v = self.project_qkv(x)
+        if self.rope:
+            q, k = self._rotate(q, k, mask,
+                                positions=cp.positions(mask, layout, x.shape[0], x.device))
+        upto = layout.start + layout.length if self.causal else layout.total
+        kv = gather_sequence(torch.cat([merge_heads(k), merge_heads(v)], -1), layout, group,
+                             upto)
+        keys, values = (split_heads(t, self.heads) for t in kv.chunk(2, -1))
+        real = None if mask is None else gather_sequence(mask, layout, group, upto)
+        return self.project_out(softmax_attention(q, keys, values, causal=self.causal,
+                                                  mask=real, dropout_p=self.dropout_p))
 
     def _new_cache(self, batch_size: int, max_len: int | None) -> SoftmaxKVCache:
         """Buffers of ``max_len`` positions, or growable ones when ``max_len`` is None."""

@@ -26,6 +26,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from weirdnet.layers.base import (  # the mixer contract's cache ownership
+    ContextParallel,
     check_owner,
     clear_rows,
     own,
@@ -120,7 +121,25 @@ class Backbone(nn.Module):
         self.gradient_checkpointing = False
         self.checkpoint_every = 1
         self._gradient_checkpointing_func = None
+        self.context_parallel: ContextParallel | None = None  # set_context_parallel
         self.reset_parameters()
+
+    def set_context_parallel(self, context_parallel: ContextParallel | None) -> None:
+        """Run every forward on this rank's contiguous shard of a sequence sharded over
+        ``context_parallel.group`` (group rank order = sequence order), exactly as the
+        single-process model on the whole sequence; None: one process again.  Each mixer
+        and short convolution exchanges what crosses the shards (see
+        :mod:`weirdnet.layers.context_parallel`); positions are global.  ValueError (one
+        line, naming why) for a mixer that cannot shard or cross-attention blocks."""
+        if context_parallel is not None and any(b.cross is not None for b in self.blocks):
+            raise ValueError("cross-attention blocks cannot run context-parallel: their "
+                             "context belongs to one whole sequence")
+        for block in self.blocks:
+            block.mixer.set_context_parallel(context_parallel)
+        for block in self.blocks:
+            if block.conv is not None:
+                block.conv.context_parallel = context_parallel
+        self.context_parallel = context_parallel
 
     def set_activation_checkpointing(self, mode: str = "blocks", every: int = 2,
                                      ffn_chunk: int = 0) -> None:
@@ -228,13 +247,30 @@ class Backbone(nn.Module):
             return self._extend(inputs, mask, cache, context, context_mask, doc_ids)
         if doc_ids is not None and self._unpacks(context):
             return per_document(self, inputs, mask, doc_ids)
-        h = self.embed_inputs(inputs, mask, doc_ids=doc_ids)
+        h = self.embed_inputs(inputs, mask, doc_ids=doc_ids) \
+            if self.context_parallel is None else self._embed_shard(inputs, mask, doc_ids)
         z = None  # the state Z-carrying blocks hand on (models/z_carry.py)
         contexts = block_contexts(context, len(self.blocks))
         for index, (block, ctx) in enumerate(zip(self.blocks, contexts)):
             carry = self._checkpointed(block) if self._checkpoints(index) else block.carry
             h, z = carry(h, z, mask, ctx, context_mask, doc_ids)
         return self.norm(h)
+
+    def _embed_shard(self, inputs, mask, doc_ids) -> torch.Tensor:
+        """:meth:`embed_inputs` of this rank's shard: learned positions are the whole
+        sequence's (the earlier shards' real tokens counted); L <= max_len globally."""
+        cp = self.context_parallel
+        layout = cp.layout(inputs)
+        if layout.total > self.config.max_len:
+            raise ValueError(f"the sharded sequence of L = {layout.total} positions exceeds "
+                             f"max_len={self.config.max_len}")
+        h = self.embed_values(inputs)
+        if self.pos is not None:
+            if doc_ids is not None:
+                raise ValueError("learned positions of packed documents (doc_ids) have no "
+                                 "context-parallel form: use positions='none' or 'rope'")
+            h = h + self.pos(cp.positions(mask, layout, inputs.shape[0], inputs.device))
+        return self.dropout(h)
 
     def _unpacks(self, context) -> bool:
         """Whether packed documents run as the rows of a padded batch (a backbone that

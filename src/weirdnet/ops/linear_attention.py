@@ -142,9 +142,22 @@ def linear_attention(q, k, v, *, causal: bool = False, mask=None, chunk_size: in
     if causal:
         return causal_linear_attention(q, k, v, mask=mask, chunk_size=chunk_size, eps=eps)[0]
     check_qkv(q, k, v, mask, same_length=True)
-    eps = check_eps(eps)
-    fq, fk, va = _features(q, k, v, mask)
-    return _normalise(fq @ (fk.transpose(-1, -2) @ va), eps)
+    return attend_sums(q, key_value_sums(k, v, mask), check_eps(eps))
+
+
+def key_value_sums(k, v, mask=None) -> torch.Tensor:
+    """(B, H, d, dv + 1): sum over the real keys of phi(k)^T [v, 1] (the augmented
+    :class:`LinearAttentionState`); k (B, H, L, d), v (B, H, L, dv)."""
+    ones = v.new_ones(v.shape[:-1] + (1,))
+    fk = feature_map(k)
+    if mask is not None:
+        fk = fk * mask[:, None, :, None].to(fk.dtype)
+    return fk.transpose(-1, -2) @ torch.cat([v, ones], -1)
+
+
+def attend_sums(q, sums: torch.Tensor, eps: float) -> torch.Tensor:
+    """Every query q (B, H, L, d) against the sums of :func:`key_value_sums`: (B, H, L, dv)."""
+    return _normalise(feature_map(q) @ sums, eps)
 
 
 def linear_attention_step(q_t, k_t, v_t, state: LinearAttentionState, *, mask_t=None,

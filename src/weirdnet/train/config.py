@@ -173,6 +173,9 @@ class TrainSection:
     ffn_chunk: > 0 runs every FFN in checkpointed chunks of that many positions (the FFN is
     position-wise): a block then never holds d_ff numbers per position for the whole
     sequence, which is what a million-position context needs (0: whole).
+    context_parallel: P > 1 shards every sequence of a batch over P processes (under
+    torchrun, a 2-D mesh of data parallel x context parallel; lm task; see
+    docs/training.md "Context parallelism"); 1: off.
     init_from: start from the weights of a trained model instead of a random
     initialisation (a warm start: the next stage of a curriculum, or fine-tuning): a run
     directory (its best/), a best/ or checkpoints/step-* directory, or a saved model
@@ -202,6 +205,7 @@ class TrainSection:
     activation_checkpointing: str = "none"
     activation_checkpointing_k: int = 2
     ffn_chunk: int = 0
+    context_parallel: int = 1
     init_from: str = ""
 
 
@@ -273,7 +277,7 @@ def check(config: TrainConfig) -> None:
             ACTIVATION_CHECKPOINTING)
     train = config.train
     for key in ("steps", "batch_size", "grad_accum", "keep_last", "log_every",
-                "activation_checkpointing_k"):
+                "activation_checkpointing_k", "context_parallel"):
         _at_least(f"train.{key}", getattr(train, key), 1)
     for key in ("eval_every", "eval_batches", "final_eval_batches", "checkpoint_every",
                 "early_stop_patience", "num_workers", "ffn_chunk"):

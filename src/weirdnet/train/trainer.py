@@ -37,8 +37,8 @@ from weirdnet._signals import STOP, Interrupted, signal_name
 from weirdnet.models.base import WEIGHTS_FILE
 from weirdnet.models.safetensors_io import load_file
 from weirdnet.train import checkpoint as ckpt
+from weirdnet.train import context_parallel, tasks
 from weirdnet.train import distributed as dist_util
-from weirdnet.train import tasks
 from weirdnet.train.config import TrainConfig, eval_due
 from weirdnet.train.evaluation import evaluate
 from weirdnet.train.loading import ResumableSampler, train_loader
@@ -123,6 +123,10 @@ class Trainer:
         self.model = build_model(config, self.info)
         self.initialised_from = self._warm_start(resume)
         self.model.to(self.processes.device)
+        self.shards = context_parallel.setup(
+            config.train.context_parallel, self.processes, self.task,
+            self.info.max_len - 1 if self.info.max_len else config.train.context_parallel,
+            self.model)
         enable_activation_checkpointing(self.model, config.train.activation_checkpointing,
                                         config.train.activation_checkpointing_k,
                                         config.train.ffn_chunk)
@@ -140,7 +144,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: self._lr_factor(step))
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
-        self.sampler = ResumableSampler(self.splits["train"], self.processes,
+        self.sampler = ResumableSampler(self.splits["train"], self._data_processes,
                                         config.run.seed, config.train.batch_size)
         if self.sampler.steps_per_epoch == 0:
             raise RunError(f"the train split has {len(self.splits['train'])} items, fewer than "
@@ -226,12 +230,20 @@ class Trainer:
             log.close()
         self.claim.release()
 
+    @property
+    def _data_processes(self) -> dist_util.Processes:
+        """The processes that read different items: all of them, or with
+        ``train.context_parallel`` the data-parallel places (a context-parallel group
+        reads the same items)."""
+        return self.processes if self.shards is None else self.shards.data
+
     def _check_batch(self) -> None:
         train = self.config.train
-        parts = self.processes.world_size * train.grad_accum
+        readers = self._data_processes.world_size
+        parts = readers * train.grad_accum
         if train.batch_size % parts:
             raise ConfigError(f"train.batch_size={train.batch_size} must be a multiple of "
-                              f"processes x grad_accum = {self.processes.world_size} x "
+                              f"data-parallel processes x grad_accum = {readers} x "
                               f"{train.grad_accum}")
         self.micro_batch = train.batch_size // parts
 
@@ -393,11 +405,15 @@ class Trainer:
         """Metrics of the model on ``split`` ("eval" or "test"), over all ranks: the first
         ``max_batches`` x ``train.batch_size`` items of it (0 = all).  A progress bar
         ``desc`` is shown while it runs; one process stops between batches when asked."""
-        return evaluate(dist_util.eval_module(self.wrapped), self.splits[split], self.info,
-                        self.micro_batch, self.processes,
-                        max_batches * self.config.train.batch_size, self._autocast,
-                        progress=desc if self.progress_bar else None,
-                        pad_multiple=self.config.data.pad_multiple)
+        context_parallel.enable(self.model, None)  # evaluation: whole sequences
+        try:
+            return evaluate(dist_util.eval_module(self.wrapped), self.splits[split],
+                            self.info, self.micro_batch, self.processes,
+                            max_batches * self.config.train.batch_size, self._autocast,
+                            progress=desc if self.progress_bar else None,
+                            pad_multiple=self.config.data.pad_multiple)
+        finally:
+            context_parallel.enable(self.model, self.shards)
 
     def items_evaluated(self, split: str, max_batches: int) -> int:
         """How many items of ``split`` :meth:`evaluate` reads with ``max_batches`` (the
@@ -438,9 +454,14 @@ class Trainer:
             inputs += task.input_tokens(batch)  # on the host: no device sync
             batch = tasks.to_device(batch, self.processes.device)
             with dist_util.no_sync(self.wrapped, k < accum - 1), self._autocast():
-                loss, count = task.loss(self.step_module, batch)
+                if self.shards is None:
+                    loss, count = task.loss(self.step_module, batch)
+                    reported = float(loss.detach())
+                else:
+                    loss, reported, count = context_parallel.sharded_loss(
+                        task, self.step_module, batch, self.shards)
                 self.scaler.scale(loss / accum).backward()
-            loss_sum += float(loss.detach())
+            loss_sum += reported
             targets += count
         fault_point("step")
         if not math.isfinite(loss_sum) and not self.scaler.is_enabled():
@@ -557,7 +578,7 @@ class Trainer:
                 self.phase = "step"
                 loss, targets, inputs = self._step(stream)
                 self.phase = "boundary"
-                ranks = self.processes.world_size
+                ranks = self._data_processes.world_size
                 window.add(loss, targets * ranks, inputs * ranks,
                            self.micro_batch * cfg.grad_accum * ranks)
                 if self.state.step % cfg.log_every == 0 or self.state.step == cfg.steps:

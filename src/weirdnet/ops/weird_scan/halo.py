@@ -69,9 +69,26 @@ class ShardLayout:
     def plan(self, shift: int, ahead: bool) -> list[tuple[int, int, int, int]]:
         """Transfers of one level: (source shard, destination shard, lo, hi), sources in
         position order for each destination, so a destination's pieces concatenate."""
+        return self._transfers(lambda q: self.needed(q, shift, ahead))
+
+    def plan_window(self, before: int, after: int) -> list[tuple[int, int, int, int]]:
+        """Transfers that give every shard the ``before`` positions in front of it and the
+        ``after`` positions behind it (clipped to the sequence): a destination's pieces
+        concatenate to [its positions in front, its positions behind], in order."""
+        def front(q):
+            return max(0, self.offset(q) - before), self.offset(q)
+
+        def back(q):
+            end = self.offset(q) + self.lengths[q]
+            return end, min(self.total, end + after)
+        return self._transfers(front) + self._transfers(back)
+
+    def _transfers(self, needed) -> list[tuple[int, int, int, int]]:
+        """(src, dst, lo, hi) for the ranges ``needed(dst)`` = [lo, hi), by destination,
+        sources in position order."""
         transfers = []
         for dst in range(len(self.lengths)):
-            lo, hi = self.needed(dst, shift, ahead)
+            lo, hi = needed(dst)
             for src in range(len(self.lengths)):
                 a = max(lo, self.offset(src))
                 b = min(hi, self.offset(src) + self.lengths[src])
@@ -147,18 +164,27 @@ def start_halo(state: tuple[torch.Tensor, ...], layout: ShardLayout, shift: int,
                ahead: bool, group, phase: str) -> PendingHalo:
     """Post the sends of this rank's positions that others need at ``shift`` and the
     receives of its own halo.  ``state``: C tensors (B, n, D) of this rank's positions."""
+    return post_transfers(state, layout, layout.plan(shift, ahead), group, phase)
+
+
+def post_transfers(state: tuple[torch.Tensor, ...], layout: ShardLayout, transfers,
+                   group, phase: str) -> PendingHalo:
+    """Post one plan's transfers (:meth:`ShardLayout.plan`, :meth:`ShardLayout.plan_window`):
+    this rank sends its positions [lo, hi) of ``state`` (C tensors (B, n, ...), the
+    trailing shape alike on every rank) where it is the source, receives where it is the
+    destination; :meth:`PendingHalo.wait` gives (C, B, h, ...) in plan order."""
     me, off = layout.index, layout.start
-    B, _, D = state[0].shape
+    B, _, *D = state[0].shape
     ops, pieces = [], []
-    for src, dst, lo, hi in layout.plan(shift, ahead):
+    for src, dst, lo, hi in transfers:
         if src == me:
             buf = torch.stack([x[:, lo - off:hi - off] for x in state]).contiguous()
             ops.append(dist.P2POp(dist.isend, buf, layout.ranks[dst], group))
             for counter in _COUNTERS:
                 counter.add(phase, buf)
         elif dst == me:
-            buf = state[0].new_empty((len(state), B, hi - lo, D))
+            buf = state[0].new_empty((len(state), B, hi - lo, *D))
             ops.append(dist.P2POp(dist.irecv, buf, layout.ranks[src], group))
             pieces.append(buf)
     works = dist.batch_isend_irecv(ops) if ops else []
-    return PendingHalo(works, pieces, state[0].new_empty((len(state), B, 0, D)))
+    return PendingHalo(works, pieces, state[0].new_empty((len(state), B, 0, *D)))

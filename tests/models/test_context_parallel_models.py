@@ -1,0 +1,95 @@
+"""Whole Weird-Nets on one sequence sharded over 2 and 4 gloo processes, float32: the
+output shards put together, and every parameter's gradient summed over the group, equal
+the single-process model's within 1e-5 relative; mixers that cannot shard refuse."""
+
+import pytest
+import torch
+
+from helpers.context_parallel import spawn
+from helpers.context_parallel_models import ModelCase, run_model_cases, single
+from helpers.numerics import rel_err
+
+A = dict(pattern="A")
+B_ROPE_CONV = dict(pattern="B", positions="rope", short_conv=4)
+B_ENCODER = dict(pattern="B", causal=False)
+LINEAR_LOCAL = dict(pattern="linear,local", short_conv=3, mixer_options={"local": {"window": 5}})
+LINEAR_LOCAL_ENC = dict(pattern="linear,local", causal=False,
+                        mixer_options={"local": {"window": 6}})
+A_DOCS = dict(pattern="A", positions="none", short_conv=4)
+
+TWO = [
+    ModelCase("A-L1-group-of-one", (1,), A, members=(0,)),
+    ModelCase("A-L2", (1, 1), A, seed=1),
+    ModelCase("A-L7", (3, 4), A, masked=True, seed=2),
+    ModelCase("A-L1000", (500, 500), A, seed=3),
+    ModelCase("A-L1001-masked", (600, 401), A, masked=True, seed=4),
+    ModelCase("B-rope-conv-L7", (6, 1), B_ROPE_CONV, masked=True, seed=5),
+    ModelCase("B-rope-conv-L1000", (500, 500), B_ROPE_CONV, seed=6),
+    ModelCase("B-rope-conv-L1001-masked", (401, 600), B_ROPE_CONV, masked=True, seed=7),
+    ModelCase("B-encoder-L7", (3, 4), B_ENCODER, masked=True, seed=8),
+    ModelCase("B-encoder-L1001", (501, 500), B_ENCODER, seed=9),
+    ModelCase("linear-local-conv-L7", (2, 5), LINEAR_LOCAL, masked=True, seed=10),
+    ModelCase("linear-local-conv-L1001", (700, 301), LINEAR_LOCAL, seed=11),
+    ModelCase("linear-local-encoder-L9", (4, 5), LINEAR_LOCAL_ENC, masked=True, seed=12),
+    ModelCase("A-docs-conv-L301", (150, 151), A_DOCS, docs=True, masked=True, seed=13),
+    ModelCase("refuses-relation", (3, 4), dict(pattern="weird,relation")),
+    ModelCase("refuses-dba", (3, 4), dict(pattern="dba", causal=False)),
+    ModelCase("refuses-linformer", (3, 4), dict(pattern="linformer", causal=False)),
+]
+FOUR = [
+    ModelCase("A-L7", (1, 2, 3, 1), A, masked=True, seed=20),
+    ModelCase("A-L1000", (250, 250, 250, 250), A, seed=21),
+    ModelCase("B-rope-conv-L7", (1, 2, 3, 1), B_ROPE_CONV, masked=True, seed=22),
+    ModelCase("B-rope-conv-L1001", (1, 300, 500, 200), B_ROPE_CONV, masked=True, seed=23),
+    ModelCase("B-encoder-L1001", (400, 1, 300, 300), B_ENCODER, seed=24),
+    ModelCase("linear-local-conv-L7", (1, 1, 1, 4), LINEAR_LOCAL, masked=True, seed=25),
+    ModelCase("linear-local-encoder-L13", (1, 5, 2, 5), LINEAR_LOCAL_ENC, seed=26),
+    ModelCase("A-docs-conv-L101", (1, 50, 25, 25), A_DOCS, docs=True, seed=27),
+]
+REFUSALS = {"refuses-relation": "Relation cannot run context-parallel: its per-sequence mean",
+            "refuses-dba": "cannot run context-parallel: it compresses the whole sequence",
+            "refuses-linformer": "LinformerAttention cannot run context-parallel: it projects"}
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    return spawn(2, run_model_cases, TWO, tmp_path_factory.mktemp("cpm2"))
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory):
+    return spawn(4, run_model_cases, FOUR, tmp_path_factory.mktemp("cpm4"))
+
+
+def _check(case, results):
+    parts = [results[r][case.name] for r in sorted(case.members or range(len(results)))]
+    want_o, want_grads = single(case)
+    got_o = torch.cat([p["o"] for p in parts], 1)
+    assert rel_err(got_o, want_o) <= 1e-5, "output"
+    typical = torch.stack([g.norm() for g in want_grads.values()]).median()
+    for name, want in want_grads.items():
+        got = sum(p["grads"][name] for p in parts if name in p["grads"])
+        if want.norm() < 1e-4 * typical:  # zero but for rounding (softmax's key bias)
+            assert (got - want).norm() <= 1e-5 * typical, name
+        else:
+            assert rel_err(got, want) <= 1e-5, name
+    assert all(set(p["grads"]) <= set(want_grads) for p in parts)
+
+
+@pytest.mark.parametrize("case", [c for c in TWO if c.name not in REFUSALS],
+                         ids=lambda c: c.name)
+def test_two_processes_match_one(two, case):
+    _check(case, two)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", FOUR, ids=lambda c: c.name)
+def test_four_processes_match_one(four, case):
+    _check(case, four)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSALS))
+def test_mixers_without_a_sharded_form_refuse_in_one_line(two, name):
+    for rank in (0, 1):
+        message = two[rank][name]
+        assert REFUSALS[name] in message and "\n" not in message, message
