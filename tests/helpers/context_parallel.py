@@ -75,16 +75,16 @@ def shard(x, case: Case, index: int):
 
 @contextlib.contextmanager
 def channel_budget(case: Case):
-    """The scan's channel-block budget (elements, ``pytorch._CHUNK_BUDGET``) set to
+    """The sharded scan's channel-block budget (values, ``_BLOCK_BUDGET``) set to
     ``case.extra['budget']`` inside the block, where the case names one."""
-    from weirdnet.ops.weird_scan import pytorch
+    from weirdnet.ops.weird_scan import context_parallel
 
-    saved = pytorch._CHUNK_BUDGET
-    pytorch._CHUNK_BUDGET = case.extra.get("budget", saved)
+    saved = context_parallel._BLOCK_BUDGET
+    context_parallel._BLOCK_BUDGET = case.extra.get("budget", saved)
     try:
         yield
     finally:
-        pytorch._CHUNK_BUDGET = saved
+        context_parallel._BLOCK_BUDGET = saved
 
 
 def _run_case(case: Case, group, index: int) -> dict:

@@ -16,7 +16,7 @@ the halos it received (about ``2 n + n log2 P`` positions' states for equal shar
 same order as the inputs); the backward recomputes the local levels from them without
 communicating, then runs the adjoint scan, whose partners lie 2^k *ahead*, so the
 adjoint halos come from later ranks.  Both directions run one block of channels at a time
-(:func:`channel_blocks`: the ``"torch"`` backend's budget, sized for the longest shard so
+(:func:`channel_blocks`: 16 MiB of temporaries, sized for the longest shard so
 every rank cuts the same blocks and the per-block messages pair up), so the backward holds
 all levels' states of one block, not of every channel: the same bytes as one block for all
 channels, in more messages.
@@ -37,9 +37,13 @@ import torch.distributed as dist
 from ..checks import FLOAT_DTYPES, check_finite_log_w, check_scan_inputs, levels_needed, on_host
 from .dispatch import compute_dtype
 from .halo import ReadyHalo, ShardLayout, start_halo
-from .pytorch import _chunks, adjoint_scale, combine, initial_state
+from .pytorch import adjoint_scale, combine, initial_state
 
 _META = 8  # n, B, D, dtype, K, mask?, doc?, local error?
+# Values of (B, n, block) temporaries a channel block may hold at once, times levels: 16 MiB
+# of float32, an eighth of the single-process torch backend's (the sharded scan exists to
+# hold less than one process; more blocks only mean more, smaller messages).
+_BLOCK_BUDGET = 1 << 22
 
 
 def weird_scan_context_parallel(a, v, log_w, *, group=None, reverse=False, mask=None,
@@ -259,9 +263,11 @@ def _partners_back(states_k, halo, shift: int, n: int):
 
 
 def channel_blocks(B: int, layout: ShardLayout, D: int, nlev: int) -> list[slice]:
-    """Channel blocks of the scan, the same on every rank (sized for the longest shard by
-    the torch backend's budget), so that the ranks' per-block messages pair up."""
-    return list(_chunks(slice(0, D), B, max(layout.lengths), nlev))
+    """Channel blocks of the scan for ``nlev`` levels' temporaries (``_BLOCK_BUDGET``),
+    the same on every rank (sized for the longest shard), so that the ranks' per-block
+    messages pair up."""
+    step = max(1, _BLOCK_BUDGET // max(1, B * max(layout.lengths) * (3 * nlev + 6)))
+    return [slice(start, min(D, start + step)) for start in range(0, D, step)]
 
 
 def scan_forward(a, v, log_w, mask, layout, bounds, group, nlev: int):
