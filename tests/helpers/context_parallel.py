@@ -9,6 +9,7 @@ size, so the processes start (and import torch) once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import socket
@@ -72,7 +73,26 @@ def shard(x, case: Case, index: int):
     return x[:, off:off + case.lengths[index]]
 
 
+@contextlib.contextmanager
+def channel_budget(case: Case):
+    """The sharded scan's channel-block budget (values, ``_BLOCK_BUDGET``) set to
+    ``case.extra['budget']`` inside the block, where the case names one."""
+    from weirdnet.ops.weird_scan import context_parallel
+
+    saved = context_parallel._BLOCK_BUDGET
+    context_parallel._BLOCK_BUDGET = case.extra.get("budget", saved)
+    try:
+        yield
+    finally:
+        context_parallel._BLOCK_BUDGET = saved
+
+
 def _run_case(case: Case, group, index: int) -> dict:
+    with channel_budget(case):
+        return _run_scan(case, group, index)
+
+
+def _run_scan(case: Case, group, index: int) -> dict:
     from weirdnet.ops import weird_scan_context_parallel
     from weirdnet.ops.weird_scan.context_parallel import (
         weird_scan_bidirectional_context_parallel,
@@ -129,6 +149,42 @@ def _scan_cases(cases: list[Case], rank: int, world: int) -> dict:
         else:
             results[case.name] = _run_case(case, groups.get(case.members), index)
     return results
+
+
+def _memory_case(case: Case, group, index: int) -> dict:
+    """One float32 sharded step's memory on this rank: ``saved``, the bytes the op keeps
+    for its backward (the distinct storages that saved-tensor hooks see), and ``extra``,
+    its peak RSS over the RSS with the inputs allocated (freed blocks >= 64 KiB go back
+    to the system: see helpers/mixers.py), under ``case.extra['budget']``."""
+    from weirdnet.ops import weird_scan_context_parallel
+    from weirdnet_lab.harness.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
+
+    a, v, log_w, _, _, grad = (None if x is None else x.float() for x in inputs(case))
+    a, v, grad = (shard(x, case, index).clone() for x in (a, v, grad))
+    a.requires_grad_(), v.requires_grad_(), log_w.requires_grad_()
+    saved = {}
+
+    def pack(t):  # distinct storages: a view of log_w saved twice counts once
+        storage = t.untyped_storage()
+        saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    dist.barrier(group)
+    reset_peak_rss()
+    base = current_rss_bytes()
+    with channel_budget(case), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        weird_scan_context_parallel(a, v, log_w, group=group).backward(grad)
+    return dict(saved=sum(saved.values()), extra=peak_rss_bytes() - base)
+
+
+def memory_cases(cases: list[Case], rank: int, world: int) -> dict:
+    """This rank's :func:`_memory_case` of every case (the whole world runs each)."""
+    import ctypes
+
+    mallopt = ctypes.CDLL(None).mallopt
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    assert mallopt(-3, 1 << 16) == 1  # M_MMAP_THRESHOLD = 64 KiB: peak RSS = live peak
+    return {case.name: _memory_case(case, None, rank) for case in cases}
 
 
 def _worker(rank: int, world: int, port: int, run, cases: list, out: str) -> None:

@@ -6,10 +6,12 @@ bytes each rank sends are those of ``context_parallel_cost.halo_values``.  One s
 group size runs every case (helpers/context_parallel.py).
 """
 
+import sys
+
 import pytest
 import torch
 
-from helpers.context_parallel import Case, inputs, run_cases
+from helpers.context_parallel import Case, inputs, memory_cases, run_cases, spawn
 from helpers.numerics import rel_err
 from weirdnet.ops import (
     weird_scan,
@@ -17,7 +19,9 @@ from weirdnet.ops import (
     weird_scan_context_parallel,
     weird_scan_reference,
 )
+from weirdnet.ops.checks import levels_needed
 from weirdnet.ops.weird_scan.context_parallel_cost import halo_values, halo_values_equal
+from weirdnet.ops.weird_scan.halo import ShardLayout
 
 TWO = [
     Case("L2", (1, 1)),
@@ -29,6 +33,10 @@ TWO = [
     Case("L1001-reverse-docs", (1, 1000), reverse=True, docs="random", seed=6),
     Case("L9-bidirectional", (5, 4), bidirectional=True, masked=True, D=4, seed=7),
     Case("L1-group-of-one", (1,), members=(0,), seed=8),
+    Case("L1001-one-channel-blocks-docs-masked", (600, 401), masked=True, docs="random",
+         D=5, seed=9, extra={"budget": 1}),
+    Case("L64-two-channel-blocks-reverse", (40, 24), reverse=True, D=5, seed=10,
+         extra={"budget": 2 * 2 * 40 * (3 * 6 + 6)}),
     Case("bad-P-larger-than-L", (1, 0), extra={"bad": "empty"}),
     Case("bad-channels", (3, 4), extra={"bad": "channels"}),
     Case("bad-dtype", (3, 4), extra={"bad": "dtype"}),
@@ -44,6 +52,8 @@ FOUR = [
     Case("L64-bidirectional-docs", (16, 16, 16, 16), bidirectional=True, docs="random",
          D=2, seed=16),
     Case("L5-subgroup", (2, 3), members=(1, 3), masked=True, seed=17),
+    Case("L1001-one-channel-blocks", (1, 300, 500, 200), masked=True, docs="random", D=4,
+         seed=18, extra={"budget": 1}),
     Case("bad-P-larger-than-L", (1, 1, 1, 0), extra={"bad": "empty"}),
 ]
 
@@ -176,3 +186,36 @@ def test_no_process_group_is_a_value_error():
 @pytest.mark.parametrize("S", [1, 2, 64, 1024])
 def test_halo_closed_form_is_the_count(P, S):
     assert max(f for f, _ in halo_values([S] * P)) == halo_values_equal(P, S)
+
+
+_MEM_N, _MEM_D, _MEM_BUDGET = 8192, 64, 1 << 20
+MEMORY = [Case("one-block", (_MEM_N, _MEM_N), B=1, D=_MEM_D, extra={"budget": 1 << 40}),
+          Case("blocks", (_MEM_N, _MEM_N), B=1, D=_MEM_D, extra={"budget": _MEM_BUDGET})]
+
+
+def _received_positions(lengths, index: int) -> int:
+    """Halo positions rank ``index`` receives in the forward, over all levels."""
+    layout = ShardLayout(tuple(lengths), index, tuple(range(len(lengths))),
+                         tuple(range(len(lengths))))
+    return sum(hi - lo for k in range(levels_needed(layout.total))
+               for _, dst, lo, hi in layout.plan(1 << k, False) if dst == index)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="peak RSS reset is Linux-only")
+def test_sharded_step_memory_is_one_channel_block_of_levels(tmp_path):
+    """The op keeps only its inputs and the received halos (bytes exact), and a step's
+    peak extra memory is those plus O(n x D) outputs plus one channel block's levels
+    (the budget), far below all channels' levels at once (the one-block run)."""
+    pytest.importorskip("weirdnet_lab.harness.memory")
+    results = spawn(2, memory_cases, MEMORY, tmp_path)
+    B, n, D, L = 1, _MEM_N, _MEM_D, 2 * _MEM_N
+    nlev = levels_needed(L)
+    all_levels = (nlev + 1) * 3 * B * n * D * 4
+    for index, r in enumerate(results):
+        inputs_bytes = (2 * B * n * D + nlev * D) * 4
+        want_saved = inputs_bytes + 3 * B * D * 4 * _received_positions((n, n), index)
+        assert r["one-block"]["saved"] == r["blocks"]["saved"] == want_saved
+        bound = want_saved + 6 * B * n * D * 4 + 2 * _MEM_BUDGET * 4
+        assert r["blocks"]["extra"] <= bound, (index, r, bound)
+        assert r["one-block"]["extra"] >= 0.8 * all_levels, (index, r, all_levels)
+        assert r["blocks"]["extra"] <= 0.5 * r["one-block"]["extra"], (index, r)

@@ -17,6 +17,7 @@ COMMANDS = {
     "lm": "weirdnet_lab.lm.command",
     "recall": "weirdnet_lab.recall.command",
     "context": "weirdnet_lab.context.command",
+    "context-parallel": "weirdnet_lab.context_parallel.command",
     "suite": "weirdnet_lab.suite.command",
     "gpu": "weirdnet_lab.gpu",
 }

@@ -15,8 +15,11 @@ the whole op, not autograd through the levels).  The forward keeps, besides the 
 the halos it received (about ``2 n + n log2 P`` positions' states for equal shards: the
 same order as the inputs); the backward recomputes the local levels from them without
 communicating, then runs the adjoint scan, whose partners lie 2^k *ahead*, so the
-adjoint halos come from later ranks.  It holds all levels' states of the shard at once
-(like the single-process ``"torch"`` backend, but without its channel chunking).
+adjoint halos come from later ranks.  Both directions run one block of channels at a time
+(:func:`channel_blocks`: 16 MiB of temporaries, sized for the longest shard so
+every rank cuts the same blocks and the per-block messages pair up), so the backward holds
+all levels' states of one block, not of every channel: the same bytes as one block for all
+channels, in more messages.
 
 Packed documents: ``doc_ids`` is sharded like the sequence.  One ``all_gather`` of a few
 integers per row and rank gives every position the global bounds of its document, so the
@@ -37,6 +40,10 @@ from .halo import ReadyHalo, ShardLayout, start_halo
 from .pytorch import adjoint_scale, combine, initial_state
 
 _META = 8  # n, B, D, dtype, K, mask?, doc?, local error?
+# Values of (B, n, block) temporaries a channel block may hold at once, times levels: 16 MiB
+# of float32, an eighth of the single-process torch backend's (the sharded scan exists to
+# hold less than one process; more blocks only mean more, smaller messages).
+_BLOCK_BUDGET = 1 << 22
 
 
 def weird_scan_context_parallel(a, v, log_w, *, group=None, reverse=False, mask=None,
@@ -255,19 +262,49 @@ def _partners_back(states_k, halo, shift: int, n: int):
                  for hx, x in zip(halo.unbind(0), states_k))
 
 
+def channel_blocks(B: int, layout: ShardLayout, D: int, nlev: int) -> list[slice]:
+    """Channel blocks of the scan for ``nlev`` levels' temporaries (``_BLOCK_BUDGET``),
+    the same on every rank (sized for the longest shard), so that the ranks' per-block
+    messages pair up."""
+    step = max(1, _BLOCK_BUDGET // max(1, B * max(layout.lengths) * (3 * nlev + 6)))
+    return [slice(start, min(D, start + step)) for start in range(0, D, step)]
+
+
 def scan_forward(a, v, log_w, mask, layout, bounds, group, nlev: int):
-    """(O, halos): O (B, n, D) and the halo each level received (for the backward)."""
-    state = initial_state(a, v, mask)
-    halos = []
-    for k in range(nlev):
-        pending = start_halo(state, layout, 1 << k, False, group, "forward")
-        state = forward_level(state, pending, log_w[k], 1 << k, layout, bounds)
-        halos.append(pending.wait())
-    return state[1] / state[2], halos
+    """(O, halos): O (B, n, D) and the halo each level received, (3, B, h_k, D) each (for
+    the backward), computed one channel block at a time: it holds one block's state."""
+    B, _, D = a.shape
+    out, halos = torch.empty_like(a), [None] * nlev
+    for ch in channel_blocks(B, layout, D, 0):  # it holds two states, not nlev + 1
+        state = initial_state(a[..., ch], v[..., ch], mask)
+        for k in range(nlev):
+            pending = start_halo(state, layout, 1 << k, False, group, "forward")
+            state = forward_level(state, pending, log_w[k, ch], 1 << k, layout, bounds)
+            got = pending.wait()
+            if halos[k] is None:
+                halos[k] = got.new_empty((*got.shape[:-1], D))
+            halos[k][..., ch] = got
+        out[..., ch] = state[1] / state[2]
+    return out, halos
 
 
 def scan_backward(a, v, log_w, mask, grad, halos, layout, bounds, group, nlev: int):
-    """(dA, dV, dlog_w (nlev, D) float64, this rank's share); the mirrored scan."""
+    """(dA, dV, dlog_w (nlev, D) float64, this rank's share); the mirrored scan, one
+    channel block at a time (the forward levels recomputed from the kept halos, so it
+    holds (nlev + 1) states of one block, not of all channels)."""
+    B, _, D = a.shape
+    da, dv = torch.empty_like(a), torch.empty_like(a)
+    dlogw = torch.zeros((nlev, D), dtype=torch.float64, device=a.device)
+    for ch in channel_blocks(B, layout, D, nlev):
+        da[..., ch], dv[..., ch], dlogw[:, ch] = _backward_block(
+            a[..., ch], v[..., ch], log_w[:, ch], mask, grad[..., ch],
+            [h[..., ch] for h in halos], layout, bounds, group, nlev)
+    return da, dv, dlogw
+
+
+def _backward_block(a, v, log_w, mask, grad, halos, layout, bounds, group, nlev: int):
+    """:func:`scan_backward` of one channel block: a, v, grad (B, n, d); log_w (nlev, d);
+    halos (3, B, h_k, d) per level.  Returns (dA, dV, dlog_w (nlev, d) float64)."""
     states = [initial_state(a, v, mask)]
     for k in range(nlev):
         states.append(forward_level(states[-1], ReadyHalo(halos[k]), log_w[k], 1 << k,

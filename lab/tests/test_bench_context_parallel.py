@@ -1,0 +1,48 @@
+"""weirdnet bench context-parallel (issue 64, Deliver 4): a tiny run through the command
+line (torchrun, gloo, P = 1 and 2) whose record holds the memory, speed and the bytes
+sent, equal to the formula, beside ring attention's; the plan and its one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+from helpers.train import run_cli
+from weirdnet_lab.context_parallel.report import formula_bytes, ring_bytes
+
+
+def test_quick_run_writes_record_report_and_plot(tmp_path):
+    done = run_cli("bench", "context-parallel", "--quick", "--models", "weird-a",
+                   "--out", str(tmp_path), cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr
+    folder = tmp_path / "context-parallel"
+    record = json.loads((folder / "context_parallel.json").read_text())
+    rows = {r["P"]: r for r in record["rows"]}
+    assert sorted(rows) == [1, 2] and record["quick"]
+    for r in rows.values():
+        assert r["length"] == 512 and r["peak_rss_mib"] > 0 and r["tokens_per_s"] > 0
+    sharded = rows[2]
+    assert sharded["shards"] == [256, 256] and sharded["weird_layers"] == 2
+    assert sharded["sent_bytes"] == formula_bytes([256, 256], 2, 32) == sharded["formula_bytes"]
+    assert sharded["sent_bytes"][0] > 0 and sharded["sent_bytes"][1] > 0
+    assert sharded["ring_bytes"] == ring_bytes(2, 256, 2, 32) > 0
+    assert rows[1]["sent_bytes"] == [0]
+    text = (folder / "context_parallel.md").read_text()
+    assert "| weird-a | 512 | 2 |" in text and "Quick run" in text
+    assert "## Targets (issue 64)" in text and "communication" in text
+    assert (folder / "context_parallel.png").stat().st_size > 0
+
+
+def test_dry_run_lists_the_cells_and_bad_settings_exit_2(tmp_path):
+    done = run_cli("bench", "context-parallel", "--dry-run", "--lengths", "1024",
+                   "--processes", "1", "4", "--model-lengths", "weird-b-pp=2048",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 4 and all("torch.distributed.run" in line for line in lines)
+    assert '"length": 2048' in lines[-1] and "--nproc-per-node=4" in lines[-1]
+    for args, message in ((["--models", "dba"], "unknown model 'dba'"),
+                          (["--lengths", "4", "--processes", "4"], "does not fit L = 4"),
+                          (["--model-lengths", "weird-a=x"], "NAME=L,L")):
+        bad = run_cli("bench", "context-parallel", "--dry-run", *args, cwd=tmp_path)
+        assert bad.returncode == 2 and message in bad.stderr, bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1
