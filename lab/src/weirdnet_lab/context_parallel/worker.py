@@ -41,8 +41,7 @@ MODELS = {
 def build_model(name: str, length: int, dim: int, depth: int):
     """The byte-level language model ``name`` (:data:`MODELS`), D = ``dim``, N = ``depth``,
     d_ff = 4 D, D / 32 heads, max_len = ``length``."""
-    from weirdnet.models.config import BackboneConfig
-    from weirdnet.models.lm import LMConfig, WeirdNetLM
+    from weirdnet.models import BackboneConfig, LMConfig, WeirdNetLM
 
     backbone = BackboneConfig(dim=dim, depth=depth, d_ff=4 * dim, heads=max(1, dim // 32),
                               max_len=length, causal=True, vocab_size=256,
@@ -77,8 +76,7 @@ def run(spec: dict, prefix: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from weirdnet.layers.context_parallel import ContextParallel
-    from weirdnet.layers.weird import WeirdAttention
+    from weirdnet.layers import ContextParallel, WeirdAttention
     from weirdnet.ops.weird_scan.halo import count_sent_bytes
     from weirdnet.train.context_parallel import SequenceShards, shard_batch
     from weirdnet_lab.harness.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss

@@ -79,11 +79,11 @@ def weird_scan_context_parallel(a, v, log_w, *, group=None, reverse=False, mask=
     summing here as well would count it P times.
 
     Raises:
-        ValueError (on every rank alike): no initialised process group; a rank holding no
-        positions (e.g. P larger than L); shards that disagree in batch, channels, dtype,
-        ``log_w``'s shape or the presence of ``mask`` / ``doc_ids``; ``log_w`` with too
-        few levels for L; a rank whose own arguments are invalid (that rank raises its own
-        message, the others say which rank).
+        ValueError: on every rank alike, for no initialised process group; a rank
+            holding no positions (e.g. P larger than L); shards that disagree in batch,
+            channels, dtype, ``log_w``'s shape or the presence of ``mask`` /
+            ``doc_ids``; ``log_w`` with too few levels for L; a rank whose own arguments
+            are invalid (that rank raises its own message, the others say which rank).
 
     Computation in float32 (float64 for float64 inputs), on any device.  Bytes sent:
     ``docs/context_parallel.md`` (:func:`weirdnet.ops.weird_scan.halo.count_sent_bytes`
