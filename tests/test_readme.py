@@ -95,3 +95,36 @@ def test_every_number_of_a_row_is_its_records(label):
     page = (ROOT / link[1]).read_text(encoding="utf-8")
     assert f"results/{EVIDENCE[label]}" in page, \
         f"{link[1]}, which README row {label!r} links to, does not link its record"
+
+
+SPEED_PAGE = ROOT / "docs" / "speed.md"
+SPEED_SECTION = "## The README's headline speed results, in full (ours)"
+
+
+def _speed_section() -> str:
+    text = SPEED_PAGE.read_text(encoding="utf-8")
+    return text.split(SPEED_SECTION, 1)[1].split("\n## ", 1)[0]
+
+
+def test_every_measured_number_of_the_speed_tables_is_in_their_records():
+    """The table the README's speed rows came from (docs/speed.md): each number of three
+    or more digits in a row is written in one of the records the section links (a
+    measured number that drifts from its record fails here).  Smaller numbers (sizes,
+    counts of layers) are conditions, not results."""
+    section = _speed_section()
+    linked = re.findall(r"\]\(results/([^)#]+)\)", section)
+    assert linked, "the section links no records"
+    texts = []
+    for link in linked:
+        path = RESULTS / link
+        files = sorted(path.rglob("*")) if path.is_dir() else [path, *path.parent.glob("*.json")]
+        texts += [f.read_text(encoding="utf-8", errors="ignore") for f in files
+                  if f.suffix in (".md", ".json")]
+    written = " ".join(texts).replace(",", "")
+    rows = [line for line in section.splitlines()
+            if line.startswith("|") and not line.startswith("|---")][1:]
+    assert rows, "the section has no table rows"
+    missing = [n for row in rows for n in (m.replace(",", "").rstrip(".")
+                                           for m in _numbers(row))
+               if len(n.replace(".", "")) >= 3 and n not in written]
+    assert not missing, f"numbers of docs/speed.md's table in no linked record: {missing}"
