@@ -29,15 +29,28 @@ import torch
 import torch.distributed as dist
 
 from ..ops.sequence_shards import global_positions, shard_layout
+from ..ops.weird_scan.context_parallel import HALOS
 from ..ops.weird_scan.halo import ShardLayout
 
 
 @dataclass(frozen=True)
 class ContextParallel:
     """The process group one sequence is sharded over (None: the default group, which
-    must be initialised); group rank r holds the r-th contiguous shard."""
+    must be initialised); group rank r holds the r-th contiguous shard.
+
+    ``halos``: what weird/ps attention's sharded scan keeps for its backward
+    (:func:`weirdnet.ops.weird_scan_context_parallel`): "resend" (the default) keeps
+    only its inputs and exchanges the forward's halos again in the backward; "keep"
+    keeps them (one forward's bytes fewer per step, 3 (2 + log2 P) more values per
+    position and channel held)."""
 
     group: Any = None
+    halos: str = "resend"
+
+    def __post_init__(self):
+        if self.halos not in HALOS:
+            raise ValueError(f"ContextParallel halos must be one of {HALOS}, got "
+                             f"{self.halos!r}")
 
     @property
     def process_group(self):

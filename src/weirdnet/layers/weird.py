@@ -151,7 +151,7 @@ class WeirdAttention(Mixer):
         n_causal = self.dim if self.causal else self.dim // 2
         return self.proj_o(weird_scan_bidirectional_context_parallel(
             a, v, self.log_weights(), group=cp.process_group, mask=mask, doc_ids=doc_ids,
-            split=n_causal))
+            split=n_causal, halos=cp.halos))
 
     def _new_cache(self, batch_size: int, max_len: int | None) -> WeirdAttentionCache:
         """Ring buffers for up to ``max_len`` tokens (default: the layer's max_len): about

@@ -31,8 +31,11 @@ d log_w: each rank returns the contribution of its own positions (see
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.distributed as dist
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from ..checks import FLOAT_DTYPES, check_finite_log_w, check_scan_inputs, levels_needed, on_host
 from .dispatch import compute_dtype
@@ -40,6 +43,10 @@ from .halo import ReadyHalo, ShardLayout, start_halo
 from .pytorch import adjoint_scale, combine, initial_state
 
 _META = 8  # n, B, D, dtype, K, mask?, doc?, local error?
+HALOS = ("keep", "resend")
+"""What the backward recomputes the forward levels from (``halos=``)."""
+# The groups the "resend" custom op was called with, by name (an op takes no group).
+_GROUPS: dict = {}
 # Values of (B, n, block) temporaries a channel block may hold at once, times levels: 16 MiB
 # of float32, an eighth of the single-process torch backend's (the sharded scan exists to
 # hold less than one process; more blocks only mean more, smaller messages).
@@ -47,7 +54,7 @@ _BLOCK_BUDGET = 1 << 22
 
 
 def weird_scan_context_parallel(a, v, log_w, *, group=None, reverse=False, mask=None,
-                                doc_ids=None):
+                                doc_ids=None, halos="keep"):
     """:func:`weirdnet.ops.weird_scan` of a sequence sharded over a process group.
 
     Every rank of ``group`` calls this with its own contiguous shard; group rank r holds
@@ -65,6 +72,14 @@ def weird_scan_context_parallel(a, v, log_w, *, group=None, reverse=False, mask=
         doc_ids: optional (B, n) integer shard of the packed documents' ids; a document
             may span shards (a change of id at a shard's first position, against the
             previous shard's last, starts a document, as on one process).
+        halos: what the backward recomputes the forward levels from.  "keep": the halos
+            the forward received, kept between forward and backward (about
+            3 (2 + log2 P) values per position and channel on the last rank); "resend":
+            nothing kept but the inputs, the forward's halos are exchanged again in the
+            backward, one channel block at a time (the forward's bytes once more; the
+            memory of one block).  Under activation checkpointing use "resend" with
+            :func:`sharded_scan_checkpoint_context`, which keeps the op's output so the
+            recomputation does not run it: the bytes of "keep" without checkpointing.
 
     Returns:
         O: (B, n) x D, this rank's shard of the single-process output, in ``a``'s dtype.
@@ -83,23 +98,31 @@ def weird_scan_context_parallel(a, v, log_w, *, group=None, reverse=False, mask=
             holding no positions (e.g. P larger than L); shards that disagree in batch,
             channels, dtype, ``log_w``'s shape or the presence of ``mask`` /
             ``doc_ids``; ``log_w`` with too few levels for L; a rank whose own arguments
-            are invalid (that rank raises its own message, the others say which rank).
+            are invalid (that rank raises its own message, the others say which rank);
+            ``halos`` not one of :data:`HALOS` (this rank, before any message).
 
     Computation in float32 (float64 for float64 inputs), on any device.  Bytes sent:
     ``docs/context_parallel.md`` (:func:`weirdnet.ops.weird_scan.halo.count_sent_bytes`
     counts them).
     """
+    if halos not in HALOS:
+        raise ValueError(f"halos must be one of {HALOS}, got {halos!r}")
     group = _check_group(group)
     layout = _layout(a, v, log_w, mask, doc_ids, group, bool(reverse))
     flip = (lambda x: x.flip(1)) if reverse else (lambda x: x)
     bounds = None if doc_ids is None else document_bounds(flip(doc_ids), layout, group)
-    out = _ScanCP.apply(flip(a), flip(v), log_w, None if mask is None else flip(mask),
-                        bounds, layout, group)
-    return flip(out)
+    mask = None if mask is None else flip(mask)
+    if halos == "keep":
+        return flip(_ScanCP.apply(flip(a), flip(v), log_w, mask, bounds, layout, group))
+    _GROUPS[group.group_name] = group
+    start, end = bounds if bounds is not None else (None, None)
+    return flip(torch.ops.weirdnet.weird_scan_cp_resend(
+        flip(a), flip(v), log_w, mask, start, end, list(layout.lengths), layout.index,
+        list(layout.ranks), list(layout.members), group.group_name))
 
 
 def weird_scan_bidirectional_context_parallel(a, v, log_w, *, group=None, mask=None,
-                                              doc_ids=None, split=None):
+                                              doc_ids=None, split=None, halos="keep"):
     """:func:`weirdnet.ops.weird_scan_bidirectional` of a sharded sequence: channels
     [0, split) causal, [split, D) anti-causal (split defaults to D // 2); arguments and
     gradients as :func:`weird_scan_context_parallel`.  Returns O (B, n, D)."""
@@ -112,7 +135,7 @@ def weird_scan_bidirectional_context_parallel(a, v, log_w, *, group=None, mask=N
         if sl.start < sl.stop:
             parts.append(weird_scan_context_parallel(
                 a[..., sl], v[..., sl], log_w[:, sl], group=group, reverse=rev, mask=mask,
-                doc_ids=doc_ids))
+                doc_ids=doc_ids, halos=halos))
     return torch.cat(parts, -1)
 
 
@@ -270,9 +293,10 @@ def channel_blocks(B: int, layout: ShardLayout, D: int, nlev: int) -> list[slice
     return [slice(start, min(D, start + step)) for start in range(0, D, step)]
 
 
-def scan_forward(a, v, log_w, mask, layout, bounds, group, nlev: int):
-    """(O, halos): O (B, n, D) and the halo each level received, (3, B, h_k, D) each (for
-    the backward), computed one channel block at a time: it holds one block's state."""
+def scan_forward(a, v, log_w, mask, layout, bounds, group, nlev: int, keep: bool = True):
+    """(O, halos): O (B, n, D) and, with ``keep``, the halo each level received,
+    (3, B, h_k, D) each (for the backward; else None), computed one channel block at a
+    time: it holds one block's state."""
     B, _, D = a.shape
     out, halos = torch.empty_like(a), [None] * nlev
     for ch in channel_blocks(B, layout, D, 0):  # it holds two states, not nlev + 1
@@ -280,35 +304,50 @@ def scan_forward(a, v, log_w, mask, layout, bounds, group, nlev: int):
         for k in range(nlev):
             pending = start_halo(state, layout, 1 << k, False, group, "forward")
             state = forward_level(state, pending, log_w[k, ch], 1 << k, layout, bounds)
-            got = pending.wait()
-            if halos[k] is None:
-                halos[k] = got.new_empty((*got.shape[:-1], D))
-            halos[k][..., ch] = got
+            if keep:
+                got = pending.wait()
+                if halos[k] is None:
+                    halos[k] = got.new_empty((*got.shape[:-1], D))
+                halos[k][..., ch] = got
         out[..., ch] = state[1] / state[2]
-    return out, halos
+    return out, (halos if keep else None)
 
 
 def scan_backward(a, v, log_w, mask, grad, halos, layout, bounds, group, nlev: int):
     """(dA, dV, dlog_w (nlev, D) float64, this rank's share); the mirrored scan, one
-    channel block at a time (the forward levels recomputed from the kept halos, so it
-    holds (nlev + 1) states of one block, not of all channels)."""
+    channel block at a time: the forward levels are recomputed from the kept ``halos``
+    or, where ``halos`` is None, with the forward's halo exchange again (phase
+    "recompute"), so it holds (nlev + 1) states and the halos of one block, not of all
+    channels."""
     B, _, D = a.shape
     da, dv = torch.empty_like(a), torch.empty_like(a)
     dlogw = torch.zeros((nlev, D), dtype=torch.float64, device=a.device)
     for ch in channel_blocks(B, layout, D, nlev):
         da[..., ch], dv[..., ch], dlogw[:, ch] = _backward_block(
             a[..., ch], v[..., ch], log_w[:, ch], mask, grad[..., ch],
-            [h[..., ch] for h in halos], layout, bounds, group, nlev)
+            None if halos is None else [h[..., ch] for h in halos], layout, bounds,
+            group, nlev)
     return da, dv, dlogw
+
+
+def _forward_levels(a, v, log_w, mask, halos, layout, bounds, group, nlev: int):
+    """(states, halos): the state before each level and after the last, (m, h, u)
+    (B, n, d) each, and each level's halo (3, B, h_k, d): the given ``halos`` or, where
+    None, received again from the earlier ranks."""
+    states, received = [initial_state(a, v, mask)], []
+    for k in range(nlev):
+        halo = ReadyHalo(halos[k]) if halos is not None else start_halo(
+            states[-1], layout, 1 << k, False, group, "recompute")
+        states.append(forward_level(states[-1], halo, log_w[k], 1 << k, layout, bounds))
+        received.append(halo.wait())
+    return states, received
 
 
 def _backward_block(a, v, log_w, mask, grad, halos, layout, bounds, group, nlev: int):
     """:func:`scan_backward` of one channel block: a, v, grad (B, n, d); log_w (nlev, d);
-    halos (3, B, h_k, d) per level.  Returns (dA, dV, dlog_w (nlev, d) float64)."""
-    states = [initial_state(a, v, mask)]
-    for k in range(nlev):
-        states.append(forward_level(states[-1], ReadyHalo(halos[k]), log_w[k], 1 << k,
-                                    layout, bounds))
+    halos (3, B, h_k, d) per level, or None (exchanged again).  Returns (dA, dV,
+    dlog_w (nlev, d) float64)."""
+    states, halos = _forward_levels(a, v, log_w, mask, halos, layout, bounds, group, nlev)
     fm, fh, fu = states.pop()
     o = fh / fu
     bm, g = adjoint_scale(fm, fu, o, grad)
@@ -381,3 +420,64 @@ class _ScanCP(torch.autograd.Function):
         grad_log_w = log_w.new_zeros(log_w.shape)
         grad_log_w[:ctx.nlev] = dlogw.to(log_w.dtype)
         return da.to(a.dtype), dv.to(v.dtype), grad_log_w, None, None, None, None
+
+
+# --- halos="resend": a custom op, so selective checkpointing can keep its output --------
+
+
+@torch.library.custom_op("weirdnet::weird_scan_cp_resend", mutates_args=())
+def _scan_resend(a: torch.Tensor, v: torch.Tensor, log_w: torch.Tensor,
+                 mask: torch.Tensor | None, doc_start: torch.Tensor | None,
+                 doc_end: torch.Tensor | None, lengths: list[int], index: int,
+                 ranks: list[int], members: list[int], group_name: str) -> torch.Tensor:
+    """The sharded scan's forward (oriented inputs) keeping no halos; O in a's dtype."""
+    layout = ShardLayout(tuple(lengths), index, tuple(ranks), tuple(members))
+    dtype = compute_dtype(a.dtype)
+    bounds = None if doc_start is None else (doc_start, doc_end)
+    out, _ = scan_forward(a.to(dtype), v.to(dtype), log_w.to(dtype), mask, layout, bounds,
+                          _GROUPS[group_name], levels_needed(layout.total), keep=False)
+    return out.to(a.dtype)
+
+
+@_scan_resend.register_fake
+def _(a, v, log_w, mask, doc_start, doc_end, lengths, index, ranks, members, group_name):
+    return torch.empty_like(a)
+
+
+def _resend_setup(ctx, inputs, output):
+    a, v, log_w, mask, doc_start, doc_end, lengths, index, ranks, members, name = inputs
+    ctx.save_for_backward(a, v, log_w, mask, doc_start, doc_end)
+    ctx.layout = ShardLayout(tuple(lengths), index, tuple(ranks), tuple(members))
+    ctx.group_name = name
+
+
+def _resend_backward(ctx, grad):
+    a, v, log_w, mask, doc_start, doc_end = ctx.saved_tensors
+    bounds = None if doc_start is None else (doc_start, doc_end)
+    dtype = compute_dtype(a.dtype)
+    nlev = levels_needed(ctx.layout.total)
+    da, dv, dlogw = scan_backward(a.to(dtype), v.to(dtype), log_w.to(dtype), mask,
+                                  grad.to(dtype), None, ctx.layout, bounds,
+                                  _GROUPS[ctx.group_name], nlev)
+    grad_log_w = log_w.new_zeros(log_w.shape)
+    grad_log_w[:nlev] = dlogw.to(log_w.dtype)
+    return (da.to(a.dtype), dv.to(v.dtype), grad_log_w) + (None,) * 8
+
+
+_scan_resend.register_autograd(_resend_backward, setup_context=_resend_setup)
+
+
+def _save_sharded_scans(ctx, op, *args, **kwargs):
+    """Selective checkpointing's policy: keep the "resend" scan's output, recompute the
+    rest."""
+    if op == torch.ops.weirdnet.weird_scan_cp_resend.default:
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+sharded_scan_checkpoint_context = partial(create_selective_checkpoint_contexts,
+                                          _save_sharded_scans)
+sharded_scan_checkpoint_context.__doc__ = (
+    """``context_fn`` for ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``:
+    the recomputation of a checkpointed region reuses the output of each sharded scan
+    with ``halos="resend"`` instead of running it (and exchanging its halos) again.""")

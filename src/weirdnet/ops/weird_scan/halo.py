@@ -103,6 +103,7 @@ class SentBytes:
 
     forward: int = 0
     backward: int = 0
+    recompute: int = 0  # the forward's halos sent again by a backward that kept none
     messages: int = 0
 
     def add(self, phase: str, tensor: torch.Tensor) -> None:
@@ -122,6 +123,7 @@ def count_sent_bytes():
             out = weird_scan_context_parallel(a, v, log_w)
             out.sum().backward()
         sent.forward, sent.backward   # bytes, this rank's own sends
+        sent.recompute                # halos="resend": the forward's, sent again
     """
     counter = SentBytes()
     _COUNTERS.append(counter)
