@@ -102,7 +102,8 @@ def _run_scan(case: Case, group, index: int) -> dict:
     a, v, log_w, mask, doc, grad = inputs(case)
     leaves = [shard(a, case, index).clone().requires_grad_(),
               shard(v, case, index).clone().requires_grad_(), log_w.clone().requires_grad_()]
-    kwargs = dict(group=group, mask=shard(mask, case, index), doc_ids=shard(doc, case, index))
+    kwargs = dict(group=group, mask=shard(mask, case, index), doc_ids=shard(doc, case, index),
+                  halos=case.extra.get("halos", "keep"))
     with count_sent_bytes() as sent:
         if case.bidirectional:
             out = weird_scan_bidirectional_context_parallel(*leaves, **kwargs)
@@ -110,7 +111,7 @@ def _run_scan(case: Case, group, index: int) -> dict:
             out = weird_scan_context_parallel(*leaves, reverse=case.reverse, **kwargs)
         out.backward(shard(grad, case, index))
     return dict(o=out.detach(), da=leaves[0].grad, dv=leaves[1].grad, dlogw=leaves[2].grad,
-                forward=sent.forward, backward=sent.backward)
+                forward=sent.forward, backward=sent.backward, recompute=sent.recompute)
 
 
 def _run_error(case: Case, index: int) -> str:
@@ -172,8 +173,9 @@ def _memory_case(case: Case, group, index: int) -> dict:
     dist.barrier(group)
     reset_peak_rss()
     base = current_rss_bytes()
+    halos = case.extra.get("halos", "keep")
     with channel_budget(case), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        weird_scan_context_parallel(a, v, log_w, group=group).backward(grad)
+        weird_scan_context_parallel(a, v, log_w, group=group, halos=halos).backward(grad)
     return dict(saved=sum(saved.values()), extra=peak_rss_bytes() - base)
 
 

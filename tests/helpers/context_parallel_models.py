@@ -25,10 +25,20 @@ class ModelCase:
     members: tuple[int, ...] | None = None
     B: int = 2
     seed: int = 0
+    halos: str = "resend"  # ContextParallel.halos
+    checkpoint: bool = False  # training mode, activation checkpointing per block
 
     @property
     def total(self) -> int:
         return sum(self.lengths)
+
+
+def _mode(model, case: ModelCase):
+    """Training with block checkpointing (FFN chunks of 64) for ``case.checkpoint``."""
+    if case.checkpoint:
+        model.train()
+        model.set_activation_checkpointing("blocks", 2, 64)
+    return model
 
 
 BASE = dict(dim=16, depth=2, heads=2, d_ff=32, max_len=1024, vocab_size=64, causal=True)
@@ -62,7 +72,7 @@ def shard(x, case: ModelCase, index: int):
 
 def single(case: ModelCase):
     """(output, {name: grad}) of the model on one process, the whole sequence."""
-    model = build(case)
+    model = _mode(build(case), case)
     tokens, mask, docs, grad = inputs(case)
     out = model(tokens, mask, doc_ids=docs)
     (out * grad).sum().backward()
@@ -71,17 +81,20 @@ def single(case: ModelCase):
 
 def _run(case: ModelCase, group, index: int):
     from weirdnet.layers.context_parallel import ContextParallel
+    from weirdnet.ops.weird_scan.halo import count_sent_bytes
 
-    model = build(case)
+    model = _mode(build(case), case)
     try:
-        model.set_context_parallel(ContextParallel(group))
+        model.set_context_parallel(ContextParallel(group, halos=case.halos))
     except ValueError as err:
         return str(err)
     tokens, mask, docs, grad = (shard(x, case, index) for x in inputs(case))
-    out = model(tokens, mask, doc_ids=docs)
-    (out * grad).sum().backward()
+    with count_sent_bytes() as sent:
+        out = model(tokens, mask, doc_ids=docs)
+        (out * grad).sum().backward()
     return dict(o=out.detach(), grads={n: p.grad for n, p in model.named_parameters()
-                                       if p.grad is not None})
+                                       if p.grad is not None},
+                sent=(sent.forward, sent.recompute, sent.backward))
 
 
 def run_model_cases(cases: list[ModelCase], rank: int, world: int) -> dict:

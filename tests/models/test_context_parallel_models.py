@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from helpers.context_parallel import spawn
-from helpers.context_parallel_models import ModelCase, run_model_cases, single
+from helpers.context_parallel_models import BASE, ModelCase, run_model_cases, single
 from helpers.numerics import rel_err
+from weirdnet.ops.weird_scan.context_parallel_cost import halo_values, step_values
 
 A = dict(pattern="A")
 B_ROPE_CONV = dict(pattern="B", positions="rope", short_conv=4)
@@ -16,6 +17,7 @@ LINEAR_LOCAL = dict(pattern="linear,local", short_conv=3, mixer_options={"local"
 LINEAR_LOCAL_ENC = dict(pattern="linear,local", causal=False,
                         mixer_options={"local": {"window": 6}})
 A_DOCS = dict(pattern="A", positions="none", short_conv=4)
+A_NONE = dict(pattern="A", positions="none")  # the scan's halos are all it sends
 
 TWO = [
     ModelCase("A-L1-group-of-one", (1,), A, members=(0,)),
@@ -32,6 +34,10 @@ TWO = [
     ModelCase("linear-local-conv-L1001", (700, 301), LINEAR_LOCAL, seed=11),
     ModelCase("linear-local-encoder-L9", (4, 5), LINEAR_LOCAL_ENC, masked=True, seed=12),
     ModelCase("A-docs-conv-L301", (150, 151), A_DOCS, docs=True, masked=True, seed=13),
+    ModelCase("A-keep-L301-masked", (150, 151), A, masked=True, seed=14, halos="keep"),
+    ModelCase("A-checkpointed-resend-L301", (150, 151), A_NONE, seed=15, checkpoint=True),
+    ModelCase("A-checkpointed-keep-L301", (150, 151), A_NONE, seed=15, checkpoint=True,
+              halos="keep"),
     ModelCase("refuses-relation", (3, 4), dict(pattern="weird,relation")),
     ModelCase("refuses-dba", (3, 4), dict(pattern="dba", causal=False)),
     ModelCase("refuses-linformer", (3, 4), dict(pattern="linformer", causal=False)),
@@ -45,6 +51,8 @@ FOUR = [
     ModelCase("linear-local-conv-L7", (1, 1, 1, 4), LINEAR_LOCAL, masked=True, seed=25),
     ModelCase("linear-local-encoder-L13", (1, 5, 2, 5), LINEAR_LOCAL_ENC, seed=26),
     ModelCase("A-docs-conv-L101", (1, 50, 25, 25), A_DOCS, docs=True, seed=27),
+    ModelCase("A-checkpointed-resend-L1001", (1, 300, 500, 200), A_NONE, masked=True,
+              seed=28, checkpoint=True),
 ]
 REFUSALS = {"refuses-relation": "Relation cannot run context-parallel: its per-sequence mean",
             "refuses-dba": "cannot run context-parallel: it compresses the whole sequence",
@@ -86,6 +94,30 @@ def test_two_processes_match_one(two, case):
 @pytest.mark.parametrize("case", FOUR, ids=lambda c: c.name)
 def test_four_processes_match_one(four, case):
     _check(case, four)
+
+
+def _check_checkpointed_bytes(case, results):
+    """Selective checkpointing keeps the scans' outputs: a checkpointed step sends each
+    layer's forward halos once (and "resend" once more in the backward), as by formula."""
+    parts = [results[r][case.name] for r in range(len(results))]
+    layers, dim = BASE["depth"], BASE["dim"]
+    unit = case.B * dim * 4 * layers
+    for (f, b), step, p in zip(halo_values(list(case.lengths)),
+                               step_values(list(case.lengths), case.halos), parts):
+        again = f * unit if case.halos == "resend" else 0
+        assert p["sent"] == (f * unit, again, b * unit)
+        assert sum(p["sent"]) == step * unit
+
+
+@pytest.mark.parametrize("case", [c for c in TWO if c.checkpoint], ids=lambda c: c.name)
+def test_checkpointed_step_sends_the_forward_halos_once(two, case):
+    _check_checkpointed_bytes(case, two)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c for c in FOUR if c.checkpoint], ids=lambda c: c.name)
+def test_checkpointed_step_sends_the_forward_halos_once_on_four(four, case):
+    _check_checkpointed_bytes(case, four)
 
 
 @pytest.mark.parametrize("name", sorted(REFUSALS))

@@ -20,7 +20,11 @@ from weirdnet.ops import (
     weird_scan_reference,
 )
 from weirdnet.ops.checks import levels_needed
-from weirdnet.ops.weird_scan.context_parallel_cost import halo_values, halo_values_equal
+from weirdnet.ops.weird_scan.context_parallel_cost import (
+    halo_values,
+    halo_values_equal,
+    step_values,
+)
 from weirdnet.ops.weird_scan.halo import ShardLayout
 
 TWO = [
@@ -37,6 +41,12 @@ TWO = [
          D=5, seed=9, extra={"budget": 1}),
     Case("L64-two-channel-blocks-reverse", (40, 24), reverse=True, D=5, seed=10,
          extra={"budget": 2 * 2 * 40 * (3 * 6 + 6)}),
+    Case("L1001-resend-docs-masked", (600, 401), masked=True, docs="random", seed=19,
+         extra={"halos": "resend"}),
+    Case("L7-resend-reverse-blocks", (3, 4), reverse=True, masked=True, D=4, seed=20,
+         extra={"halos": "resend", "budget": 1}),
+    Case("L9-resend-bidirectional", (5, 4), bidirectional=True, D=4, seed=21,
+         extra={"halos": "resend"}),
     Case("bad-P-larger-than-L", (1, 0), extra={"bad": "empty"}),
     Case("bad-channels", (3, 4), extra={"bad": "channels"}),
     Case("bad-dtype", (3, 4), extra={"bad": "dtype"}),
@@ -54,6 +64,10 @@ FOUR = [
     Case("L5-subgroup", (2, 3), members=(1, 3), masked=True, seed=17),
     Case("L1001-one-channel-blocks", (1, 300, 500, 200), masked=True, docs="random", D=4,
          seed=18, extra={"budget": 1}),
+    Case("L1001-resend-docs-masked", (1, 300, 500, 200), masked=True, docs="random",
+         seed=22, extra={"halos": "resend"}),
+    Case("L1000-resend-reverse", (250, 250, 250, 250), reverse=True, seed=23,
+         extra={"halos": "resend"}),
     Case("bad-P-larger-than-L", (1, 1, 1, 0), extra={"bad": "empty"}),
 ]
 
@@ -133,8 +147,13 @@ def _check_bytes(case, results):
     order = list(range(len(parts)))[::-1] if case.reverse else list(range(len(parts)))
     values = halo_values([case.lengths[q] for q in order])
     unit = case.B * case.D * 8
-    for (fwd, bwd), q in zip(values, order):
-        assert (parts[q]["forward"], parts[q]["backward"]) == (fwd * unit, bwd * unit)
+    again = case.extra.get("halos", "keep") == "resend"
+    steps = step_values([case.lengths[q] for q in order], case.extra.get("halos", "keep"))
+    for (fwd, bwd), step, q in zip(values, steps, order):
+        sent = parts[q]
+        assert (sent["forward"], sent["backward"]) == (fwd * unit, bwd * unit)
+        assert sent["recompute"] == (fwd * unit if again else 0)
+        assert sent["forward"] + sent["recompute"] + sent["backward"] == step * unit
 
 
 def _check_error(case, results, expected):
@@ -182,6 +201,12 @@ def test_no_process_group_is_a_value_error():
         weird_scan_context_parallel(a, a, torch.zeros(2, 2))
 
 
+def test_unknown_halos_is_a_value_error():
+    a = torch.zeros(1, 3, 2)
+    with pytest.raises(ValueError, match="halos must be one of"):
+        weird_scan_context_parallel(a, a, torch.zeros(2, 2), halos="drop")
+
+
 @pytest.mark.parametrize("P", [2, 3, 4, 5, 8, 16, 64])
 @pytest.mark.parametrize("S", [1, 2, 64, 1024])
 def test_halo_closed_form_is_the_count(P, S):
@@ -190,7 +215,9 @@ def test_halo_closed_form_is_the_count(P, S):
 
 _MEM_N, _MEM_D, _MEM_BUDGET = 8192, 64, 1 << 20
 MEMORY = [Case("one-block", (_MEM_N, _MEM_N), B=1, D=_MEM_D, extra={"budget": 1 << 40}),
-          Case("blocks", (_MEM_N, _MEM_N), B=1, D=_MEM_D, extra={"budget": _MEM_BUDGET})]
+          Case("blocks", (_MEM_N, _MEM_N), B=1, D=_MEM_D, extra={"budget": _MEM_BUDGET}),
+          Case("resend", (_MEM_N, _MEM_N), B=1, D=_MEM_D,
+               extra={"budget": _MEM_BUDGET, "halos": "resend"})]
 
 
 def _received_positions(lengths, index: int) -> int:
@@ -219,3 +246,6 @@ def test_sharded_step_memory_is_one_channel_block_of_levels(tmp_path):
         assert r["blocks"]["extra"] <= bound, (index, r, bound)
         assert r["one-block"]["extra"] >= 0.8 * all_levels, (index, r, all_levels)
         assert r["blocks"]["extra"] <= 0.5 * r["one-block"]["extra"], (index, r)
+        # "resend" keeps the inputs only; its step holds one block's halos at a time
+        assert r["resend"]["saved"] == inputs_bytes
+        assert r["resend"]["extra"] <= bound - (want_saved - inputs_bytes), (index, r)

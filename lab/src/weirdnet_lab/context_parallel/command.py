@@ -28,11 +28,13 @@ EXAMPLES = """\
 examples:
   weirdnet bench context-parallel --out lab/results       # the committed record
   weirdnet bench context-parallel --lengths 65536 131072 --processes 1 4
+  weirdnet bench context-parallel --halos keep resend     # both, side by side
   weirdnet bench context-parallel --model-lengths weird-b-pp=65536,131072
   weirdnet bench context-parallel --quick --out /tmp/cp   # tiny, seconds
   weirdnet bench context-parallel --dry-run               # print the cells only
 """
 MODELS = ("weird-a", "weird-b-pp")
+HALOS = ("keep", "resend")
 LENGTHS = (65536, 131072, 262144)
 PROCESSES = (1, 2, 4)
 QUICK = dict(lengths=(512,), processes=(1, 2), steps=1, dim=32)
@@ -48,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="lengths for one model instead of --lengths (repeatable)")
     parser.add_argument("--processes", type=int, nargs="+", default=list(PROCESSES),
                         help="P, processes per sequence (default: %(default)s)")
+    parser.add_argument("--halos", nargs="+", default=["resend"], choices=HALOS,
+                        help="what the sharded scan keeps for its backward, one cell per "
+                             "value for P > 1 (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=1,
                         help="timed steps after the first (memory) step (default 1)")
     parser.add_argument("--dim", type=int, default=128, help="D (default 128)")
@@ -84,9 +89,11 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
                 if P < 1 or length < 2 * P:
                     raise ValueError(f"P = {P} does not fit L = {length} (each process "
                                      "needs >= 2 positions, P >= 1)")
-                cells.append(dict(model=name, length=int(length), P=int(P),
-                                  steps=settings["steps"], dim=settings["dim"],
-                                  depth=args.depth, ffn_chunk=FFN_CHUNK))
+                for halos in (args.halos if P > 1 else args.halos[:1]):
+                    cells.append(dict(model=name, length=int(length), P=int(P),
+                                      halos=halos, steps=settings["steps"],
+                                      dim=settings["dim"], depth=args.depth,
+                                      ffn_chunk=FFN_CHUNK))
     if settings["steps"] < 0 or settings["dim"] < 1 or args.depth < 1:
         raise ValueError("--steps must be >= 0, --dim and --depth >= 1")
     return cells
@@ -94,7 +101,8 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def worker_command(cell: dict[str, Any], prefix: str) -> list[str]:
     """The torchrun command line of one cell."""
-    spec = {k: cell[k] for k in ("model", "length", "steps", "dim", "depth", "ffn_chunk")}
+    spec = {k: cell[k] for k in ("model", "length", "halos", "steps", "dim", "depth",
+                                 "ffn_chunk")}
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
             f"--nproc-per-node={cell['P']}", "-m", "weirdnet_lab.context_parallel.worker",
             json.dumps(spec), prefix]

@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from weirdnet.ops.weird_scan.context_parallel_cost import halo_values, ring_values
+from weirdnet.ops.weird_scan.context_parallel_cost import ring_values, step_values
 from weirdnet_lab.opbench.report import markdown_table
 from weirdnet_lab.sweep import writing
 
@@ -18,21 +18,23 @@ STEM = "context_parallel"
 ITEMSIZE = 4  # float32 state
 
 
-def formula_bytes(lengths: list[int], layers: int, channels: int) -> list[int]:
+def formula_bytes(lengths: list[int], layers: int, channels: int, halos: str) -> list[int]:
     """Halo bytes each rank sends in one checkpointed training step by formula: per
-    Weird-attention layer, the forward twice (the step and the checkpoint's recompute)
-    and the backward once, B = 1, float32."""
+    Weird-attention layer, the forward once (selective checkpointing keeps the scan's
+    output, so the recomputation sends nothing), the backward once, and with
+    ``halos="resend"`` the forward's halos again in the backward; B = 1, float32."""
     unit = channels * ITEMSIZE * layers
-    return [(2 * f + b) * unit for f, b in halo_values(lengths)]
+    return [values * unit for values in step_values(lengths, halos)]
 
 
 def ring_bytes(P: int, shard: int, layers: int, channels: int) -> int:
     """Ring attention's bytes per rank for the same shards and the same step (K, V of
-    width D; its forward recomputed by the checkpoint too)."""
+    width D; its output kept by the same selective checkpointing, so the forward's hops
+    run once; a recomputed ring would send its forward twice)."""
     if P < 2:
         return 0
     f, b = ring_values(P, shard)
-    return (2 * f + b) * channels * ITEMSIZE * layers
+    return (f + b) * channels * ITEMSIZE * layers
 
 
 def row(cell: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -41,14 +43,16 @@ def row(cell: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, Any]:
     layers, channels = ranks[0]["weird_layers"], ranks[0]["scan_channels"]
     timed = ranks[0]["seconds"][1:] or ranks[0]["seconds"]
     seconds = statistics.median(timed)
-    sent = [r["sent_forward"] + r["sent_backward"] for r in ranks]
+    sent = [r["sent_forward"] + r.get("sent_recompute", 0) + r["sent_backward"]
+            for r in ranks]
+    halos = cell.get("halos", "keep")
     return {**cell, "shards": lengths,
             "peak_rss_mib": max(r["peak_rss"] for r in ranks) / MIB,
             "step_extra_mib": max(r["peak_rss"] - r["base_rss"] for r in ranks) / MIB,
             "base_rss_mib": max(r["base_rss"] for r in ranks) / MIB,
             "seconds_per_step": seconds, "first_step_seconds": ranks[0]["seconds"][0],
             "tokens_per_s": cell["length"] / seconds,
-            "sent_bytes": sent, "formula_bytes": formula_bytes(lengths, layers, channels),
+            "sent_bytes": sent, "formula_bytes": formula_bytes(lengths, layers, channels, halos),
             "ring_bytes": ring_bytes(len(lengths), max(lengths), layers, channels),
             "messages": [r["messages"] for r in ranks], "weird_layers": layers,
             "parameters": ranks[0]["parameters"]}
@@ -64,20 +68,24 @@ def _single(rows: list[dict], r: dict) -> dict | None:
 
 def _cells(rows: list[dict], r: dict) -> list[str]:
     if "error" in r:
-        return [r["model"], f"{r['length']:,}", str(r["P"]), r["error"]] + [""] * 8
+        return [r["model"], f"{r['length']:,}", str(r["P"]), _halos(r), r["error"]] + [""] * 8
     one = _single(rows, r)
     ratio = (f"{r['peak_rss_mib'] / one['peak_rss_mib']:.2f} / "
              f"{r['step_extra_mib'] / one['step_extra_mib']:.2f}") if one else "n/a"
     sent, ring = max(r["sent_bytes"]), r["ring_bytes"]
     exact = "= formula" if r["sent_bytes"] == r["formula_bytes"] else \
         f"formula {max(r['formula_bytes']) / MIB:.1f}"
-    return [r["model"], f"{r['length']:,}", str(r["P"]), f"{r['peak_rss_mib']:,.0f}",
+    return [r["model"], f"{r['length']:,}", str(r["P"]), _halos(r), f"{r['peak_rss_mib']:,.0f}",
             f"{r['step_extra_mib']:,.0f}", ratio, f"{r['seconds_per_step']:.1f}",
             f"{r['tokens_per_s']:,.0f}", f"{sent / MIB:.1f}", exact,
             f"{ring / MIB:.1f}" if ring else "", f"{sent / ring:.2f}" if ring else ""]
 
 
-HEADER = ("model", "L (bytes)", "P", "peak RSS / process (MiB)", "step extra (MiB)",
+def _halos(r: dict) -> str:
+    return r.get("halos", "keep") if r["P"] > 1 else ""
+
+
+HEADER = ("model", "L (bytes)", "P", "halos", "peak RSS / process (MiB)", "step extra (MiB)",
           "vs P = 1 (peak / extra)", "s / step", "tokens/s", "halo MiB sent / step (max rank)",
           "measured vs formula", "ring attention MiB", "sent / ring")
 
@@ -90,15 +98,18 @@ def targets(rows: list[dict]) -> list[str]:
         if r["P"] == 4 and "error" not in r and one:
             peak = r["peak_rss_mib"] / one["peak_rss_mib"]
             extra = r["step_extra_mib"] / one["step_extra_mib"]
-            lines.append(f"- memory, {r['model']} at {r['length']:,} bytes, P = 4 against "
+            lines.append(f"- memory, {r['model']} at {r['length']:,} bytes, P = 4 "
+                         f"(halos {_halos(r)}) against "
                          f"P = 1 (C kernel): peak RSS {peak:.2f}x, step extra {extra:.2f}x "
                          f"(target <= 0.35x: {'met' if peak <= 0.35 else 'not met'} for the "
                          f"peak, {'met' if extra <= 0.35 else 'not met'} for the extra)")
-    for P in sorted({r["P"] for r in rows if r["P"] > 1 and "error" not in r}):
+    for P, halos in sorted({(r["P"], _halos(r)) for r in rows
+                            if r["P"] > 1 and "error" not in r}):
         ratios = [max(r["sent_bytes"]) / r["ring_bytes"] for r in rows
-                  if r["P"] == P and "error" not in r]
+                  if (r["P"], _halos(r)) == (P, halos) and "error" not in r]
         worst = max(ratios)
-        lines.append(f"- communication at P = {P}: the scan's halo bytes per step (the rank "
+        lines.append(f"- communication at P = {P}, halos {halos}: the scan's halo bytes per "
+                     f"step (the rank "
                      f"that sends most) are {worst:.5f}x ring attention's for the same "
                      f"shards at most (target <= 1: {'met' if worst <= 1 else 'not met'})")
     return lines
@@ -119,10 +130,12 @@ def markdown(record: dict[str, Any]) -> str:
            "The machine was shared (load average above the 2 cores' 2 while it ran). "
            "Peak RSS is the process's whole high-water mark (torch and the model included); "
            "step extra is that peak minus the RSS before the first step. Halo bytes are "
-           "the Weird-attention scan's point-to-point sends in one step (forward twice: "
-           "the checkpoint recomputes it), measured and by formula; B++'s softmax layers "
-           "(an all_gather of K, V) and the gradient all_reduce are not counted. Ring "
-           "attention: the same shards, K and V of width D, the same recompute.", ""]
+           "the Weird-attention scan's point-to-point sends in one step, measured and by "
+           "formula: selective checkpointing keeps the scan's output, so the block's "
+           "recomputation sends nothing; halos \"keep\" holds the forward's halos until the "
+           "backward, \"resend\" exchanges them again in the backward. B++'s softmax layers "
+           "and the gradient all_reduce are not counted. Ring attention: the same shards, "
+           "K and V of width D, its output kept by the same selective checkpointing.", ""]
     if record.get("quick"):
         out += ["**Quick run (tiny sizes): not a measurement.**", ""]
     out += markdown_table(HEADER, [_cells(rows, r) for r in rows])

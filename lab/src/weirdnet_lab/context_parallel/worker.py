@@ -3,7 +3,8 @@
     python -m torch.distributed.run --standalone --nproc-per-node P \
         -m weirdnet_lab.context_parallel.worker SPEC_JSON OUT_PREFIX
 
-SPEC: {"model": "weird-a" | "weird-b-pp", "length": L (bytes), "steps": timed steps,
+SPEC: {"model": "weird-a" | "weird-b-pp", "length": L (bytes), "halos": "keep" |
+"resend" (the sharded scan's, ``ContextParallel.halos``), "steps": timed steps,
 "dim", "depth", "ffn_chunk"}.  Each rank builds the same byte-level language model (seed
 0, activation checkpointing per block, FFNs in checkpointed chunks), takes its contiguous
 slice of one random sequence of L bytes (:func:`weirdnet.train.context_parallel.shard_batch`)
@@ -16,7 +17,8 @@ Writes ``OUT_PREFIX.<rank>.json``: the shard's length, the RSS before the first 
 (model, optimizer and batch allocated), the peak RSS over all steps (``VmHWM``, glibc's
 mmap threshold fixed at 1 MiB so freed large blocks go back to the system), each step's
 seconds (rank 0 waits for the group at the end of a step), and the halo bytes this rank
-sent in the first step (forward and backward; :func:`weirdnet.ops.weird_scan.halo.count_sent_bytes`
+sent in the first step (forward, backward and the halos a "resend" backward sends
+again; :func:`weirdnet.ops.weird_scan.halo.count_sent_bytes`
 counts the scan's and the short convolution's point-to-point messages), the number of
 Weird-attention layers and the scan's channels.
 """
@@ -89,7 +91,7 @@ def run(spec: dict, prefix: str) -> None:
     model = build_model(spec["model"], L, spec["dim"], spec["depth"])
     model.backbone.set_activation_checkpointing("blocks", 2, spec["ffn_chunk"])
     if P > 1:
-        model.backbone.set_context_parallel(ContextParallel())
+        model.backbone.set_context_parallel(ContextParallel(halos=spec.get("halos", "resend")))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = torch.randint(0, 256, (1, L + 1), generator=torch.Generator().manual_seed(1))
     mine = shard_batch({"tokens": tokens}, SequenceShards(P, rank, None, None))["tokens"]
@@ -109,6 +111,7 @@ def run(spec: dict, prefix: str) -> None:
     weird = [m for m in model.modules() if isinstance(m, WeirdAttention)]
     result = dict(rank=rank, P=P, n=mine.shape[1] - 1, base_rss=base, peak_rss=peak_rss_bytes(),
                   seconds=seconds, sent_forward=sent.forward, sent_backward=sent.backward,
+                  sent_recompute=sent.recompute,
                   messages=sent.messages, weird_layers=len(weird), scan_channels=spec["dim"],
                   parameters=sum(p.numel() for p in model.parameters()), allocator=allocator)
     Path(f"{prefix}.{rank}.json").write_text(json.dumps(result))

@@ -112,13 +112,12 @@ def weird_scan_context_parallel(a, v, log_w, *, group=None, reverse=False, mask=
     flip = (lambda x: x.flip(1)) if reverse else (lambda x: x)
     bounds = None if doc_ids is None else document_bounds(flip(doc_ids), layout, group)
     mask = None if mask is None else flip(mask)
-    if halos == "keep":
-        return flip(_ScanCP.apply(flip(a), flip(v), log_w, mask, bounds, layout, group))
     _GROUPS[group.group_name] = group
     start, end = bounds if bounds is not None else (None, None)
-    return flip(torch.ops.weirdnet.weird_scan_cp_resend(
+    out, _ = torch.ops.weirdnet.weird_scan_cp(
         flip(a), flip(v), log_w, mask, start, end, list(layout.lengths), layout.index,
-        list(layout.ranks), list(layout.members), group.group_name))
+        list(layout.ranks), list(layout.members), group.group_name, halos == "keep")
+    return flip(out)
 
 
 def weird_scan_bidirectional_context_parallel(a, v, log_w, *, group=None, mask=None,
@@ -294,23 +293,30 @@ def channel_blocks(B: int, layout: ShardLayout, D: int, nlev: int) -> list[slice
 
 
 def scan_forward(a, v, log_w, mask, layout, bounds, group, nlev: int, keep: bool = True):
-    """(O, halos): O (B, n, D) and, with ``keep``, the halo each level received,
-    (3, B, h_k, D) each (for the backward; else None), computed one channel block at a
-    time: it holds one block's state."""
+    """(O, halos): O (B, n, D) and, with ``keep``, the halos every level received,
+    concatenated along positions in level order, (3, B, sum h_k, D) (for the backward,
+    :func:`halo_sizes` splits them; else None), computed one channel block at a time: it
+    holds one block's state."""
     B, _, D = a.shape
-    out, halos = torch.empty_like(a), [None] * nlev
+    out = torch.empty_like(a)
+    sizes = halo_sizes(layout)
+    kept = a.new_empty((3, B, sum(sizes), D)) if keep else None
+    levels = kept.split(sizes, 2) if keep else None
     for ch in channel_blocks(B, layout, D, 0):  # it holds two states, not nlev + 1
         state = initial_state(a[..., ch], v[..., ch], mask)
         for k in range(nlev):
             pending = start_halo(state, layout, 1 << k, False, group, "forward")
             state = forward_level(state, pending, log_w[k, ch], 1 << k, layout, bounds)
             if keep:
-                got = pending.wait()
-                if halos[k] is None:
-                    halos[k] = got.new_empty((*got.shape[:-1], D))
-                halos[k][..., ch] = got
+                levels[k][..., ch] = pending.wait()
         out[..., ch] = state[1] / state[2]
-    return out, (halos if keep else None)
+    return out, kept
+
+
+def halo_sizes(layout: ShardLayout) -> list[int]:
+    """h_k: the positions this rank receives at each forward level."""
+    return [sum(hi - lo for _, dst, lo, hi in layout.plan(1 << k, False)
+                if dst == layout.index) for k in range(levels_needed(layout.total))]
 
 
 def scan_backward(a, v, log_w, mask, grad, halos, layout, bounds, group, nlev: int):
@@ -395,82 +401,63 @@ def _adjoint_level(adj, pending, c, s: int, layout: ShardLayout, bounds, pos):
     return tuple(torch.cat([y, x[:, j1:]], 1) for x, y in zip(adj, merged))
 
 
-class _ScanCP(torch.autograd.Function):
-    """The sharded scan with its mirrored backward (module docstring)."""
-
-    @staticmethod
-    def forward(ctx, a, v, log_w, mask, bounds, layout, group):
-        dtype = compute_dtype(a.dtype)
-        nlev = levels_needed(layout.total)
-        x, y, w = a.to(dtype), v.to(dtype), log_w.to(dtype)
-        out, halos = scan_forward(x, y, w, mask, layout, bounds, group, nlev)
-        ctx.save_for_backward(a, v, log_w, mask, *(bounds or ()), *halos)
-        ctx.layout, ctx.group, ctx.nlev, ctx.docs = layout, group, nlev, bounds is not None
-        return out.to(a.dtype)
-
-    @staticmethod
-    def backward(ctx, grad):
-        a, v, log_w, mask, *rest = ctx.saved_tensors
-        bounds = (rest[0], rest[1]) if ctx.docs else None
-        halos = rest[2:] if ctx.docs else rest
-        dtype = compute_dtype(a.dtype)
-        x, y, w = a.to(dtype), v.to(dtype), log_w.to(dtype)
-        da, dv, dlogw = scan_backward(x, y, w, mask, grad.to(dtype), halos, ctx.layout,
-                                      bounds, ctx.group, ctx.nlev)
-        grad_log_w = log_w.new_zeros(log_w.shape)
-        grad_log_w[:ctx.nlev] = dlogw.to(log_w.dtype)
-        return da.to(a.dtype), dv.to(v.dtype), grad_log_w, None, None, None, None
+# --- the op: a custom op, so that selective checkpointing can keep its outputs ---------
 
 
-# --- halos="resend": a custom op, so selective checkpointing can keep its output --------
-
-
-@torch.library.custom_op("weirdnet::weird_scan_cp_resend", mutates_args=())
-def _scan_resend(a: torch.Tensor, v: torch.Tensor, log_w: torch.Tensor,
-                 mask: torch.Tensor | None, doc_start: torch.Tensor | None,
-                 doc_end: torch.Tensor | None, lengths: list[int], index: int,
-                 ranks: list[int], members: list[int], group_name: str) -> torch.Tensor:
-    """The sharded scan's forward (oriented inputs) keeping no halos; O in a's dtype."""
+@torch.library.custom_op("weirdnet::weird_scan_cp", mutates_args=())
+def _scan_op(a: torch.Tensor, v: torch.Tensor, log_w: torch.Tensor,
+             mask: torch.Tensor | None, doc_start: torch.Tensor | None,
+             doc_end: torch.Tensor | None, lengths: list[int], index: int,
+             ranks: list[int], members: list[int], group_name: str,
+             keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sharded scan's forward on oriented inputs: (O in a's dtype, the halos every
+    level received, concatenated along positions, (3, B, sum h_k, D) in the compute dtype,
+    with ``keep``; else an empty tensor)."""
     layout = ShardLayout(tuple(lengths), index, tuple(ranks), tuple(members))
     dtype = compute_dtype(a.dtype)
     bounds = None if doc_start is None else (doc_start, doc_end)
-    out, _ = scan_forward(a.to(dtype), v.to(dtype), log_w.to(dtype), mask, layout, bounds,
-                          _GROUPS[group_name], levels_needed(layout.total), keep=False)
-    return out.to(a.dtype)
+    out, kept = scan_forward(a.to(dtype), v.to(dtype), log_w.to(dtype), mask, layout,
+                             bounds, _GROUPS[group_name], levels_needed(layout.total), keep)
+    return out.to(a.dtype), kept if keep else a.new_empty(0, dtype=dtype)
 
 
-@_scan_resend.register_fake
-def _(a, v, log_w, mask, doc_start, doc_end, lengths, index, ranks, members, group_name):
-    return torch.empty_like(a)
+@_scan_op.register_fake
+def _(a, v, log_w, mask, doc_start, doc_end, lengths, index, ranks, members, group_name,
+      keep):
+    layout = ShardLayout(tuple(lengths), index, tuple(ranks), tuple(members))
+    positions = sum(halo_sizes(layout)) if keep else 0
+    shape = (3, a.shape[0], positions, a.shape[2]) if keep else (0,)
+    return torch.empty_like(a), a.new_empty(shape, dtype=compute_dtype(a.dtype))
 
 
-def _resend_setup(ctx, inputs, output):
-    a, v, log_w, mask, doc_start, doc_end, lengths, index, ranks, members, name = inputs
-    ctx.save_for_backward(a, v, log_w, mask, doc_start, doc_end)
+def _setup(ctx, inputs, output):
+    a, v, log_w, mask, doc_start, doc_end, lengths, index, ranks, members, name, keep = inputs
+    ctx.save_for_backward(a, v, log_w, mask, doc_start, doc_end, output[1] if keep else None)
     ctx.layout = ShardLayout(tuple(lengths), index, tuple(ranks), tuple(members))
     ctx.group_name = name
 
 
-def _resend_backward(ctx, grad):
-    a, v, log_w, mask, doc_start, doc_end = ctx.saved_tensors
+def _backward(ctx, grad, _grad_halos):
+    a, v, log_w, mask, doc_start, doc_end, kept = ctx.saved_tensors
     bounds = None if doc_start is None else (doc_start, doc_end)
+    halos = None if kept is None else kept.split(halo_sizes(ctx.layout), 2)
     dtype = compute_dtype(a.dtype)
     nlev = levels_needed(ctx.layout.total)
     da, dv, dlogw = scan_backward(a.to(dtype), v.to(dtype), log_w.to(dtype), mask,
-                                  grad.to(dtype), None, ctx.layout, bounds,
+                                  grad.to(dtype), halos, ctx.layout, bounds,
                                   _GROUPS[ctx.group_name], nlev)
     grad_log_w = log_w.new_zeros(log_w.shape)
     grad_log_w[:nlev] = dlogw.to(log_w.dtype)
-    return (da.to(a.dtype), dv.to(v.dtype), grad_log_w) + (None,) * 8
+    return (da.to(a.dtype), dv.to(v.dtype), grad_log_w) + (None,) * 9
 
 
-_scan_resend.register_autograd(_resend_backward, setup_context=_resend_setup)
+_scan_op.register_autograd(_backward, setup_context=_setup)
 
 
 def _save_sharded_scans(ctx, op, *args, **kwargs):
-    """Selective checkpointing's policy: keep the "resend" scan's output, recompute the
-    rest."""
-    if op == torch.ops.weirdnet.weird_scan_cp_resend.default:
+    """Selective checkpointing's policy: keep the sharded scan's outputs (and its kept
+    halos), recompute the rest."""
+    if op == torch.ops.weirdnet.weird_scan_cp.default:
         return CheckpointPolicy.MUST_SAVE
     return CheckpointPolicy.PREFER_RECOMPUTE
 
@@ -479,5 +466,6 @@ sharded_scan_checkpoint_context = partial(create_selective_checkpoint_contexts,
                                           _save_sharded_scans)
 sharded_scan_checkpoint_context.__doc__ = (
     """``context_fn`` for ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``:
-    the recomputation of a checkpointed region reuses the output of each sharded scan
-    with ``halos="resend"`` instead of running it (and exchanging its halos) again.""")
+    the recomputation of a checkpointed region reuses each sharded scan's output (and,
+    with ``halos="keep"``, its halos) instead of running it and exchanging its halos
+    again.""")

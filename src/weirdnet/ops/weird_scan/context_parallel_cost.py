@@ -5,6 +5,7 @@ Positions are in scan order (the anti-causal scan reverses the shards' order).
 
     halo_values          (a) the log-step scan with distributed halos, implemented in
                          context_parallel.py: exact per rank, any shard lengths
+    step_values          (a) per training step, for halos="keep" or "resend"
     halo_values_equal    (a) in closed form for P equal shards of S = 2^c positions
     chunk_values         (b) the chunk factorization (not implemented; its derivation)
     ring_values          (c) ring attention's K and V (and dK, dV) of width D each
@@ -44,6 +45,18 @@ def halo_values(lengths) -> list[tuple[int, int]]:
     fwd = _forward_positions(lengths)
     bwd = _forward_positions(lengths[::-1])[::-1]
     return [(STATE * f, STATE * b) for f, b in zip(fwd, bwd)]
+
+
+def step_values(lengths, halos: str = "keep") -> list[int]:
+    """Values per row and channel each shard (scan order) sends in one training step:
+    forward + backward with ``halos="keep"``; with "resend" the backward sends the
+    forward's halos once more.  This is also the step under activation checkpointing with
+    :func:`~weirdnet.ops.weird_scan.context_parallel.sharded_scan_checkpoint_context`,
+    whose recomputation reuses the scan's output and sends nothing."""
+    if halos not in ("keep", "resend"):
+        raise ValueError(f"halos must be 'keep' or 'resend', got {halos!r}")
+    again = halos == "resend"
+    return [f * (2 if again else 1) + b for f, b in halo_values(lengths)]
 
 
 def halo_values_equal(P: int, S: int) -> int:
