@@ -8,9 +8,9 @@
   (``--8<-- "lab/results/....md:START:END"``) is still exactly one whole table
   there, so a report rewritten with more or fewer lines fails here, not silently on the
   site;
-- the count of the Zoology grid's finished cells in docs/papers.md (the README's former
-  results table) is the report's, so the prose cannot fall behind the records it
-  summarises (tests/test_readme.py checks the README's own results rows);
+- (the numbers of docs/papers.md's headline results, the README's former results table,
+  are checked against their records in tests/test_docs_papers.py; the README's own
+  results rows in tests/test_readme.py);
 - the README and docs/index.md state the same test count and time, and the count is
   within 10% of what pytest collects.
 """
@@ -94,17 +94,6 @@ def test_every_included_table_is_one_whole_table(page, path, start, end):
     after = lines[end] if end < len(lines) else ""
     assert not before.startswith("|") and not after.startswith("|"), \
         f"{where}, which is only part of a table; update the line numbers"
-
-
-def test_the_papers_page_counts_the_zoology_cells_the_report_counts():
-    report = (ROOT / "lab/results/recall-zoology/recall-zoology.md").read_text(
-        encoding="utf-8")
-    page = (DOCS / "papers.md").read_text(encoding="utf-8")
-    done = re.search(r"^(\d+) of (\d+) cells done", report, re.M)
-    claimed = re.findall(r"(\d+) of (\d+) cells of the grid", page)
-    assert done and claimed, "the report or docs/papers.md no longer counts the grid's cells"
-    assert set(claimed) == {done.groups()}, (
-        f"docs/papers.md says {claimed} cells of the Zoology grid; the report: {done.groups()}")
 
 
 # "The second line runs the tests: about N of them; one full run of M took T on ..."

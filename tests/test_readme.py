@@ -8,19 +8,17 @@ of its results rows is the stored record's.
   row is a number of the record that row stands on (:data:`EVIDENCE`), and the docs page
   it links to links that record, so a record rewritten with other numbers fails here.
 
-The records' folder is named once, :data:`RESULTS`.
+The records' folder is named once, :data:`helpers.docs.RESULTS`.
 """
 
 import bisect
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.docs import RESULTS, ROOT, linked_records, numbers, section, table_rows
+
 README = ROOT / "README.md"
-RESULTS = ROOT / "lab" / "results"
-"""Where the stored records are (the one line to change when they move)."""
 
 EVIDENCE = {
     "main job: validation bits per character": "quickstart_cpu.md",
@@ -35,7 +33,6 @@ EVIDENCE = {
 """Each README results row (by its first cell) and the record (under RESULTS) behind it."""
 
 FIRST_COMMAND = 'pip install -e ".[dev]" -e ./lab && weirdnet train configs/quickstart.toml'
-NUMBER = re.compile(r"(?<![\w.,])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w.]\d|\d)")
 
 
 def _text() -> str:
@@ -44,14 +41,12 @@ def _text() -> str:
 
 def _rows() -> list[list[str]]:
     """The cells of each row of the README's results table (after its header)."""
-    section = _text().split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
-    lines = [line for line in section.splitlines() if line.startswith("|")]
-    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[2:]]
+    return table_rows(section(README, "## Results"))
 
 
 def _numbers(text: str) -> set[str]:
     """Every number written in ``text`` ("2,971", "2.397", "64"), as written."""
-    return set(NUMBER.findall(text))
+    return set(numbers(text))
 
 
 def test_the_readme_is_short():
@@ -102,11 +97,6 @@ SPEED_PAGE = ROOT / "docs" / "speed.md"
 SPEED_SECTION = "## The README's headline speed results, in full (ours)"
 
 
-def _speed_section() -> str:
-    text = SPEED_PAGE.read_text(encoding="utf-8")
-    return text.split(SPEED_SECTION, 1)[1].split("\n## ", 1)[0]
-
-
 def _rounds_from(shown: str, written: list[float]) -> bool:
     """Whether ``shown`` ("7484", "12.1") is some number of ``written`` (sorted) rounded
     to the decimals it shows."""
@@ -121,8 +111,8 @@ def test_every_measured_number_of_the_speed_tables_is_in_their_records():
     or more digits in a row is written in one of the records the section links (a
     measured number that drifts from its record fails here).  Smaller numbers (sizes,
     counts of layers) are conditions, not results."""
-    section = _speed_section()
-    linked = re.findall(r"\]\(results/([^)#]+)\)", section)
+    speed = section(SPEED_PAGE, SPEED_SECTION)
+    linked = linked_records(speed)
     assert linked, "the section links no records"
     texts = []
     for link in linked:
@@ -131,8 +121,7 @@ def test_every_measured_number_of_the_speed_tables_is_in_their_records():
         texts += [f.read_text(encoding="utf-8", errors="ignore") for f in files
                   if f.suffix in (".md", ".json")]
     written = sorted({float(n.replace(",", "")) for n in _numbers(" ".join(texts))})
-    rows = [line for line in section.splitlines()
-            if line.startswith("|") and not line.startswith("|---")][1:]
+    rows = [" | ".join(cells) for cells in table_rows(speed)]
     assert rows, "the section has no table rows"
     missing = [n for row in rows for n in (m.replace(",", "") for m in _numbers(row))
                if len(n.replace(".", "")) >= 3 and not _rounds_from(n, written)]

@@ -16,12 +16,12 @@ from weirdnet.train.config import TrainConfig, check
 from weirdnet_lab.suite import numbers
 from weirdnet_lab.suite.budgets import BUDGETS, get_budget
 from weirdnet_lab.suite.cells import Cell
-from weirdnet_lab.suite.claims import CLAIMS, claim_lines
+from weirdnet_lab.suite.claims import BETTER, CLAIMS, UNDECIDED, claim_lines, compare, difference
 from weirdnet_lab.suite.document import render
 from weirdnet_lab.suite.plan import TABLES_BY_NAME, plan_cells
-from weirdnet_lab.suite.report import Results
+from weirdnet_lab.suite.report import Results, Score
 from weirdnet_lab.suite.tasks import TASKS, configs_dir, get_task
-from weirdnet_lab.sweep.intervals import wilson
+from weirdnet_lab.sweep.intervals import Z95, wilson
 from weirdnet_lab.sweep.store import CellStore, config_hash
 from weirdnet_lab.variants import MECHANISMS, VARIANTS, get_variant
 
@@ -292,8 +292,19 @@ def test_seeds_that_agree_exactly_keep_the_test_sets_interval():
         100 * (lambda w: w[1] - w[0])(wilson(0.986, 370)))
     other = Results([_record("jv", "softmax", v, seed, items=370)
                      for seed, v in enumerate((96.2, 96.8, 97.3))])
-    from weirdnet_lab.suite.claims import compare
     assert compare(score, other.score("jv", "softmax")) == "undecided"
+
+
+def test_a_difference_has_the_interval_that_decides_it():
+    """a - b with the standard errors of the two intervals added in quadrature; no
+    interval when one score has none (one seed of bits per byte)."""
+    a, b = Score(2.0, n=3, low=1.9, high=2.1), Score(1.0, n=3, low=0.8, high=1.2)
+    half = Z95 * (a.se ** 2 + b.se ** 2) ** 0.5
+    gap = difference(a, b)
+    assert (gap.mean, gap.low, gap.high) == pytest.approx((1.0, 1.0 - half, 1.0 + half))
+    assert compare(a, b) == BETTER and gap.low > 0
+    assert difference(a, Score(1.0, n=1)).low is None
+    assert compare(a, Score(1.0, n=1)) == UNDECIDED
 
 
 def test_scores_average_seeds_and_mark_unsupported_and_failed_cells():

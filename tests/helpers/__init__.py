@@ -6,4 +6,5 @@
               decoding, errors, linear memory in a child process)
     train     small training configs, datasets and the CLI in a subprocess
     archives  small zip/tar archives in the layout of the real data sources
+    docs      the records' folder, a page's section, its tables, links and numbers
 """

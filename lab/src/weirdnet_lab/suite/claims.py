@@ -46,16 +46,26 @@ def _label(name: str) -> str:
     return VARIANTS[name].label
 
 
+def difference(a: Score, b: Score) -> Score:
+    """``a - b`` with the 95% interval of the difference: the standard errors of the two
+    scores' intervals added in quadrature; no interval when either has none."""
+    mean = a.mean - b.mean
+    if a.se is None or b.se is None:
+        return Score(mean, n=1)
+    half = Z95 * math.sqrt(a.se ** 2 + b.se ** 2)
+    return Score(mean, n=1, low=mean - half, high=mean + half)
+
+
 def compare(a: Score, b: Score, higher_is_better: bool = True) -> str:
-    """BETTER or WORSE when the 95% interval of a - b excludes 0 (in the direction that
-    is better or worse), else UNDECIDED; UNDECIDED when either has no interval."""
+    """BETTER or WORSE when the 95% interval of a - b (:func:`difference`) excludes 0 (in
+    the direction that is better or worse), else UNDECIDED; UNDECIDED when either has no
+    interval."""
     if a.se is None or b.se is None:
         return UNDECIDED
-    gap = (a.mean - b.mean) if higher_is_better else (b.mean - a.mean)
-    half = Z95 * math.sqrt(a.se ** 2 + b.se ** 2)
-    if gap - half > 0:
+    gap = difference(a, b) if higher_is_better else difference(b, a)
+    if gap.low > 0:
         return BETTER
-    if gap + half < 0:
+    if gap.high < 0:
         return WORSE
     return UNDECIDED
 
