@@ -57,8 +57,9 @@ def _step(model, opt, tokens, length: int, group_size: int) -> None:
 
     from weirdnet.models.lm import token_nll
 
-    logits = model(tokens[:, :-1]).logits
-    loss = token_nll(logits, tokens[:, 1:]).sum() / length
+    # the logits are not kept past the loss (the trainer's tasks do the same): the
+    # backward needs only the cross-entropy's own saved tensors
+    loss = token_nll(model(tokens[:, :-1]).logits, tokens[:, 1:]).sum() / length
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if group_size > 1:
