@@ -150,11 +150,12 @@ def _attend_backward(dout, q, k, v, out, lse, mask, diagonal: bool, scale: float
 
 
 def _merge(out, lse, out_b, lse_b):
-    """The running (out, lse) with one more block's, exactly (rows at -inf stay 0)."""
+    """The running (out, lse) with one more block's, exactly (rows at -inf stay 0);
+    ``out`` is updated in place."""
     new = torch.logaddexp(lse, lse_b)
     safe = new.masked_fill(new == -math.inf, 0.0)
-    out = (out * torch.exp(lse - safe)[..., None]
-           + out_b.to(out.dtype) * torch.exp(lse_b.to(new.dtype) - safe)[..., None])
+    out.mul_(torch.exp(lse - safe)[..., None])
+    out.addcmul_(out_b, torch.exp(lse_b.to(new.dtype) - safe)[..., None])
     return out, new
 
 
@@ -251,26 +252,28 @@ class _RingAttention(torch.autograd.Function):
                 block = _pack(kb, vb, mb) if t == 0 else block
                 nxt = ring.post(block, _block_numel(B, H, lengths[s - 1], d, masked),
                                 _TAG_KV, "backward")
-            grads = torch.zeros(2 * B * H * lengths[s] * d, dtype=acc, device=q.device)
+            dkv_b = None
             if not causal or s <= me:
-                dq_b, dk_b, dv_b = _attend_backward(dout, q, kb, vb, out, lse, mb,
-                                                    causal and s == me, scale)
+                dq_b, *dkv_b = _attend_backward(dout, q, kb, vb, out, lse, mb,
+                                                causal and s == me, scale)
                 dq += dq_b
-                grads = torch.cat([dk_b.reshape(-1), dv_b.reshape(-1)]).to(acc)
+            # block s's (dK, dV) so far: from the previous rank (none yet at t <= 1)
+            grads = travelling() if t >= 2 else q.new_zeros(2 * B * H * lengths[s] * d,
+                                                            dtype=acc)
+            if dkv_b is not None:
+                for total, part in zip(grads.view(2, *kb.shape), dkv_b, strict=True):
+                    total += part
             if t == 0:
                 own = grads
-            else:  # block s's (dK, dV) so far, from the previous rank (none yet at t = 1)
-                grads = grads if t == 1 else travelling() + grads
+            else:
                 travelling = ring.post(grads, 2 * B * H * lengths[s - 1] * d, _TAG_DKV,
                                        "backward")
             if t < P - 1:
                 block = nxt()
                 kb, vb, mb = _unpack(block, B, H, lengths[s - 1], d, masked)
         if P > 1:  # this rank's block, home with every other rank's part
-            own = own + travelling()
-        size = B * H * lengths[me] * d
-        dk, dv = (x.view(B, H, lengths[me], d).to(k.dtype)
-                  for x in (own[:size], own[size:]))
+            own += travelling()
+        dk, dv = own.view(2, *k.shape).to(k.dtype)
         return dq.to(q.dtype), dk, dv, None, None, None, None, None
 
 
