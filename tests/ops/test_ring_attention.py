@@ -4,7 +4,7 @@ O, dQ, dK and dV are within 1e-12 (float64) or 1e-5 (float32) relative of the fl
 single-process reference on the whole sequence; causal and bidirectional; shards of
 unequal lengths (length 1 included); padding masks with a wholly padded shard and queries
 that see no real key; scores of magnitude ~50; the fused CPU kernel and the matmul
-kernel.  Each rank sends the bytes of ``ring_sent_values`` and saves only its shard's
+kernel.  Each rank sends the bytes of ``ring_sent_bytes`` and saves only its shard's
 tensors for the backward.  One spawn per group size runs every case
 (helpers/ring_attention.py).
 """
@@ -15,7 +15,7 @@ import torch
 from helpers.context_parallel import ranks_of, spawn
 from helpers.numerics import rel_err
 from helpers.ring_attention import RingCase, inputs, run_ring_cases
-from weirdnet.ops.ring_attention import ring_sent_values, ring_softmax_attention
+from weirdnet.ops.ring_attention import ring_sent_bytes, ring_softmax_attention
 from weirdnet.ops.softmax_attention import softmax_attention, softmax_attention_reference
 from weirdnet.ops.weird_scan.halo import ShardLayout
 
@@ -41,6 +41,9 @@ TWO = [
              budget=1000, seed=15),
     RingCase("f32-matmul-L101-causal-masked", (50, 51), masked=True, dtype=F32,
              kernel="matmul", seed=16),
+    RingCase("bf16-L101-causal-masked", (51, 50), masked=True, dtype="bfloat16", seed=18),
+    RingCase("f16-matmul-L101-bidirectional-masked", (50, 51), causal=False, masked=True,
+             dtype="float16", kernel="matmul", seed=19),
     RingCase("layer-dropout-causal", (5, 4), layer="dropout", seed=17),
 ]
 FOUR = [
@@ -96,22 +99,23 @@ def _single(case, reference: bool):
 
 def _check(case, results):
     """Each of O, dQ, dK, dV within 1e-12 (float64) or 1e-5 (float32) of the reference;
-    float32 with scores of ~50 (where one process's float32 SDPA is itself ~1e-5 off):
-    within twice that single-process error."""
+    float32 with scores of ~50 (where one process's float32 SDPA is itself ~1e-5 off),
+    float16 and bfloat16: within twice the single-process op's own error.  The bytes each
+    rank sent are ``ring_sent_bytes``."""
     parts = ranks_of(case, results)
     want = _single(case, reference=True)
     tols = [1e-12 if case.dtype == "float64" else 1e-5] * 4
-    if case.dtype == "float32" and case.spread > 1:
+    if case.dtype != "float64" and (case.spread > 1 or case.dtype != "float32"):
         tols = [max(1e-5, 2 * rel_err(a, b)) for a, b in zip(_single(case, False), want)]
     for name, ref, tol in zip(("o", "dq", "dk", "dv"), want, tols, strict=True):
         got = torch.cat([p[name] for p in parts], 2)
         assert got.dtype == getattr(torch, case.dtype), name
         assert torch.isfinite(ref).all() and torch.isfinite(got).all(), name
         assert rel_err(got, ref) <= tol, (name, rel_err(got, ref), tol)
-    itemsize = torch.empty(0, dtype=getattr(torch, case.dtype)).element_size()
     for index, p in enumerate(parts):
-        values = ring_sent_values(case.lengths, index, case.H * case.d, case.masked)
-        assert (p["forward"], p["backward"]) == tuple(x * case.B * itemsize for x in values)
+        assert (p["forward"], p["backward"]) == ring_sent_bytes(
+            case.lengths, index, case.H * case.d, case.B, getattr(torch, case.dtype),
+            case.masked)
 
 
 OP_TWO = [c for c in TWO if c.layer is None]
@@ -154,8 +158,9 @@ def test_with_dropout_the_layer_falls_back_to_the_all_gather(ran):
     case = next(c for c in TWO if c.layer == "dropout")
     for index, p in enumerate(ranks_of(case, ran(2))):
         assert p["train"] == (0, 0, True)
-        fwd, bwd = ring_sent_values(case.lengths, index, case.H * case.d, False)
-        assert p["eval"] == (fwd * case.B * 4, bwd * case.B * 4, True)
+        sent = ring_sent_bytes(case.lengths, index, case.H * case.d, case.B, torch.float32,
+                               False)
+        assert p["eval"] == (*sent, True)
 
 
 def test_bad_arguments_raise_before_any_message():

@@ -5,7 +5,8 @@ Group rank r holds the r-th contiguous shard of the sequence (any lengths >= 1,
 values ``v`` (B, H, n_r, d) of its n_r positions, and their key-padding ``mask`` (B, n_r)
 bool (True = real key).  Each rank gets its rows of the single-process
 :func:`~weirdnet.ops.softmax_attention.softmax_attention` of the whole sequence,
-(B, H, n_r, d), without ever holding another shard's keys beyond the one block in flight.
+(B, H, n_r, d), holding at most two other shards' blocks at a time (the one it computes
+on and the one arriving).
 
 **Forward.**  The (K, V, mask) blocks travel around the ring r -> r + 1 (mod P) in
 P - 1 hops (``batch_isend_irecv``); the next hop is posted before the current block is
@@ -26,14 +27,15 @@ flash kernel ``aten._scaled_dot_product_flash_attention_for_cpu`` (it returns th
 log-sum-exp) and its ``_backward`` (which takes the merged out and lse, so the block's
 gradients are exact); the padding mask is an additive (B, 1, 1, n_s) bias of 0 / -inf.
 Elsewhere (or with ``_BLOCK_KERNEL = "matmul"``) plain matmuls in query chunks of at most
-:data:`SCORES_BUDGET` score elements.  Memory is O(n_r) per rank either way.
+:data:`SCORES_BUDGET` score elements.  Memory is O(n_r) per rank either way.  The running
+(out, lse), dQ and the travelling (dK, dV) are kept in float32 for float16 / bfloat16.
 
-**Bytes** each rank sends (:func:`ring_sent_values`; counted by
+**Bytes** each rank sends (:func:`ring_sent_bytes`; counted by
 :func:`weirdnet.ops.weird_scan.halo.count_sent_bytes`): forward, the blocks of every
 shard but the next rank's, 2·H·d values per position for (K, V) plus 1 for the mask;
 backward, those again plus (dK, dV), 2·H·d per position, of every shard but its own.  For
 P equal shards of n: 2(P - 1)·n·H·d (+ (P - 1)·n) and 4(P - 1)·n·H·d (+ (P - 1)·n) per
-batch row.  (dK, dV) travel in float32 for float16 / bfloat16 inputs.
+batch row, in the inputs' dtype ((dK, dV) in float32 for float16 / bfloat16).
 """
 
 from __future__ import annotations
@@ -57,14 +59,18 @@ matmuls everywhere (the tests run both)."""
 _TAG_KV, _TAG_DKV = 0, 1  # the two streams of the backward, kept apart on gloo
 
 
-def ring_sent_values(lengths, index: int, width: int, masked: bool) -> tuple[int, int]:
-    """(forward, backward) values that shard ``index`` sends per batch row, for shards of
-    ``lengths`` and K, V of ``width`` = H·d each; ``masked``: the mask travels too."""
+def ring_sent_bytes(lengths, index: int, width: int, batch: int, dtype,
+                    masked: bool) -> tuple[int, int]:
+    """(forward, backward) bytes that shard ``index`` sends, for shards of ``lengths``,
+    ``batch`` rows, K and V of ``width`` = H·d each in ``dtype``; ``masked``: the mask
+    travels too (one value per position).  What ``count_sent_bytes`` counts."""
     P, L = len(lengths), sum(lengths)
     if P == 1:
         return 0, 0
-    kv = (L - lengths[(index + 1) % P]) * (2 * width + int(masked))
-    return kv, kv + (L - lengths[index]) * 2 * width
+    item = torch.empty(0, dtype=dtype).element_size()
+    grad_item = torch.empty(0, dtype=torch.promote_types(dtype, torch.float32)).element_size()
+    kv = (L - lengths[(index + 1) % P]) * (2 * width + int(masked)) * batch * item
+    return kv, kv + (L - lengths[index]) * 2 * width * batch * grad_item
 
 
 def _uses_cpu_kernel(q: torch.Tensor) -> bool:
@@ -114,7 +120,9 @@ def _attend(q, k, v, mask, diagonal: bool, scale: float):
     if _uses_cpu_kernel(q):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, diagonal, attn_mask=bias, scale=scale)
-    else:
+    else:  # in float32 at least, like the kernel's lse
+        q, k, v = (x.to(torch.promote_types(x.dtype, torch.float32)) for x in (q, k, v))
+        bias = None if bias is None else bias.to(q.dtype)
         outs, lses = [], []
         for a, b in _chunks(q, k):
             s = _scores(q[:, :, a:b], k, bias, diagonal, scale, a)
@@ -132,11 +140,14 @@ def _attend(q, k, v, mask, diagonal: bool, scale: float):
 
 def _attend_backward(dout, q, k, v, out, lse, mask, diagonal: bool, scale: float):
     """(dq, dk, dv) of one block, given the whole attention's ``out`` and ``lse`` (lse
-    +inf on the rows that see no key, so they contribute nothing)."""
+    +inf on the rows that see no key, so they contribute nothing).  The matmul kernel
+    computes and returns them in lse's dtype (float32 for float16 / bfloat16)."""
     bias = _bias(mask, q.dtype)
     if _uses_cpu_kernel(q):
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             dout, q, k, v, out, lse, 0.0, diagonal, attn_mask=bias, scale=scale)
+    q, k, v, out, dout = (x.to(lse.dtype) for x in (q, k, v, out, dout))
+    bias = None if bias is None else bias.to(q.dtype)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     for a, b in _chunks(q, k):
         p = torch.exp(_scores(q[:, :, a:b], k, bias, diagonal, scale, a)
