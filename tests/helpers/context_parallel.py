@@ -214,6 +214,12 @@ def spawn(world: int, run, cases: list, tmp: Path) -> list[dict]:
     return [pickle.loads((tmp / f"{r}.pkl").read_bytes()) for r in range(world)]
 
 
+def ranks_of(case, results: list[dict]) -> list:
+    """The results of ``case`` (a ``members`` field: None for the whole world) on the
+    ranks that ran it, in group rank order."""
+    return [results[r][case.name] for r in sorted(case.members or range(len(results)))]
+
+
 def run_cases(world: int, cases: list[Case], tmp: Path) -> list[dict]:
     """Spawn ``world`` gloo processes that run the scan ``cases``; each rank's results."""
     return spawn(world, _scan_cases, cases, tmp)

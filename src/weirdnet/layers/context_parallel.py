@@ -11,7 +11,8 @@ single-process path reads one attribute and is otherwise untouched.
 What each mixer exchanges (docs/context_parallel.md, "The other mixers"):
 
     weird, ps   the scan's distributed halos (log-step levels)
-    softmax     an all-gather of K and V (the causal form keeps the keys up to its shard)
+    softmax     ring attention: (K, V) blocks passed around the ring (an all-gather of K
+                and V only with attention dropout)
     linear      state passing: the exclusive prefix over ranks of the (phi(K)^T V, phi(K))
                 sums (causal), or their sum over the group (bidirectional)
     local       halos of K and V: window - 1 positions from the earlier ranks (causal),

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from ..ops.checks import check_mask, on_host
 from ..ops.packing import positions_in_document, segment_ids
+from ..ops.ring_attention import ring_softmax_attention
 from ..ops.rotary import rotary, rotary_angles, token_positions
 from ..ops.sequence_shards import gather_sequence
 from ..ops.softmax_attention import (
@@ -135,15 +136,23 @@ class SoftmaxAttention(MultiHeadMixer):
     cannot_shard = None
 
     def _mix_sharded(self, x, mask, doc_ids, cp):
-        """An all-gather of K and V (rotated at their global positions): the causal form
-        keeps the keys of positions [0, its shard's end) and aligns its queries to their
-        end, the causal offset (docs/context_parallel.md: bytes)."""
+        """Ring attention (:func:`~weirdnet.ops.ring_attention.ring_softmax_attention`)
+        over queries and keys rotated at their global positions: each rank holds its own
+        shard's K and V and one travelling block (docs/context_parallel.md: bytes).
+
+        The ring has no attention dropout: with ``dropout_p > 0`` (training with
+        ``dropout`` set) this falls back to an all-gather of K and V, the whole
+        sequence's (the causal form: up to this shard's end) on every rank, and one
+        :func:`softmax_attention` with dropout over them."""
         cp.no_documents(doc_ids, self)
         layout, group = cp.layout(x), cp.process_group
         q, k, v = self.project_qkv(x)
         if self.rope:
             q, k = self._rotate(q, k, mask,
                                 positions=cp.positions(mask, layout, x.shape[0], x.device))
+        if self.dropout_p == 0:
+            return self.project_out(ring_softmax_attention(q, k, v, layout, group,
+                                                           causal=self.causal, mask=mask))
         upto = layout.start + layout.length if self.causal else layout.total
         kv = gather_sequence(torch.cat([merge_heads(k), merge_heads(v)], -1), layout, group,
                              upto)
