@@ -111,7 +111,7 @@ def _run_op(case: RingCase, group, index: int) -> dict:
                                      scale=case.scale)
         out.backward(shard(grad, case, index))
     return dict(o=out.detach(), dq=leaves[0].grad, dk=leaves[1].grad, dv=leaves[2].grad,
-                forward=sent.forward, backward=sent.backward,
+                forward=sent.ring_forward, backward=sent.ring_backward,
                 saved=sum(b for b, _ in saved.values()),
                 saved_positions=max((p for _, p in saved.values()), default=0))
 
@@ -132,7 +132,7 @@ def _run_dropout_layer(case: RingCase, group, index: int) -> dict:
         with count_sent_bytes() as counter:
             out = layer(x)
             out.sum().backward()
-        sent[mode] = (counter.forward, counter.backward, bool(torch.isfinite(out).all()))
+        sent[mode] = (counter.ring_forward, counter.ring_backward, bool(torch.isfinite(out).all()))
     return sent
 
 

@@ -46,7 +46,7 @@ import torch
 import torch.distributed as dist
 
 from .softmax_attention import check_qkv
-from .weird_scan.halo import _COUNTERS, ShardLayout
+from .weird_scan.halo import ShardLayout, record_sent
 
 SCORES_BUDGET = 1 << 22
 """Most score elements (all batch rows and heads) that one query chunk of the matmul
@@ -186,8 +186,7 @@ class _Ring:
         works = dist.batch_isend_irecv([
             dist.P2POp(dist.isend, send, self.next, self.group, tag),
             dist.P2POp(dist.irecv, recv, self.prev, self.group, tag)])
-        for counter in _COUNTERS:
-            counter.add(phase, send)
+        record_sent(phase, send)
 
         def wait():
             for work in works:
@@ -231,7 +230,7 @@ class _RingAttention(torch.autograd.Function):
             if t < P - 1:
                 block = _pack(kb, vb, mb) if t == 0 else block
                 nxt = ring.post(block, _block_numel(B, H, layout.lengths[s - 1], d, masked),
-                                _TAG_KV, "forward")
+                                _TAG_KV, "ring_forward")
             if not causal or s <= me:
                 out_b, lse_b = _attend(q, kb, vb, mb, causal and s == me, scale)
                 out, lse = _merge(out, lse, out_b, lse_b)
@@ -262,7 +261,7 @@ class _RingAttention(torch.autograd.Function):
             if t < P - 1:
                 block = _pack(kb, vb, mb) if t == 0 else block
                 nxt = ring.post(block, _block_numel(B, H, lengths[s - 1], d, masked),
-                                _TAG_KV, "backward")
+                                _TAG_KV, "ring_backward")
             dkv_b = None
             if not causal or s <= me:
                 dq_b, *dkv_b = _attend_backward(dout, q, kb, vb, out, lse, mb,
@@ -278,7 +277,7 @@ class _RingAttention(torch.autograd.Function):
                 own = grads
             else:
                 travelling = ring.post(grads, 2 * B * H * lengths[s - 1] * d, _TAG_DKV,
-                                       "backward")
+                                       "ring_backward")
             if t < P - 1:
                 block = nxt()
                 kb, vb, mb = _unpack(block, B, H, lengths[s - 1], d, masked)

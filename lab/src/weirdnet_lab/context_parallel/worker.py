@@ -113,6 +113,7 @@ def run(spec: dict, prefix: str) -> None:
     result = dict(rank=rank, P=P, n=mine.shape[1] - 1, base_rss=base, peak_rss=peak_rss_bytes(),
                   seconds=seconds, sent_forward=sent.forward, sent_backward=sent.backward,
                   sent_recompute=sent.recompute,
+                  sent_ring=sent.ring_forward + sent.ring_backward,
                   messages=sent.messages, weird_layers=len(weird), scan_channels=spec["dim"],
                   parameters=sum(p.numel() for p in model.parameters()), allocator=allocator)
     Path(f"{prefix}.{rank}.json").write_text(json.dumps(result))

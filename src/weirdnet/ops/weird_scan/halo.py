@@ -104,6 +104,8 @@ class SentBytes:
     forward: int = 0
     backward: int = 0
     recompute: int = 0  # the forward's halos sent again by a backward that kept none
+    ring_forward: int = 0  # ring attention's hops (weirdnet.ops.ring_attention)
+    ring_backward: int = 0
     messages: int = 0
 
     def add(self, phase: str, tensor: torch.Tensor) -> None:
@@ -124,6 +126,7 @@ def count_sent_bytes():
             out.sum().backward()
         sent.forward, sent.backward   # bytes, this rank's own sends
         sent.recompute                # halos="resend": the forward's, sent again
+        sent.ring_forward, sent.ring_backward   # softmax layers' ring attention
     """
     counter = SentBytes()
     _COUNTERS.append(counter)
@@ -131,6 +134,13 @@ def count_sent_bytes():
         yield counter
     finally:
         _COUNTERS.remove(counter)
+
+
+def record_sent(phase: str, tensor: torch.Tensor) -> None:
+    """Count ``tensor`` as sent by this rank in ``phase`` (a :class:`SentBytes` field) in
+    every open :func:`count_sent_bytes` block."""
+    for counter in _COUNTERS:
+        counter.add(phase, tensor)
 
 
 @dataclass
@@ -182,8 +192,7 @@ def post_transfers(state: tuple[torch.Tensor, ...], layout: ShardLayout, transfe
         if src == me:
             buf = torch.stack([x[:, lo - off:hi - off] for x in state]).contiguous()
             ops.append(dist.P2POp(dist.isend, buf, layout.ranks[dst], group))
-            for counter in _COUNTERS:
-                counter.add(phase, buf)
+            record_sent(phase, buf)
         elif dst == me:
             buf = state[0].new_empty((len(state), B, hi - lo, *D))
             ops.append(dist.P2POp(dist.irecv, buf, layout.ranks[src], group))
