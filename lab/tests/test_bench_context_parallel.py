@@ -12,23 +12,28 @@ from weirdnet_lab.context_parallel.report import formula_bytes, ring_bytes
 
 def test_quick_run_writes_record_report_and_plot(tmp_path):
     done = run_cli("bench", "context-parallel", "--quick", "--models", "weird-a",
-                   "--out", str(tmp_path), cwd=tmp_path, timeout=600)
+                   "--halos", "keep", "resend", "--out", str(tmp_path), cwd=tmp_path,
+                   timeout=600)
     assert done.returncode == 0, done.stderr
     folder = tmp_path / "context-parallel"
     record = json.loads((folder / "context_parallel.json").read_text())
-    rows = {r["P"]: r for r in record["rows"]}
-    assert sorted(rows) == [1, 2] and record["quick"]
+    rows = {(r["P"], r["halos"]): r for r in record["rows"]}
+    assert sorted(rows) == [(1, "keep"), (2, "keep"), (2, "resend")] and record["quick"]
     for r in rows.values():
         assert r["length"] == 512 and r["peak_rss_mib"] > 0 and r["tokens_per_s"] > 0
-    sharded = rows[2]
-    assert sharded["shards"] == [256, 256] and sharded["weird_layers"] == 2
-    assert sharded["sent_bytes"] == formula_bytes([256, 256], 2, 32) == sharded["formula_bytes"]
-    assert sharded["sent_bytes"][0] > 0 and sharded["sent_bytes"][1] > 0
-    assert sharded["ring_bytes"] == ring_bytes(2, 256, 2, 32) > 0
-    assert rows[1]["sent_bytes"] == [0]
+    for halos in ("keep", "resend"):
+        sharded = rows[2, halos]
+        assert sharded["shards"] == [256, 256] and sharded["weird_layers"] == 2
+        want = formula_bytes([256, 256], 2, 32, halos)
+        assert sharded["sent_bytes"] == want == sharded["formula_bytes"], halos
+        assert sharded["sent_bytes"][0] > 0 and sharded["sent_bytes"][1] > 0
+        assert sharded["ring_bytes"] == ring_bytes(2, 256, 2, 32) > 0
+    # "resend" sends the forward's halos once more (rank 0 sends only forward halos)
+    assert rows[2, "resend"]["sent_bytes"][0] == 2 * rows[2, "keep"]["sent_bytes"][0]
+    assert rows[1, "keep"]["sent_bytes"] == [0]
     text = (folder / "context_parallel.md").read_text()
-    assert "| weird-a | 512 | 2 |" in text and "Quick run" in text
-    assert "## Targets (issue 64)" in text and "communication" in text
+    assert "| weird-a | 512 | 2 | resend |" in text and "Quick run" in text
+    assert "## Targets (issue 64)" in text and "communication at P = 2, halos keep" in text
     assert (folder / "context_parallel.png").stat().st_size > 0
 
 

@@ -27,6 +27,7 @@ class ModelCase:
     seed: int = 0
     halos: str = "resend"  # ContextParallel.halos
     checkpoint: bool = False  # training mode, activation checkpointing per block
+    recompute_exchanges: bool = False  # ContextParallel.recompute_exchanges
 
     @property
     def total(self) -> int:
@@ -85,7 +86,8 @@ def _run(case: ModelCase, group, index: int):
 
     model = _mode(build(case), case)
     try:
-        model.set_context_parallel(ContextParallel(group, halos=case.halos))
+        model.set_context_parallel(ContextParallel(
+            group, halos=case.halos, recompute_exchanges=case.recompute_exchanges))
     except ValueError as err:
         return str(err)
     tokens, mask, docs, grad = (shard(x, case, index) for x in inputs(case))
@@ -94,7 +96,8 @@ def _run(case: ModelCase, group, index: int):
         (out * grad).sum().backward()
     return dict(o=out.detach(), grads={n: p.grad for n, p in model.named_parameters()
                                        if p.grad is not None},
-                sent=(sent.forward, sent.recompute, sent.backward))
+                sent=(sent.forward, sent.recompute, sent.backward),
+                ring=(sent.ring_forward, sent.ring_backward))
 
 
 def run_model_cases(cases: list[ModelCase], rank: int, world: int) -> dict:

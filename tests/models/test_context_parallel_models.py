@@ -8,6 +8,7 @@ import torch
 from helpers.context_parallel import spawn
 from helpers.context_parallel_models import BASE, ModelCase, run_model_cases, single
 from helpers.numerics import rel_err
+from weirdnet.ops.ring_attention import ring_sent_bytes
 from weirdnet.ops.weird_scan.context_parallel_cost import halo_values, step_values
 
 A = dict(pattern="A")
@@ -18,6 +19,7 @@ LINEAR_LOCAL_ENC = dict(pattern="linear,local", causal=False,
                         mixer_options={"local": {"window": 6}})
 A_DOCS = dict(pattern="A", positions="none", short_conv=4)
 A_NONE = dict(pattern="A", positions="none")  # the scan's halos are all it sends
+B_NO_CONV = dict(pattern="B", positions="none")  # one weird, one softmax (ring) layer
 
 TWO = [
     ModelCase("A-L1-group-of-one", (1,), A, members=(0,)),
@@ -38,6 +40,9 @@ TWO = [
     ModelCase("A-checkpointed-resend-L301", (150, 151), A_NONE, seed=15, checkpoint=True),
     ModelCase("A-checkpointed-keep-L301", (150, 151), A_NONE, seed=15, checkpoint=True,
               halos="keep"),
+    ModelCase("B-checkpointed-L301", (150, 151), B_NO_CONV, seed=16, checkpoint=True),
+    ModelCase("B-checkpointed-recomputed-L301", (150, 151), B_NO_CONV, seed=17,
+              checkpoint=True, recompute_exchanges=True),
     ModelCase("refuses-relation", (3, 4), dict(pattern="weird,relation")),
     ModelCase("refuses-dba", (3, 4), dict(pattern="dba", causal=False)),
     ModelCase("refuses-linformer", (3, 4), dict(pattern="linformer", causal=False)),
@@ -97,16 +102,23 @@ def test_four_processes_match_one(four, case):
 
 
 def _check_checkpointed_bytes(case, results):
-    """Selective checkpointing keeps the scans' outputs: a checkpointed step sends each
-    layer's forward halos once (and "resend" once more in the backward), as by formula."""
+    """Selective checkpointing keeps the scans' and rings' outputs: a checkpointed step
+    sends each weird layer's forward halos once (and "resend" once more in the
+    backward) and each softmax layer's ring once each way, as by formula."""
     parts = [results[r][case.name] for r in range(len(results))]
-    layers, dim = BASE["depth"], BASE["dim"]
-    unit = case.B * dim * 4 * layers
-    for (f, b), step, p in zip(halo_values(list(case.lengths)),
-                               step_values(list(case.lengths), case.halos), parts):
+    weird, rings = (2, 0) if case.config["pattern"] == "A" else (1, 1)
+    unit = case.B * BASE["dim"] * 4 * weird
+    twice = case.recompute_exchanges  # the checkpoint's recomputation exchanges again
+    steps = step_values(list(case.lengths), case.halos, twice)
+    for index, ((f, b), step, p) in enumerate(zip(halo_values(list(case.lengths)), steps,
+                                                  parts)):
         again = f * unit if case.halos == "resend" else 0
-        assert p["sent"] == (f * unit, again, b * unit)
+        assert p["sent"] == ((1 + twice) * f * unit, again, b * unit)
         assert sum(p["sent"]) == step * unit
+        ring_f, ring_b = ring_sent_bytes(case.lengths, index, BASE["dim"], case.B,
+                                         torch.float32, case.masked)
+        # a recomputed ring runs (and sends) its forward once more
+        assert p["ring"] == (rings * (1 + twice) * ring_f, rings * ring_b)
 
 
 @pytest.mark.parametrize("case", [c for c in TWO if c.checkpoint], ids=lambda c: c.name)

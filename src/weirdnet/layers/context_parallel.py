@@ -43,15 +43,26 @@ class ContextParallel:
     (:func:`weirdnet.ops.weird_scan_context_parallel`): "resend" (the default) keeps
     only its inputs and exchanges the forward's halos again in the backward; "keep"
     keeps them (one forward's bytes fewer per step, 3 (2 + log2 P) more values per
-    position and channel held)."""
+    position and channel held).
+
+    ``recompute_exchanges``: under the backbone's activation checkpointing, False (the
+    default) keeps the outputs of the sharded scans and ring attentions
+    (:func:`weirdnet.ops.sharded_checkpoint_context`), so a block's recomputation sends
+    nothing; True recomputes them like every other activation (their messages sent
+    again): one value per position and channel less per such layer, one more forward's
+    bytes per step."""
 
     group: Any = None
     halos: str = "resend"
+    recompute_exchanges: bool = False
 
     def __post_init__(self):
         if self.halos not in HALOS:
             raise ValueError(f"ContextParallel halos must be one of {HALOS}, got "
                              f"{self.halos!r}")
+        if not isinstance(self.recompute_exchanges, bool):
+            raise ValueError(f"ContextParallel recompute_exchanges must be a bool, got "
+                             f"{self.recompute_exchanges!r}")
 
     @property
     def process_group(self):

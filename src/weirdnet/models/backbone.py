@@ -35,7 +35,7 @@ from weirdnet.layers.base import (  # the mixer contract's cache ownership
 from weirdnet.ops.checks import check_mask, check_rows, on_host
 from weirdnet.ops.packing import check_doc_ids, per_document, positions_in_document
 from weirdnet.ops.rotary import token_positions
-from weirdnet.ops.weird_scan.context_parallel import sharded_scan_checkpoint_context
+from weirdnet.ops.sequence_shards import sharded_checkpoint_context
 
 from .blocks import PerBlockContext, block_contexts, build_mixer, make_norm
 from .config import BackboneConfig
@@ -293,9 +293,11 @@ class Backbone(nn.Module):
         ``transformers``' ``gradient_checkpointing_enable`` set), tensors passed
         positionally so a reentrant checkpoint sees them too."""
         run = self._gradient_checkpointing_func or partial(checkpoint, use_reentrant=False)
-        if self.context_parallel is not None and self._gradient_checkpointing_func is None:
-            # the recomputation reuses each sharded scan's output: no second exchange
-            run = partial(run, context_fn=sharded_scan_checkpoint_context)
+        cp = self.context_parallel
+        if cp is not None and not cp.recompute_exchanges \
+                and self._gradient_checkpointing_func is None:
+            # the recomputation reuses the sharded scans' and rings' outputs: no second exchange
+            run = partial(run, context_fn=sharded_checkpoint_context)
         return partial(run, block.carry)
 
     def _extend(self, inputs, mask, cache: BackboneCache, context, context_mask,

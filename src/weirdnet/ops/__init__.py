@@ -19,6 +19,7 @@ from .linear_attention import (
 from .linformer import linformer_attention, linformer_reference
 from .local_attention import local_attention, local_attention_reference
 from .relation import relation_mix, relation_mix_continue, relation_reference
+from .sequence_shards import sharded_checkpoint_context
 from .short_conv import short_conv, short_conv_reference
 from .softmax_attention import softmax_attention, softmax_attention_reference
 from .weird_scan import (
@@ -59,6 +60,7 @@ __all__ = [
     "WeirdScanCache",
     "levels_needed",
     "scan_backend_name",
+    "sharded_checkpoint_context",
     "weird_scan",
     "weird_scan_bidirectional",
     "weird_scan_bidirectional_context_parallel",

@@ -17,7 +17,7 @@ causal on the diagonal (queries and keys of the same positions), a later shard's
 skipped (and still passed on).  A masked key contributes nothing; a query that sees no
 real key gets 0, as on one process.
 
-**Backward** (:class:`_RingAttention`, ring flash-attention's): it keeps only this
+**Backward** (:func:`_ring_backward`, ring flash-attention's): it keeps only this
 rank's q, k, v, out, lse (and mask).  The (K, V, mask) blocks travel again; dQ is summed
 here, and each block's (dK, dV) travels on a buffer that starts on the next rank, collects
 every rank's part and arrives home after P - 1 hops.
@@ -214,77 +214,100 @@ def _block_numel(B, H, n, d, masked: bool) -> int:
     return 2 * B * H * n * d + (B * n if masked else 0)
 
 
-class _RingAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, mask, layout, group, causal, scale):
-        P, me = len(layout.lengths), layout.index
-        B, H, _, d = q.shape
-        masked = mask is not None
-        acc = torch.promote_types(q.dtype, torch.float32)
-        ring = _Ring(layout, group)
-        out = q.new_zeros(q.shape, dtype=acc)
-        lse = q.new_full(q.shape[:3], -math.inf, dtype=acc)
-        block, kb, vb, mb = None, k, v, mask
-        for t in range(P):
-            s = (me - t) % P
-            if t < P - 1:
-                block = _pack(kb, vb, mb) if t == 0 else block
-                nxt = ring.post(block, _block_numel(B, H, layout.lengths[s - 1], d, masked),
-                                _TAG_KV, "ring_forward")
-            if not causal or s <= me:
-                out_b, lse_b = _attend(q, kb, vb, mb, causal and s == me, scale)
-                out, lse = _merge(out, lse, out_b, lse_b)
-            if t < P - 1:
-                block = nxt()
-                kb, vb, mb = _unpack(block, B, H, layout.lengths[s - 1], d, masked)
-        out = out.to(q.dtype)
-        ctx.save_for_backward(q, k, v, out, lse, mask)
-        ctx.layout, ctx.group, ctx.causal, ctx.scale = layout, group, causal, scale
-        return out
+_GROUPS: dict = {}
+"""The groups the custom op was called with, by name (an op takes no group object)."""
 
-    @staticmethod
-    def backward(ctx, dout):
-        q, k, v, out, lse, mask = ctx.saved_tensors
-        layout, causal, scale = ctx.layout, ctx.causal, ctx.scale
-        P, me, lengths = len(layout.lengths), layout.index, layout.lengths
-        B, H, _, d = q.shape
-        masked = mask is not None
-        acc = lse.dtype
-        ring = _Ring(layout, ctx.group)
-        dout = dout.contiguous()
-        lse = lse.masked_fill(lse == -math.inf, math.inf)  # rows that see no key: p = 0
-        dq = torch.zeros(q.shape, dtype=acc, device=q.device)
-        own = travelling = None
-        block, kb, vb, mb = None, k, v, mask
-        for t in range(P):
-            s = (me - t) % P
-            if t < P - 1:
-                block = _pack(kb, vb, mb) if t == 0 else block
-                nxt = ring.post(block, _block_numel(B, H, lengths[s - 1], d, masked),
-                                _TAG_KV, "ring_backward")
-            dkv_b = None
-            if not causal or s <= me:
-                dq_b, *dkv_b = _attend_backward(dout, q, kb, vb, out, lse, mb,
-                                                causal and s == me, scale)
-                dq += dq_b
-            # block s's (dK, dV) so far: from the previous rank (none yet at t <= 1)
-            grads = travelling() if t >= 2 else q.new_zeros(2 * B * H * lengths[s] * d,
-                                                            dtype=acc)
-            if dkv_b is not None:
-                for total, part in zip(grads.view(2, *kb.shape), dkv_b, strict=True):
-                    total += part
-            if t == 0:
-                own = grads
-            else:
-                travelling = ring.post(grads, 2 * B * H * lengths[s - 1] * d, _TAG_DKV,
-                                       "ring_backward")
-            if t < P - 1:
-                block = nxt()
-                kb, vb, mb = _unpack(block, B, H, lengths[s - 1], d, masked)
-        if P > 1:  # this rank's block, home with every other rank's part
-            own += travelling()
-        dk, dv = own.view(2, *k.shape).to(k.dtype)
-        return dq.to(q.dtype), dk, dv, None, None, None, None, None
+
+@torch.library.custom_op("weirdnet::ring_attention", mutates_args=())
+def _ring_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+             lengths: list[int], index: int, ranks: list[int], members: list[int],
+             group_name: str, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ring's forward: (out (B, H, n, d) in q's dtype, lse (B, H, n) in float32 or
+    wider), a custom op so that selective checkpointing can keep both."""
+    layout = ShardLayout(tuple(lengths), index, tuple(ranks), tuple(members))
+    P, me = len(layout.lengths), layout.index
+    B, H, _, d = q.shape
+    masked = mask is not None
+    acc = torch.promote_types(q.dtype, torch.float32)
+    ring = _Ring(layout, _GROUPS[group_name])
+    out = q.new_zeros(q.shape, dtype=acc)
+    lse = q.new_full(q.shape[:3], -math.inf, dtype=acc)
+    block, kb, vb, mb = None, k, v, mask
+    for t in range(P):
+        s = (me - t) % P
+        if t < P - 1:
+            block = _pack(kb, vb, mb) if t == 0 else block
+            nxt = ring.post(block, _block_numel(B, H, layout.lengths[s - 1], d, masked),
+                            _TAG_KV, "ring_forward")
+        if not causal or s <= me:
+            out_b, lse_b = _attend(q, kb, vb, mb, causal and s == me, scale)
+            out, lse = _merge(out, lse, out_b, lse_b)
+        if t < P - 1:
+            block = nxt()
+            kb, vb, mb = _unpack(block, B, H, layout.lengths[s - 1], d, masked)
+    return out.to(q.dtype), lse
+
+
+@_ring_op.register_fake
+def _(q, k, v, mask, lengths, index, ranks, members, group_name, causal, scale):
+    acc = torch.promote_types(q.dtype, torch.float32)
+    return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=acc)
+
+
+def _ring_setup(ctx, inputs, output):
+    q, k, v, mask, lengths, index, ranks, members, name, causal, scale = inputs
+    ctx.save_for_backward(q, k, v, output[0], output[1], mask)
+    ctx.layout = ShardLayout(tuple(lengths), index, tuple(ranks), tuple(members))
+    ctx.group, ctx.causal, ctx.scale = _GROUPS[name], causal, scale
+
+
+def _ring_backward(ctx, dout, _dlse):
+    """Ring flash-attention's backward (module docstring): dQ here, each block's
+    (dK, dV) travelling home."""
+    q, k, v, out, lse, mask = ctx.saved_tensors
+    layout, causal, scale = ctx.layout, ctx.causal, ctx.scale
+    P, me, lengths = len(layout.lengths), layout.index, layout.lengths
+    B, H, _, d = q.shape
+    masked = mask is not None
+    acc = lse.dtype
+    ring = _Ring(layout, ctx.group)
+    dout = dout.contiguous()
+    lse = lse.masked_fill(lse == -math.inf, math.inf)  # rows that see no key: p = 0
+    dq = torch.zeros(q.shape, dtype=acc, device=q.device)
+    own = travelling = None
+    block, kb, vb, mb = None, k, v, mask
+    for t in range(P):
+        s = (me - t) % P
+        if t < P - 1:
+            block = _pack(kb, vb, mb) if t == 0 else block
+            nxt = ring.post(block, _block_numel(B, H, lengths[s - 1], d, masked),
+                            _TAG_KV, "ring_backward")
+        dkv_b = None
+        if not causal or s <= me:
+            dq_b, *dkv_b = _attend_backward(dout, q, kb, vb, out, lse, mb,
+                                            causal and s == me, scale)
+            dq += dq_b
+        # block s's (dK, dV) so far: from the previous rank (none yet at t <= 1)
+        grads = travelling() if t >= 2 else q.new_zeros(2 * B * H * lengths[s] * d,
+                                                        dtype=acc)
+        if dkv_b is not None:
+            for total, part in zip(grads.view(2, *kb.shape), dkv_b, strict=True):
+                total += part
+        if t == 0:
+            own = grads
+        else:
+            travelling = ring.post(grads, 2 * B * H * lengths[s - 1] * d, _TAG_DKV,
+                                   "ring_backward")
+        if t < P - 1:
+            block = nxt()
+            kb, vb, mb = _unpack(block, B, H, lengths[s - 1], d, masked)
+    if P > 1:  # this rank's block, home with every other rank's part
+        own += travelling()
+    dk, dv = own.view(2, *k.shape).to(k.dtype)
+    return (dq.to(q.dtype), dk, dv) + (None,) * 8
+
+
+_ring_op.register_autograd(_ring_backward, setup_context=_ring_setup)
 
 
 def ring_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -310,4 +333,8 @@ def ring_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         raise ValueError(f"q has {q.shape[2]} positions, the layout gives this rank "
                          f"{layout.length}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    return _RingAttention.apply(q, k, v, mask, layout, group, bool(causal), scale)
+    _GROUPS[group.group_name] = group
+    out, _ = torch.ops.weirdnet.ring_attention(
+        q, k, v, mask, list(layout.lengths), layout.index, list(layout.ranks),
+        list(layout.members), group.group_name, bool(causal), scale)
+    return out

@@ -53,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--halos", nargs="+", default=["resend"], choices=HALOS,
                         help="what the sharded scan keeps for its backward, one cell per "
                              "value for P > 1 (default: %(default)s)")
+    parser.add_argument("--recompute-exchanges", action="store_true",
+                        help="let the block checkpoints recompute the sharded scans (their "
+                             "halos sent again) instead of keeping their outputs: less "
+                             "memory, more bytes (ContextParallel.recompute_exchanges)")
     parser.add_argument("--steps", type=int, default=1,
                         help="timed steps after the first (memory) step (default 1)")
     parser.add_argument("--dim", type=int, default=128, help="D (default 128)")
@@ -91,7 +95,9 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
                                      "needs >= 2 positions, P >= 1)")
                 for halos in (args.halos if P > 1 else args.halos[:1]):
                     cells.append(dict(model=name, length=int(length), P=int(P),
-                                      halos=halos, steps=settings["steps"],
+                                      halos=halos,
+                                      recompute_exchanges=bool(args.recompute_exchanges),
+                                      steps=settings["steps"],
                                       dim=settings["dim"], depth=args.depth,
                                       ffn_chunk=FFN_CHUNK))
     if settings["steps"] < 0 or settings["dim"] < 1 or args.depth < 1:
@@ -101,8 +107,8 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def worker_command(cell: dict[str, Any], prefix: str) -> list[str]:
     """The torchrun command line of one cell."""
-    spec = {k: cell[k] for k in ("model", "length", "halos", "steps", "dim", "depth",
-                                 "ffn_chunk")}
+    spec = {k: cell[k] for k in ("model", "length", "halos", "recompute_exchanges", "steps",
+                                 "dim", "depth", "ffn_chunk")}
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
             f"--nproc-per-node={cell['P']}", "-m", "weirdnet_lab.context_parallel.worker",
             json.dumps(spec), prefix]

@@ -18,23 +18,26 @@ STEM = "context_parallel"
 ITEMSIZE = 4  # float32 state
 
 
-def formula_bytes(lengths: list[int], layers: int, channels: int, halos: str) -> list[int]:
+def formula_bytes(lengths: list[int], layers: int, channels: int, halos: str,
+                  recomputed: bool = False) -> list[int]:
     """Halo bytes each rank sends in one checkpointed training step by formula: per
     Weird-attention layer, the forward once (selective checkpointing keeps the scan's
-    output, so the recomputation sends nothing), the backward once, and with
-    ``halos="resend"`` the forward's halos again in the backward; B = 1, float32."""
+    output; twice with ``recomputed``: the checkpoint runs it again), the backward once,
+    and with ``halos="resend"`` the forward's halos again in the backward; B = 1,
+    float32."""
     unit = channels * ITEMSIZE * layers
-    return [values * unit for values in step_values(lengths, halos)]
+    return [values * unit for values in step_values(lengths, halos, recomputed)]
 
 
-def ring_bytes(P: int, shard: int, layers: int, channels: int) -> int:
+def ring_bytes(P: int, shard: int, layers: int, channels: int,
+               recomputed: bool = False) -> int:
     """Ring attention's bytes per rank for the same shards and the same step (K, V of
-    width D; its output kept by the same selective checkpointing, so the forward's hops
-    run once; a recomputed ring would send its forward twice)."""
+    width D; its forward once, its output kept by the same selective checkpointing, or
+    twice with ``recomputed``)."""
     if P < 2:
         return 0
     f, b = ring_values(P, shard)
-    return (f + b) * channels * ITEMSIZE * layers
+    return ((2 if recomputed else 1) * f + b) * channels * ITEMSIZE * layers
 
 
 def row(cell: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -45,15 +48,16 @@ def row(cell: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, Any]:
     seconds = statistics.median(timed)
     sent = [r["sent_forward"] + r.get("sent_recompute", 0) + r["sent_backward"]
             for r in ranks]
-    halos = cell.get("halos", "keep")
+    halos, again = cell.get("halos", "keep"), cell.get("recompute_exchanges", False)
     return {**cell, "shards": lengths,
             "peak_rss_mib": max(r["peak_rss"] for r in ranks) / MIB,
             "step_extra_mib": max(r["peak_rss"] - r["base_rss"] for r in ranks) / MIB,
             "base_rss_mib": max(r["base_rss"] for r in ranks) / MIB,
             "seconds_per_step": seconds, "first_step_seconds": ranks[0]["seconds"][0],
             "tokens_per_s": cell["length"] / seconds,
-            "sent_bytes": sent, "formula_bytes": formula_bytes(lengths, layers, channels, halos),
-            "ring_bytes": ring_bytes(len(lengths), max(lengths), layers, channels),
+            "sent_bytes": sent,
+            "formula_bytes": formula_bytes(lengths, layers, channels, halos, again),
+            "ring_bytes": ring_bytes(len(lengths), max(lengths), layers, channels, again),
             "messages": [r["messages"] for r in ranks], "weird_layers": layers,
             "parameters": ranks[0]["parameters"]}
 
@@ -82,7 +86,11 @@ def _cells(rows: list[dict], r: dict) -> list[str]:
 
 
 def _halos(r: dict) -> str:
-    return r.get("halos", "keep") if r["P"] > 1 else ""
+    """The sharded scan's setting of a row: "keep" or "resend", "+ recompute" where the
+    checkpoint recomputes the exchanges; empty for one process."""
+    if r["P"] == 1:
+        return ""
+    return r.get("halos", "keep") + (" + recompute" if r.get("recompute_exchanges") else "")
 
 
 HEADER = ("model", "L (bytes)", "P", "halos", "peak RSS / process (MiB)", "step extra (MiB)",

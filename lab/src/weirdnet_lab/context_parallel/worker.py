@@ -4,7 +4,8 @@
         -m weirdnet_lab.context_parallel.worker SPEC_JSON OUT_PREFIX
 
 SPEC: {"model": "weird-a" | "weird-b-pp", "length": L (bytes), "halos": "keep" |
-"resend" (the sharded scan's, ``ContextParallel.halos``), "steps": timed steps,
+"resend" (the sharded scan's, ``ContextParallel.halos``), "recompute_exchanges": bool
+(``ContextParallel.recompute_exchanges``), "steps": timed steps,
 "dim", "depth", "ffn_chunk"}.  Each rank builds the same byte-level language model (seed
 0, activation checkpointing per block, FFNs in checkpointed chunks), takes its contiguous
 slice of one random sequence of L bytes (:func:`weirdnet.train.context_parallel.shard_batch`)
@@ -92,7 +93,9 @@ def run(spec: dict, prefix: str) -> None:
     model = build_model(spec["model"], L, spec["dim"], spec["depth"])
     model.backbone.set_activation_checkpointing("blocks", 2, spec["ffn_chunk"])
     if P > 1:
-        model.backbone.set_context_parallel(ContextParallel(halos=spec.get("halos", "resend")))
+        model.backbone.set_context_parallel(ContextParallel(
+            halos=spec.get("halos", "resend"),
+            recompute_exchanges=bool(spec.get("recompute_exchanges", False))))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = torch.randint(0, 256, (1, L + 1), generator=torch.Generator().manual_seed(1))
     mine = shard_batch({"tokens": tokens}, SequenceShards(P, rank, None, None))["tokens"]

@@ -31,11 +31,8 @@ d log_w: each rank returns the contribution of its own positions (see
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 import torch.distributed as dist
-from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from ..checks import FLOAT_DTYPES, check_finite_log_w, check_scan_inputs, levels_needed, on_host
 from .dispatch import compute_dtype
@@ -77,9 +74,9 @@ def weird_scan_context_parallel(a, v, log_w, *, group=None, reverse=False, mask=
             3 (2 + log2 P) values per position and channel on the last rank); "resend":
             nothing kept but the inputs, the forward's halos are exchanged again in the
             backward, one channel block at a time (the forward's bytes once more; the
-            memory of one block).  Under activation checkpointing use "resend" with
-            :func:`sharded_scan_checkpoint_context`, which keeps the op's output so the
-            recomputation does not run it: the bytes of "keep" without checkpointing.
+            memory of one block).  Under activation checkpointing,
+            :func:`weirdnet.ops.sharded_checkpoint_context` keeps the op's outputs so
+            the recomputation does not run it: a step sends what it sends unchecked.
 
     Returns:
         O: (B, n) x D, this rank's shard of the single-process output, in ``a``'s dtype.
@@ -452,20 +449,3 @@ def _backward(ctx, grad, _grad_halos):
 
 
 _scan_op.register_autograd(_backward, setup_context=_setup)
-
-
-def _save_sharded_scans(ctx, op, *args, **kwargs):
-    """Selective checkpointing's policy: keep the sharded scan's outputs (and its kept
-    halos), recompute the rest."""
-    if op == torch.ops.weirdnet.weird_scan_cp.default:
-        return CheckpointPolicy.MUST_SAVE
-    return CheckpointPolicy.PREFER_RECOMPUTE
-
-
-sharded_scan_checkpoint_context = partial(create_selective_checkpoint_contexts,
-                                          _save_sharded_scans)
-sharded_scan_checkpoint_context.__doc__ = (
-    """``context_fn`` for ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``:
-    the recomputation of a checkpointed region reuses each sharded scan's output (and,
-    with ``halos="keep"``, its halos) instead of running it and exchanging its halos
-    again.""")

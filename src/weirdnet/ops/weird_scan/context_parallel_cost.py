@@ -47,16 +47,17 @@ def halo_values(lengths) -> list[tuple[int, int]]:
     return [(STATE * f, STATE * b) for f, b in zip(fwd, bwd)]
 
 
-def step_values(lengths, halos: str = "keep") -> list[int]:
+def step_values(lengths, halos: str = "keep", recomputed: bool = False) -> list[int]:
     """Values per row and channel each shard (scan order) sends in one training step:
     forward + backward with ``halos="keep"``; with "resend" the backward sends the
-    forward's halos once more.  This is also the step under activation checkpointing with
-    :func:`~weirdnet.ops.weird_scan.context_parallel.sharded_scan_checkpoint_context`,
-    whose recomputation reuses the scan's output and sends nothing."""
+    forward's halos once more; with ``recomputed`` an activation checkpoint's
+    recomputation runs the forward (and sends its halos) once more too.  Without
+    ``recomputed`` this is also a checkpointed step under
+    :func:`weirdnet.ops.sharded_checkpoint_context`, which keeps the scan's output."""
     if halos not in ("keep", "resend"):
         raise ValueError(f"halos must be 'keep' or 'resend', got {halos!r}")
-    again = halos == "resend"
-    return [f * (2 if again else 1) + b for f, b in halo_values(lengths)]
+    forwards = 1 + (halos == "resend") + bool(recomputed)
+    return [f * forwards + b for f, b in halo_values(lengths)]
 
 
 def halo_values_equal(P: int, S: int) -> int:
