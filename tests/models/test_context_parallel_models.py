@@ -137,3 +137,13 @@ def test_mixers_without_a_sharded_form_refuse_in_one_line(two, name):
     for rank in (0, 1):
         message = two[rank][name]
         assert REFUSALS[name] in message and "\n" not in message, message
+
+
+def test_context_parallel_settings_are_checked_in_one_line():
+    from weirdnet.layers import ContextParallel
+
+    assert ContextParallel().halos == "resend" and not ContextParallel().recompute_exchanges
+    with pytest.raises(ValueError, match="halos must be one of"):
+        ContextParallel(halos="drop")
+    with pytest.raises(ValueError, match="recompute_exchanges must be a bool"):
+        ContextParallel(recompute_exchanges="yes")

@@ -98,29 +98,33 @@ HEADER = ("model", "L (bytes)", "P", "halos", "peak RSS / process (MiB)", "step 
           "measured vs formula", "ring attention MiB", "sent / ring")
 
 
+TARGET_HEADER = ("target (issue 64)", "cells", "measured", "bound", "verdict")
+
+
+def _verdict(value: float, bound: float) -> str:
+    return "met" if value <= bound else "not met"
+
+
 def targets(rows: list[dict]) -> list[str]:
-    """The issue's memory and communication targets, as measured in these rows."""
-    lines = []
+    """The issue's memory and communication targets as measured in these rows: a table
+    (memory: peak RSS per process at P = 4 over one process's at the same length;
+    communication: the scan's halo bytes per step, the rank that sends most, over ring
+    attention's for the same shards, the worst row of each P and setting)."""
+    cells = []
     for r in rows:
         one = _single(rows, r)
         if r["P"] == 4 and "error" not in r and one:
             peak = r["peak_rss_mib"] / one["peak_rss_mib"]
-            extra = r["step_extra_mib"] / one["step_extra_mib"]
-            lines.append(f"- memory, {r['model']} at {r['length']:,} bytes, P = 4 "
-                         f"(halos {_halos(r)}) against "
-                         f"P = 1 (C kernel): peak RSS {peak:.2f}x, step extra {extra:.2f}x "
-                         f"(target <= 0.35x: {'met' if peak <= 0.35 else 'not met'} for the "
-                         f"peak, {'met' if extra <= 0.35 else 'not met'} for the extra)")
+            cells.append(["memory: peak RSS per process, P = 4 over P = 1",
+                          f"{r['model']}, {r['length']:,} bytes, {_halos(r)}",
+                          f"{peak:.3f}x", "<= 0.35x", _verdict(peak, 0.35)])
     for P, halos in sorted({(r["P"], _halos(r)) for r in rows
                             if r["P"] > 1 and "error" not in r}):
-        ratios = [max(r["sent_bytes"]) / r["ring_bytes"] for r in rows
-                  if (r["P"], _halos(r)) == (P, halos) and "error" not in r]
-        worst = max(ratios)
-        lines.append(f"- communication at P = {P}, halos {halos}: the scan's halo bytes per "
-                     f"step (the rank "
-                     f"that sends most) are {worst:.5f}x ring attention's for the same "
-                     f"shards at most (target <= 1: {'met' if worst <= 1 else 'not met'})")
-    return lines
+        worst = max(max(r["sent_bytes"]) / r["ring_bytes"] for r in rows
+                    if (r["P"], _halos(r)) == (P, halos) and "error" not in r)
+        cells.append(["communication: halo bytes per step over ring attention's",
+                      f"P = {P}, {halos}", f"{worst:.5f}x", "<= 1x", _verdict(worst, 1.0)])
+    return markdown_table(TARGET_HEADER, cells) if cells else ["(no P = 4 or P > 1 rows)"]
 
 
 def markdown(record: dict[str, Any]) -> str:

@@ -10,12 +10,17 @@ already holds (the communication overlaps that work).  The combine is the same f
 on the same operands, so outputs, dA and dV are bitwise those of
 ``weird_scan(..., backend="torch")`` on the whole sequence.
 
-Backward: the mirrored scan of ``pytorch.py`` (one :class:`torch.autograd.Function` for
-the whole op, not autograd through the levels).  The forward keeps, besides the inputs,
-the halos it received (about ``2 n + n log2 P`` positions' states for equal shards: the
-same order as the inputs); the backward recomputes the local levels from them without
-communicating, then runs the adjoint scan, whose partners lie 2^k *ahead*, so the
-adjoint halos come from later ranks.  Both directions run one block of channels at a time
+Backward: the mirrored scan of ``pytorch.py``, written out (the custom op
+``weirdnet::weird_scan_cp`` with its registered backward, not autograd through the
+levels).  With ``halos="keep"`` the forward keeps, besides the inputs, the halos it
+received (about ``2 n + n log2 P`` positions' states for equal shards: the same order as
+the inputs) and the backward recomputes the local levels from them without
+communicating; with ``halos="resend"`` it keeps the inputs only and the backward
+receives each channel block's halos again.  Then it runs the adjoint scan, whose partners
+lie 2^k *ahead*, so the adjoint halos come from later ranks.  Being a custom op, its
+outputs can be kept by selective activation checkpointing
+(:func:`weirdnet.ops.sharded_checkpoint_context`).  Both directions run one block of
+channels at a time
 (:func:`channel_blocks`: 16 MiB of temporaries, sized for the longest shard so
 every rank cuts the same blocks and the per-block messages pair up), so the backward holds
 all levels' states of one block, not of every channel: the same bytes as one block for all
