@@ -46,7 +46,7 @@ import torch
 import torch.distributed as dist
 
 from .softmax_attention import check_qkv
-from .weird_scan.halo import ShardLayout, record_sent
+from .weird_scan.halo import ShardLayout, op_group, op_group_name, record_sent
 
 SCORES_BUDGET = 1 << 22
 """Most score elements (all batch rows and heads) that one query chunk of the matmul
@@ -214,22 +214,18 @@ def _block_numel(B, H, n, d, masked: bool) -> int:
     return 2 * B * H * n * d + (B * n if masked else 0)
 
 
-_GROUPS: dict = {}
-"""The groups the custom op was called with, by name (an op takes no group object)."""
-
-
 @torch.library.custom_op("weirdnet::ring_attention", mutates_args=())
 def _ring_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
              lengths: list[int], index: int, ranks: list[int], members: list[int],
              group_name: str, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The ring's forward: (out (B, H, n, d) in q's dtype, lse (B, H, n) in float32 or
     wider), a custom op so that selective checkpointing can keep both."""
-    layout = ShardLayout(tuple(lengths), index, tuple(ranks), tuple(members))
+    layout = ShardLayout.from_op_args(lengths, index, ranks, members)
     P, me = len(layout.lengths), layout.index
     B, H, _, d = q.shape
     masked = mask is not None
     acc = torch.promote_types(q.dtype, torch.float32)
-    ring = _Ring(layout, _GROUPS[group_name])
+    ring = _Ring(layout, op_group(group_name))
     out = q.new_zeros(q.shape, dtype=acc)
     lse = q.new_full(q.shape[:3], -math.inf, dtype=acc)
     block, kb, vb, mb = None, k, v, mask
@@ -257,8 +253,8 @@ def _(q, k, v, mask, lengths, index, ranks, members, group_name, causal, scale):
 def _ring_setup(ctx, inputs, output):
     q, k, v, mask, lengths, index, ranks, members, name, causal, scale = inputs
     ctx.save_for_backward(q, k, v, output[0], output[1], mask)
-    ctx.layout = ShardLayout(tuple(lengths), index, tuple(ranks), tuple(members))
-    ctx.group, ctx.causal, ctx.scale = _GROUPS[name], causal, scale
+    ctx.layout = ShardLayout.from_op_args(lengths, index, ranks, members)
+    ctx.group, ctx.causal, ctx.scale = op_group(name), causal, scale
 
 
 def _ring_backward(ctx, dout, _dlse):
@@ -333,8 +329,6 @@ def ring_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         raise ValueError(f"q has {q.shape[2]} positions, the layout gives this rank "
                          f"{layout.length}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    _GROUPS[group.group_name] = group
     out, _ = torch.ops.weirdnet.ring_attention(
-        q, k, v, mask, list(layout.lengths), layout.index, list(layout.ranks),
-        list(layout.members), group.group_name, bool(causal), scale)
+        q, k, v, mask, *layout.op_args(), op_group_name(group), bool(causal), scale)
     return out

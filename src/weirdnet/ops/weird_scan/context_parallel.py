@@ -41,14 +41,12 @@ import torch.distributed as dist
 
 from ..checks import FLOAT_DTYPES, check_finite_log_w, check_scan_inputs, levels_needed, on_host
 from .dispatch import compute_dtype
-from .halo import ReadyHalo, ShardLayout, start_halo
+from .halo import ReadyHalo, ShardLayout, op_group, op_group_name, start_halo
 from .pytorch import adjoint_scale, combine, initial_state
 
 _META = 8  # n, B, D, dtype, K, mask?, doc?, local error?
 HALOS = ("keep", "resend")
 """What the backward recomputes the forward levels from (``halos=``)."""
-# The groups the "resend" custom op was called with, by name (an op takes no group).
-_GROUPS: dict = {}
 # Values of (B, n, block) temporaries a channel block may hold at once, times levels: 16 MiB
 # of float32, an eighth of the single-process torch backend's (the sharded scan exists to
 # hold less than one process; more blocks only mean more, smaller messages).
@@ -114,11 +112,10 @@ def weird_scan_context_parallel(a, v, log_w, *, group=None, reverse=False, mask=
     flip = (lambda x: x.flip(1)) if reverse else (lambda x: x)
     bounds = None if doc_ids is None else document_bounds(flip(doc_ids), layout, group)
     mask = None if mask is None else flip(mask)
-    _GROUPS[group.group_name] = group
     start, end = bounds if bounds is not None else (None, None)
     out, _ = torch.ops.weirdnet.weird_scan_cp(
-        flip(a), flip(v), log_w, mask, start, end, list(layout.lengths), layout.index,
-        list(layout.ranks), list(layout.members), group.group_name, halos == "keep")
+        flip(a), flip(v), log_w, mask, start, end, *layout.op_args(), op_group_name(group),
+        halos == "keep")
     return flip(out)
 
 
@@ -301,9 +298,11 @@ def scan_forward(a, v, log_w, mask, layout, bounds, group, nlev: int, keep: bool
     holds one block's state."""
     B, _, D = a.shape
     out = torch.empty_like(a)
-    sizes = halo_sizes(layout)
-    kept = a.new_empty((3, B, sum(sizes), D)) if keep else None
-    levels = kept.split(sizes, 2) if keep else None
+    kept = levels = None
+    if keep:
+        sizes = halo_sizes(layout)
+        kept = a.new_empty((3, B, sum(sizes), D))
+        levels = kept.split(sizes, 2)
     for ch in channel_blocks(B, layout, D, 0):  # it holds two states, not nlev + 1
         state = initial_state(a[..., ch], v[..., ch], mask)
         for k in range(nlev):
@@ -415,18 +414,18 @@ def _scan_op(a: torch.Tensor, v: torch.Tensor, log_w: torch.Tensor,
     """The sharded scan's forward on oriented inputs: (O in a's dtype, the halos every
     level received, concatenated along positions, (3, B, sum h_k, D) in the compute dtype,
     with ``keep``; else an empty tensor)."""
-    layout = ShardLayout(tuple(lengths), index, tuple(ranks), tuple(members))
+    layout = ShardLayout.from_op_args(lengths, index, ranks, members)
     dtype = compute_dtype(a.dtype)
     bounds = None if doc_start is None else (doc_start, doc_end)
     out, kept = scan_forward(a.to(dtype), v.to(dtype), log_w.to(dtype), mask, layout,
-                             bounds, _GROUPS[group_name], levels_needed(layout.total), keep)
+                             bounds, op_group(group_name), levels_needed(layout.total), keep)
     return out.to(a.dtype), kept if keep else a.new_empty(0, dtype=dtype)
 
 
 @_scan_op.register_fake
 def _(a, v, log_w, mask, doc_start, doc_end, lengths, index, ranks, members, group_name,
       keep):
-    layout = ShardLayout(tuple(lengths), index, tuple(ranks), tuple(members))
+    layout = ShardLayout.from_op_args(lengths, index, ranks, members)
     positions = sum(halo_sizes(layout)) if keep else 0
     shape = (3, a.shape[0], positions, a.shape[2]) if keep else (0,)
     return torch.empty_like(a), a.new_empty(shape, dtype=compute_dtype(a.dtype))
@@ -435,7 +434,7 @@ def _(a, v, log_w, mask, doc_start, doc_end, lengths, index, ranks, members, gro
 def _setup(ctx, inputs, output):
     a, v, log_w, mask, doc_start, doc_end, lengths, index, ranks, members, name, keep = inputs
     ctx.save_for_backward(a, v, log_w, mask, doc_start, doc_end, output[1] if keep else None)
-    ctx.layout = ShardLayout(tuple(lengths), index, tuple(ranks), tuple(members))
+    ctx.layout = ShardLayout.from_op_args(lengths, index, ranks, members)
     ctx.group_name = name
 
 
@@ -447,7 +446,7 @@ def _backward(ctx, grad, _grad_halos):
     nlev = levels_needed(ctx.layout.total)
     da, dv, dlogw = scan_backward(a.to(dtype), v.to(dtype), log_w.to(dtype), mask,
                                   grad.to(dtype), halos, ctx.layout, bounds,
-                                  _GROUPS[ctx.group_name], nlev)
+                                  op_group(ctx.group_name), nlev)
     grad_log_w = log_w.new_zeros(log_w.shape)
     grad_log_w[:nlev] = dlogw.to(log_w.dtype)
     return (da.to(a.dtype), dv.to(v.dtype), grad_log_w) + (None,) * 9

@@ -58,6 +58,15 @@ class ShardLayout:
         """n, the positions this rank holds."""
         return self.lengths[self.index]
 
+    def op_args(self) -> tuple[list[int], int, list[int], list[int]]:
+        """The layout as a custom op's arguments: (lengths, index, ranks, members)."""
+        return list(self.lengths), self.index, list(self.ranks), list(self.members)
+
+    @classmethod
+    def from_op_args(cls, lengths, index: int, ranks, members) -> ShardLayout:
+        """The layout back from :meth:`op_args`."""
+        return cls(tuple(lengths), index, tuple(ranks), tuple(members))
+
     def needed(self, q: int, shift: int, ahead: bool) -> tuple[int, int]:
         """[lo, hi): the global positions shard ``q``'s partners at ``shift`` occupy on
         other shards (``ahead``: partners at +shift, else at -shift)."""
@@ -134,6 +143,20 @@ def count_sent_bytes():
         yield counter
     finally:
         _COUNTERS.remove(counter)
+
+
+_OP_GROUPS: dict = {}  # process groups by name: a custom op takes a name, not a group
+
+
+def op_group_name(group) -> str:
+    """The name a custom op takes for ``group`` (registered for :func:`op_group`)."""
+    _OP_GROUPS[group.group_name] = group
+    return group.group_name
+
+
+def op_group(name: str):
+    """The process group that :func:`op_group_name` named."""
+    return _OP_GROUPS[name]
 
 
 def record_sent(phase: str, tensor: torch.Tensor) -> None:
