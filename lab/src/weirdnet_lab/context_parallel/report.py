@@ -144,10 +144,12 @@ def markdown(record: dict[str, Any]) -> str:
            "step extra is that peak minus the RSS before the first step. Halo bytes are "
            "the Weird-attention scan's point-to-point sends in one step, measured and by "
            "formula: selective checkpointing keeps the scan's output, so the block's "
-           "recomputation sends nothing; halos \"keep\" holds the forward's halos until the "
+           "recomputation sends nothing (rows marked \"+ recompute\" recompute it and "
+           "send the forward's halos once more); halos \"keep\" holds the forward's "
+           "halos until the "
            "backward, \"resend\" exchanges them again in the backward. B++'s softmax layers "
            "and the gradient all_reduce are not counted. Ring attention: the same shards, "
-           "K and V of width D, its output kept by the same selective checkpointing.", ""]
+           "K and V of width D, under the same checkpointing as the row.", ""]
     if record.get("quick"):
         out += ["**Quick run (tiny sizes): not a measurement.**", ""]
     out += markdown_table(HEADER, [_cells(rows, r) for r in rows])
