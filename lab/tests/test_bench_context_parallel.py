@@ -46,6 +46,15 @@ def test_dry_run_lists_the_cells_and_bad_settings_exit_2(tmp_path):
     lines = done.stdout.splitlines()
     assert len(lines) == 4 and all("torch.distributed.run" in line for line in lines)
     assert '"length": 2048' in lines[-1] and "--nproc-per-node=4" in lines[-1]
+    assert all('"recompute_exchanges": false' in line for line in lines)
+    flagged = run_cli("bench", "context-parallel", "--dry-run", "--lengths", "1024",
+                      "--processes", "4", "--halos", "keep", "resend",
+                      "--recompute-exchanges", cwd=tmp_path)
+    assert flagged.returncode == 0, flagged.stderr
+    cells = flagged.stdout.splitlines()
+    assert len(cells) == 4  # two models x two settings of halos
+    assert all('"recompute_exchanges": true' in line for line in cells)
+    assert sum('"halos": "keep"' in line for line in cells) == 2
     for args, message in ((["--models", "dba"], "unknown model 'dba'"),
                           (["--lengths", "4", "--processes", "4"], "does not fit L = 4"),
                           (["--model-lengths", "weird-a=x"], "NAME=L,L")):
