@@ -6,18 +6,19 @@ Fast (no training):
 - each ``weirdnet`` command parses with the command line's own parser, and each
   training config it names validates with its ``--set`` overrides (synopsis lines, with
   placeholders such as ``CONFIG.toml`` or ``[--resume]``, are only counted);
-- every path a command writes (``--out``, ``export-hf``'s OUT, ``harness-tasks``' DIR, a
+- every path a command of the docs writes (``--out``, ``export-hf``'s OUT, ``harness-tasks``' DIR, a
   training's run directory, a shell redirection) is ignored by git, unless it is
   ``lab/results``, where the records are committed on purpose;
-- each block, run in order after the README's commands (``weirdnet train
-  configs/quickstart.toml``: ``runs/quickstart`` exists), starts no training over an
-  existing run, names only runs that exist by then, and gives each dataset a root of the
-  kind it takes (``docs/data.md`` once trained over ``runs/quickstart`` and evaluated a
-  ``python-stdlib`` run on a text file).
+- each page's commands, in order after the README's (``weirdnet train
+  configs/quickstart.toml``: ``runs/quickstart`` exists), start no training over an
+  existing run, name only runs, exports and data sets that exist by then, and give each
+  dataset a root of the kind it takes (``docs/data.md`` once trained over
+  ``runs/quickstart`` and evaluated a ``python-stdlib`` run on a text file);
+- ``weirdnet data build listops --help`` states the size the build writes.
 
-Slow: the blocks that need no download, no GPU and no other process, run through the
-command line in a fresh folder after the README's main job, each training shrunk with
-``--set`` overrides appended (:data:`SMALL`) and each evaluation with ``--limit``.
+Slow: each page's commands that need no download, no GPU and no second process, run
+through the command line in a folder after the README's main job, each training shrunk
+with ``--set`` overrides appended and each evaluation with ``--limit`` (:data:`SMALL`).
 """
 
 import contextlib
