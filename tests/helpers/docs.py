@@ -36,3 +36,60 @@ def table_rows(text: str) -> list[list[str]]:
             and not line.startswith("|---")
             and not (i + 1 < len(lines) and lines[i + 1].startswith("|---"))]
     return [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in body]
+
+
+COMMAND_PAGES = ("README.md", "configs/README.md", *sorted(
+    str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")))
+"""The pages whose command blocks a user runs (paths under :data:`ROOT`)."""
+
+SHELL_LANGUAGES = ("", "bash", "sh", "shell", "console")
+"""The languages of a fenced block of shell commands (none, or a shell's)."""
+
+
+def fenced_blocks(text: str) -> list[tuple[str, int, list[str]]]:
+    """Every fenced block of a Markdown ``text``: (its language, the line number of its
+    first line, its lines); an indented fence (inside a list item) counts too."""
+    blocks, current = [], None
+    for number, line in enumerate(text.split("\n"), 1):
+        fence = re.fullmatch(r"\s*```\s*([\w+-]*)\s*", line)
+        if current is None and fence:
+            current = (fence[1], number + 1, [])
+        elif current is not None and re.fullmatch(r"\s*```\s*", line):
+            blocks.append(current)
+            current = None
+        elif current is not None:
+            current[2].append(line)
+    return blocks
+
+
+PROGRAMS = ("weirdnet", "python", "pip", "torchrun", "nohup", "apt-get", "mkdocs")
+"""The programs a command line of the docs starts with (other lines of a block without a
+language are listings: a folder tree, printed output)."""
+
+
+def shell_commands(page: str) -> list[tuple[int, int, list[str]]]:
+    """Every command of the shell blocks of ``page``: (block number on the page, line
+    number of the command, its words as the shell splits them, comments left out).  A
+    line ending in a backslash goes on; ``a && b`` is two commands; a line that does not
+    start with one of :data:`PROGRAMS` is not a command."""
+    import shlex
+
+    found = []
+    text = (ROOT / page).read_text(encoding="utf-8")
+    shell = [b for b in fenced_blocks(text) if b[0] in SHELL_LANGUAGES]
+    for number, (_, first, lines) in enumerate(shell):
+        i = 0
+        while i < len(lines):
+            start, line = i, lines[i]
+            while line.rstrip().endswith("\\") and i + 1 < len(lines):
+                i += 1
+                line = line.rstrip()[:-1] + " " + lines[i]
+            i += 1
+            if line.split()[:1] and line.split()[0] not in PROGRAMS:
+                continue
+            words = shlex.split(line, comments=True)
+            while words:
+                cut = words.index("&&") if "&&" in words else len(words)
+                found.append((number, first + start, words[:cut]))
+                words = words[cut + 1:]
+    return [entry for entry in found if entry[2]]

@@ -435,7 +435,8 @@ print(type(model).__name__)
 @pytest.mark.slow
 def test_lm_eval_scores_the_export_offline(saved, tmp_path):
     lm, _, out = saved
-    pytest.importorskip("lm_eval")
+    pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed: "
+                        "pip install -e '.[harness]'")
     assert main(["harness-tasks", str(tmp_path / "tasks"), "--items", "12",
                  "--passages", "2"]) == 0
     env = {**subprocess_env(), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",

@@ -25,8 +25,8 @@ An existing non-empty OUT is replaced only with --overwrite, and only when it ho
 earlier export and nothing else.
 
 examples:
-  weirdnet export-hf runs/quickstart hf/quickstart
-  python -m weirdnet.hf.harness --model hf --model_args pretrained=hf/quickstart ...
+  weirdnet export-hf runs/quickstart runs/hf/quickstart
+  python -m weirdnet.hf.harness --model hf --model_args pretrained=runs/hf/quickstart ...
 """
 
 

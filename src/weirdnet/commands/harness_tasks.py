@@ -18,9 +18,9 @@ then cuts the start of the request without a word: --max-len (the model's max_le
 keeps only the whole lines that fit.
 
 examples:
-  weirdnet harness-tasks tasks/ --max-len 256   # sized to the quickstart model
-  python -m weirdnet.hf.harness --model hf --model_args pretrained=hf/quickstart \\
-      --include_path tasks/ --tasks weirdnet_stdlib_nextline,weirdnet_stdlib_bpb
+  weirdnet harness-tasks runs/harness-tasks --max-len 256   # sized to the quickstart model
+  python -m weirdnet.hf.harness --model hf --model_args pretrained=runs/hf/quickstart \\
+      --include_path runs/harness-tasks --tasks weirdnet_stdlib_nextline,weirdnet_stdlib_bpb
 
 python -m weirdnet.hf.harness is lm_eval with the weirdnet classes registered: it needs no
 trust_remote_code and runs no Python file of the model folder. (Plain lm_eval needs

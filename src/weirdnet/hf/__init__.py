@@ -22,7 +22,7 @@ try:
     import transformers
 except ImportError as error:  # pragma: no cover - exercised in a process without it
     raise ImportError("weirdnet.hf needs the Hugging Face packages: pip install "
-                      "'weirdnet[hf]' (transformers, tokenizers, lm_eval)") from error
+                      "'weirdnet[hf]' (transformers, tokenizers)") from error
 from packaging.version import Version  # noqa: E402  (installed with transformers)
 
 TESTED_TRANSFORMERS = (">=5.24", "<5.25")

@@ -13,9 +13,9 @@ so ``lm_eval`` runs with no download:
 
 Run them on an exported model (``weirdnet export-hf``)::
 
-    weirdnet harness-tasks tasks/ --max-len 256   # the model's max_len: no request is cut
+    weirdnet harness-tasks runs/harness-tasks --max-len 256   # the model's max_len: none cut
     python -m weirdnet.hf.harness --model hf --model_args pretrained=OUT \\
-        --include_path tasks/ --tasks weirdnet_stdlib_nextline,weirdnet_stdlib_bpb
+        --include_path runs/harness-tasks --tasks weirdnet_stdlib_nextline,weirdnet_stdlib_bpb
 
 ``python -m weirdnet.hf.harness ARGS`` is ``lm_eval ARGS`` after ``import weirdnet.hf``,
 which registers the classes, so no ``trust_remote_code`` is needed and no Python file of
@@ -185,7 +185,7 @@ def main() -> None:
         from lm_eval.__main__ import cli_evaluate
     except ImportError as error:
         raise SystemExit(f"lm-evaluation-harness is not installed ({error}): "
-                         "pip install 'weirdnet[hf]'") from None
+                         "pip install 'weirdnet[harness]'") from None
     sys.argv[0] = "lm_eval"
     cli_evaluate()
 
