@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 API_PAGES = REPO / "docs" / "api"
-KERNEL_TOOLS = {"scan_kernel_ab.py", "scan_kernel_variants.py", "scan_chunk_cpu.py"}
+KERNEL_TOOLS = {"scan_kernel_ab.py", "scan_kernel_variants.py"}
 """Scripts that time one kernel's build or tuning knobs against another revision's: they
 load the kernel modules' internals (the C build, the Triton constants) by design."""
 LAB_FILES = sorted(p for folder in ("src", "benchmarks", "tests")
