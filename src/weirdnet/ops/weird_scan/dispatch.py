@@ -75,6 +75,10 @@ class Backend:
         outputs in the input dtype); otherwise inputs are cast to the compute dtype.
     byte_mask: its kernels read the mask as uint8 bytes rather than bool.
     selfcheck_on: device types where its first use is compared with the PyTorch backend.
+    pow2_states: its decoding rings hold path-A states (``H = 2^m h``, m an integer, as
+        the PyTorch backend's); otherwise natural-log ones (``H = e^m h``), so that a
+        cache stepped by ``pytorch.extend_at`` (CUDA graphs) keeps the format it was
+        filled in.
     """
 
     name: str
@@ -84,6 +88,7 @@ class Backend:
     native_dtypes: bool = False
     byte_mask: bool = False
     selfcheck_on: tuple[str, ...] = field(default=())
+    pow2_states: bool = False
 
     def available(self, device: torch.device | str) -> bool:
         """Whether this backend can run on tensors on ``device``."""
@@ -192,7 +197,8 @@ BACKENDS: dict[str, Backend] = {
     "cpu": Backend("cpu", _load_cpu, _cpu_unavailable, auto_on=("cpu",), byte_mask=True),
     "triton": Backend("triton", _load_triton, _triton_unavailable, auto_on=("cuda",),
                       native_dtypes=True, selfcheck_on=("cuda",)),
-    "torch": Backend("torch", _load_torch, _torch_unavailable, auto_on=("*",)),
+    "torch": Backend("torch", _load_torch, _torch_unavailable, auto_on=("*",),
+                     pow2_states=True),
 }
 FALLBACK = "torch"
 
