@@ -1,8 +1,8 @@
 """The lab is built on the library's public API only: every module of ``weirdnet`` it
 imports is one the API reference lists (a ``::: weirdnet...`` line of docs/api/*.md), and
 no name it imports or reads from one is private (``_x``).  Read from the source, no
-imports run; lab/src, lab/benchmarks and lab/tests are checked, except the two kernel
-A/B scripts of :data:`KERNEL_TOOLS`."""
+imports run; lab/src, lab/benchmarks and lab/tests are checked, except the kernel
+scripts of :data:`KERNEL_TOOLS`."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 API_PAGES = REPO / "docs" / "api"
-KERNEL_TOOLS = {"scan_kernel_ab.py", "scan_kernel_variants.py", "scan_chunk_cpu.py"}
-"""Scripts that time one kernel's build or tuning knobs against another revision's: they
-load the kernel modules' internals (the C build, the Triton constants) by design."""
+KERNEL_TOOLS = {"scan_kernel_ab.py", "scan_kernel_variants.py", "scan_tile_paths.py"}
+"""Scripts that time one kernel's build or tuning knobs against another revision's, or
+measure its tiles' paths: they load the kernel modules' internals (the C build, the
+Triton constants, the tile specification) by design."""
 LAB_FILES = sorted(p for folder in ("src", "benchmarks", "tests")
                    for p in (REPO / "lab" / folder).rglob("*.py")
                    if not (folder == "benchmarks" and p.name in KERNEL_TOOLS))

@@ -62,6 +62,8 @@ def inputs(case: Case):
     elif case.docs:
         doc = torch.tensor([int(x) for x in case.docs.split(",")]).expand(B, L).clone()
     grad = torch.randn(B, L, D, dtype=torch.float64, generator=g)
+    if case.extra.get("steep"):  # issue 72's wide spreads: logits 1e3 N(0, 1), steep decay
+        a, log_w = a * 500, -100 * log_w.abs()
     return a, v, log_w, mask, doc, grad
 
 

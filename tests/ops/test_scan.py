@@ -129,6 +129,25 @@ def test_gradients_of_padding_far_from_real_tokens(backend, log_w_value):
     _gradients_against_reference(backend, a, v, log_w, mask, False, grad)
 
 
+@pytest.mark.parametrize("seed", [56, 57])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_steep_decay_and_huge_logits_give_finite_gradients(backend, seed, reverse):
+    """Issue 72 item 1: logits 1e3 x N(0, 1) and log_w = -100 |N(0, 1)| (seed 56 is the
+    probe's case).  A backward that exponentiates a sum of log-scales must not overflow
+    into inf x 0: the removed "chunk" backends gave d log_w[8, 2] = NaN here, where the
+    reference gives 0.  Every output and gradient is finite and matches float64."""
+    g = torch.Generator().manual_seed(seed)
+    B, L, D = 2, 257, 5
+    a = 1e3 * torch.randn(B, L, D, dtype=torch.float64, generator=g)
+    v = torch.randn(B, L, D, dtype=torch.float64, generator=g)
+    log_w = -100 * torch.randn(levels_needed(L), D, dtype=torch.float64, generator=g).abs()
+    mask = torch.rand(B, L, generator=g) > 0.2
+    grad = torch.randn(B, L, D, dtype=torch.float64, generator=g)
+    grad = grad * reach_mask(mask, B, L, reverse)
+    _gradients_against_reference(backend, a, v, log_w, mask, reverse, grad,
+                                 ((torch.float64, 1e-8),))
+
+
 @pytest.mark.parametrize("reverse", [False, True, None])  # None: bidirectional
 @pytest.mark.parametrize("L", [1, 2, 5, 9])
 def test_gradcheck_float64(backend, reverse, L):

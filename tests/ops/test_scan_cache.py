@@ -9,12 +9,19 @@ from weirdnet.ops import WeirdScanCache, weird_scan
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("L", [1, 2, 3, 7, 64, 301])
-def test_step_and_extend_are_bitwise_the_full_pass(backend, dtype, L):
+@pytest.mark.parametrize("spread", ["typical", "wide"])
+def test_step_and_extend_are_bitwise_the_full_pass(backend, dtype, L, spread):
+    """Typical inputs, and wide-spread ones (logits 1e3 x N(0, 1), log_w = -100 |N(0, 1)|
+    and +30 |N(0, 1)| channels: rescales by powers of two far beyond e^+-88)."""
     g = torch.Generator().manual_seed(L)
     B, D = 3, 21
-    a = torch.randn(B, L, D, generator=g, dtype=dtype) * 3
+    scale = 3.0 if spread == "typical" else 1e3
+    a = torch.randn(B, L, D, generator=g, dtype=dtype) * scale
     v = torch.randn(B, L, D, generator=g, dtype=dtype)
     log_w = random_log_w(9, D, dtype=dtype, generator=g)
+    if spread == "wide":
+        steep = torch.randn(9, D, generator=g, dtype=dtype).abs()
+        log_w = torch.where(torch.arange(D) % 2 == 0, -100 * steep, 30 * steep)
     mask = torch.rand(B, L, generator=g) > 0.2
     full = weird_scan(a, v, log_w, mask=mask, backend=backend)
 

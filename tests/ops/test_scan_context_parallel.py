@@ -37,6 +37,8 @@ TWO = [
     Case("L1001-reverse-docs", (1, 1000), reverse=True, docs="random", seed=6),
     Case("L9-bidirectional", (5, 4), bidirectional=True, masked=True, D=4, seed=7),
     Case("L1-group-of-one", (1,), members=(0,), seed=8),
+    Case("L257-steep-huge-logits", (130, 127), masked=True, seed=56,
+         extra={"steep": True, "tol": 1e-8}),
     Case("L1001-one-channel-blocks-docs-masked", (600, 401), masked=True, docs="random",
          D=5, seed=9, extra={"budget": 1}),
     Case("L64-two-channel-blocks-reverse", (40, 24), reverse=True, D=5, seed=10,
@@ -133,10 +135,11 @@ def _check(case, results):
     for name, x, y in zip(("O", "dA", "dV"), got, (o, da, dv)):
         assert torch.equal(x, y), f"{name} differs from the single-process torch backend"
     keep = grad != 0
-    assert rel_err(got[0][keep], refs[0][keep]) <= 1e-12
+    tol = case.extra.get("tol", 1e-12)  # logits of 1e3 carry 1e3 eps into their weights
+    assert rel_err(got[0][keep], refs[0][keep]) <= tol
     for name, x, y in zip(("dA", "dV", "dlog_w"), got[1:], refs[1:]):
-        assert rel_err(x, y) <= 1e-12, name
-    assert rel_err(got[3], dw) <= 1e-12, "d log_w summed over the group"
+        assert rel_err(x, y) <= tol, name
+    assert rel_err(got[3], dw) <= tol, "d log_w summed over the group"
 
 
 def _check_bytes(case, results):

@@ -141,7 +141,7 @@ def test_bad_input_errors_under_compile():
 
 def test_table_and_choice_rule(monkeypatch):
     monkeypatch.delenv("WEIRDNET_SCAN_BACKEND", raising=False)
-    assert set(dispatch.BACKENDS) == {"cpu", "torch", "triton", "chunk", "triton-chunk"}
+    assert set(dispatch.BACKENDS) == {"cpu", "torch", "triton"}
     cpu = torch.device("cpu")
     auto = dispatch.resolve(cpu).name
     assert auto == ("cpu" if dispatch.BACKENDS["cpu"].available(cpu) else "torch")

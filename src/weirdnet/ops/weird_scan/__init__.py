@@ -4,8 +4,6 @@
     pytorch.py    the log-step scan in plain PyTorch (any device): backend "torch"
     cpu.py        the fused C kernels of csrc/ (built on first use, called through ctypes)
     triton.py     the fused Triton kernels (CUDA)
-    chunk.py      the chunked factorization with batched matrix products: backend "chunk"
-    triton_chunk.py  the same with its Toeplitz products in a Triton tl.dot kernel
     dispatch.py   the backend table and the rule that picks a backend; the Triton self-check
     op.py         the public op: argument checks, then its torch.library custom ops
                   (forward, backward, decode step), which run a backend

@@ -144,7 +144,8 @@ class WeirdScanCache:
             if self.position_tensor is None:
                 out = extend(*inputs, *self._ring, self.position, self.backend)
             else:
-                out = extend_at(*inputs, *self._ring, self.levels, self.position_tensor)
+                out = extend_at(*inputs, *self._ring, self.levels, self.position_tensor,
+                                dispatch.BACKENDS[self.backend].pow2_states)
         self.position += T
         return out.to(a.dtype)
 

@@ -42,7 +42,7 @@ import torch.distributed as dist
 from ..checks import FLOAT_DTYPES, check_finite_log_w, check_scan_inputs, levels_needed, on_host
 from .dispatch import compute_dtype
 from .halo import ReadyHalo, ShardLayout, op_group, op_group_name, start_halo
-from .pytorch import adjoint_scale, combine, initial_state
+from .pytorch import adjoint_scale, combine, initial_state, level_weights, merge_level, natural
 
 _META = 8  # n, B, D, dtype, K, mask?, doc?, local error?
 HALOS = ("keep", "resend")
@@ -255,12 +255,12 @@ def forward_level(state, halo, c, shift: int, layout: ShardLayout, bounds):
     """
     n, s = layout.length, shift
     t0, t1 = _first_with_partner(layout, s), min(s, n)
+    weight = level_weights(c)  # path A, as the PyTorch backend's levels
     local = ()
     if n > s:
-        local = combine(*(x[:, s:] for x in state), state[0][:, :n - s] + c,
-                        *(x[:, :n - s] for x in state[1:]))
-    hm, hh, hu = halo.wait().unbind(0)
-    near = combine(*(x[:, t0:t1] for x in state), hm + c, hh, hu)
+        local = merge_level(tuple(x[:, s:] for x in state),
+                            tuple(x[:, :n - s] for x in state), weight)
+    near = merge_level(tuple(x[:, t0:t1] for x in state), halo.wait().unbind(0), weight)
     new = tuple(torch.cat(p, 1) for p in zip(near, local)) if local else near
     same = None if bounds is None else (_positions(layout, state[0]) - s
                                         >= bounds[0]).unsqueeze(-1)[:, t0:]
@@ -370,7 +370,7 @@ def _backward_block(a, v, log_w, mask, grad, halos, layout, bounds, group, nlev:
         sm, sh, su = _partners_back(states[k], halos[k], s, n)
         bm, b1, b2 = (x[:, t0:] for x in adj)
         mq = bm + log_w[k]
-        term = torch.exp(mq + sm) * (sh * b1 - su * b2)
+        term = torch.exp(mq + natural(sm)) * (sh * b1 - su * b2)
         if bounds is not None:  # no adjoint flows back across a document start
             term = torch.where((pos - s >= bounds[0]).unsqueeze(-1)[:, t0:], term,
                                torch.zeros((), dtype=term.dtype, device=term.device))

@@ -18,8 +18,7 @@ on a device is checked against the PyTorch backend.  :func:`resolve` picks one:
    ValueError saying why it cannot run on the tensors' device;
 2. otherwise the first backend of the table, in order, that lists the device type among
    the ones it is chosen for automatically and is available there (the C kernel on CPU,
-   Triton on CUDA, PyTorch anywhere).  "chunk" and "triton-chunk" (docs/design.md §18)
-   are chosen for no device: only by name.
+   Triton on CUDA, PyTorch anywhere).
 
 Self-check.  A backend with ``selfcheck_on`` (Triton: ``("cuda",)``) is compared with the
 PyTorch backend the first time it is resolved for a device of that type in a process
@@ -42,7 +41,6 @@ from types import ModuleType
 import torch
 
 from ..checks import levels_needed
-from . import chunk as chunk_kernels
 from . import cpu as cpu_kernels
 from . import pytorch as torch_kernels
 
@@ -77,6 +75,10 @@ class Backend:
         outputs in the input dtype); otherwise inputs are cast to the compute dtype.
     byte_mask: its kernels read the mask as uint8 bytes rather than bool.
     selfcheck_on: device types where its first use is compared with the PyTorch backend.
+    pow2_states: its decoding rings hold path-A states (``H = 2^m h``, m an integer, as
+        the PyTorch backend's); otherwise natural-log ones (``H = e^m h``), so that a
+        cache stepped by ``pytorch.extend_at`` (CUDA graphs) keeps the format it was
+        filled in.
     """
 
     name: str
@@ -86,6 +88,7 @@ class Backend:
     native_dtypes: bool = False
     byte_mask: bool = False
     selfcheck_on: tuple[str, ...] = field(default=())
+    pow2_states: bool = False
 
     def available(self, device: torch.device | str) -> bool:
         """Whether this backend can run on tensors on ``device``."""
@@ -133,10 +136,6 @@ def _torch_unavailable(device: torch.device) -> str | None:
     return None
 
 
-def _load_chunk() -> ModuleType:
-    return chunk_kernels
-
-
 def _load_cpu() -> ModuleType:
     if cpu_kernels.load() is None:
         raise RuntimeError("the C kernel could not be built")
@@ -152,7 +151,6 @@ def _cpu_unavailable(device: torch.device) -> str | None:
 
 
 _TRITON_MODULE = __package__ + ".triton"
-_TRITON_CHUNK_MODULE = __package__ + ".triton_chunk"
 _import_errors: dict[str, str] = {}  # why a Triton module did not import, once
 
 
@@ -172,11 +170,6 @@ def _import_triton_module(name: str) -> ModuleType:
 def _load_triton() -> ModuleType:
     """``weird_scan.triton``, imported on first use; ImportError when triton does not load."""
     return _import_triton_module(_TRITON_MODULE)
-
-
-def _load_triton_chunk() -> ModuleType:
-    """``weird_scan.triton_chunk`` (the tensor-core kernel), imported on first use."""
-    return _import_triton_module(_TRITON_CHUNK_MODULE)
 
 
 def _triton_reason(name: str, load: Callable[[], ModuleType], module_name: str,
@@ -200,20 +193,12 @@ def _triton_unavailable(device: torch.device) -> str | None:
     return _triton_reason("triton", _load_triton, _TRITON_MODULE, device)
 
 
-def _triton_chunk_unavailable(device: torch.device) -> str | None:
-    return _triton_reason("triton-chunk", _load_triton_chunk, _TRITON_CHUNK_MODULE, device)
-
-
 BACKENDS: dict[str, Backend] = {
     "cpu": Backend("cpu", _load_cpu, _cpu_unavailable, auto_on=("cpu",), byte_mask=True),
     "triton": Backend("triton", _load_triton, _triton_unavailable, auto_on=("cuda",),
                       native_dtypes=True, selfcheck_on=("cuda",)),
-    "torch": Backend("torch", _load_torch, _torch_unavailable, auto_on=("*",)),
-    # opt-in (docs/design.md §18): never chosen automatically until a GPU run records
-    # the tensor-core kernel faster than "triton" at every length
-    "chunk": Backend("chunk", _load_chunk, _torch_unavailable, auto_on=()),
-    "triton-chunk": Backend("triton-chunk", _load_triton_chunk, _triton_chunk_unavailable,
-                            auto_on=()),
+    "torch": Backend("torch", _load_torch, _torch_unavailable, auto_on=("*",),
+                     pow2_states=True),
 }
 FALLBACK = "torch"
 

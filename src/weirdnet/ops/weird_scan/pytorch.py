@@ -5,14 +5,22 @@ with tensor ops so it runs on any device.  It is used on CUDA and wherever the C
 cannot be built.  Every function here takes tensors already in the compute dtype
 (float32 or float64) and works on channel chunks to bound temporary memory.
 
-State per (batch, position, channel): ``(m, h, u)`` with ``H = e^m h``, ``U = e^m u``.
+State per (batch, position, channel): ``(m, h, u)`` with ``H = 2^m h``, ``U = 2^m u`` and m
+an integer (held in the float dtype): the exact running max in powers of two ("path A",
+docs/design.md §19).  Every rescale multiplies by an exact power of two built from its
+exponent bits (:func:`pow2`), so rescaling adds no rounding; a level's weight
+``W_k = e^{log_w[k]}`` is split once into ``f_k 2^{n_k}`` (f_k in [1, 2), n_k an integer).
 Padded sources start as ``(NEG, 0, 1)``; non-finite tokens as :func:`initial_state` says.
+The backward's adjoint keeps natural-log scales (:func:`combine`), and reads the forward
+states through :func:`natural`.
 Channels ``[0, n_causal)`` are scanned causally, ``[n_causal, D)`` anti-causally.  With ``doc``
 (canonical document ids, (B, L) int64) a level combines position i with its partner only
 when both lie in one document; elsewhere the state passes through unchanged.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -34,11 +42,11 @@ def zero_weight_sentinel(dtype: torch.dtype) -> float:
 
 
 def combine(m, h, u, mp, hp, up):
-    """Merge partner state ``(mp, hp, up)`` into ``(m, h, u)``; all shapes broadcast.
+    """Merge partner state ``(mp, hp, up)`` into ``(m, h, u)`` with natural-log scales
+    (``H = e^m h``); all shapes broadcast.  The backward's adjoint combine.
 
     Returns the new ``(m, h, u)``.  One exp per element: the larger of the two log-scales
-    is kept and the other side is scaled by ``exp(-|m - mp|)``.  The decoding step uses
-    this very function, which makes it bitwise equal to the full pass.
+    is kept and the other side is scaled by ``exp(-|m - mp|)``.
     """
     d = m - mp
     e = torch.exp(-d.abs())
@@ -49,22 +57,94 @@ def combine(m, h, u, mp, hp, up):
     return torch.where(keep, m, mp), h * st + hp * sp, u * st + up * sp
 
 
+# (exponent bias, mantissa bits, integer type of the same width) of each state dtype
+_FLOAT_BITS = {torch.float32: (127, 23, torch.int32), torch.float64: (1023, 52, torch.int64)}
+LN2 = math.log(2.0)
+
+
+def pow2(e: torch.Tensor) -> torch.Tensor:
+    """``2^e`` exactly, for an integer-valued float tensor ``e <= 0`` (float32 or float64),
+    built from the exponent bits: 0 below the smallest normal number (2^-126 in float32,
+    2^-1022 in float64) and for NaN.  (``torch.ldexp`` multiplies by ``pow(2, e)``, whose
+    exactness is the math library's.)"""
+    bias, mantissa, itype = _FLOAT_BITS[e.dtype]
+    low = torch.full((), -bias, dtype=e.dtype, device=e.device)
+    k = torch.where(e >= -bias, e, low)  # also NaN -> 2^-bias, whose bits are 0
+    return ((k + bias).to(itype) << mantissa).view(e.dtype)
+
+
+def split_log(x: torch.Tensor):
+    """``(n, f)`` with ``e^x = f 2^n``, n integer-valued (x's dtype) and f in [1, 2), for
+    finite x.  ``x log2(e)`` is split in float64 whatever x's dtype, so f is e^x's
+    mantissa rounded once (as ``exp`` would round it).  Non-finite x gives NaN f.
+    (``torch.exp``, not ``torch.exp2``: on the CPU exp2's vectorised and scalar loops
+    round differently, which would make a value depend on its place in the tensor.)"""
+    t = x.to(torch.float64) / LN2
+    n = torch.floor(t)
+    return n.to(x.dtype), torch.exp((t - n) * LN2).to(x.dtype)
+
+
+def natural(m: torch.Tensor) -> torch.Tensor:
+    """A state's natural-log scale: ``m ln 2`` (the sentinels stay below any real scale)."""
+    return m * LN2
+
+
+def merge(m, h, u, mp, hp, up, fp):
+    """Path A: merge the partner ``2^mp fp (hp, up)`` into ``2^m (h, u)``; shapes broadcast.
+
+    m, mp integers: the larger exponent is kept and the other side is scaled by
+    ``2^-|m - mp|``, exact (it is 0 below the smallest normal, where the term is below
+    float rounding of the kept side).  The weight's mantissa ``fp`` rides on the partner's
+    factor: ``h' = h st + hp (fp sp)`` with st, sp powers of two, so a merge rounds
+    exactly twice per value, as a plain ``h + W hp`` does (the basis of path B's
+    bit-for-bit equality, docs/design.md §19).  The decoding step uses this very
+    function, which makes it bitwise equal to the full pass.
+    """
+    d = m - mp
+    down = pow2(-d.abs())
+    keep = d >= 0
+    one = torch.ones((), dtype=m.dtype, device=m.device)
+    st = torch.where(keep, one, down)
+    sp = torch.where(keep, down * fp, fp)
+    return torch.where(keep, m, mp), h * st + hp * sp, u * st + up * sp
+
+
+def level_weights(log_w: torch.Tensor):
+    """``(n, f)``: each level weight ``e^{log_w}`` as ``f 2^n`` (log_w's shape)."""
+    return split_log(log_w)
+
+
+def merge_level(state, partner, weight):
+    """``state`` merged with ``partner`` across one level of weight ``(n_k, f_k)``."""
+    n, f = weight
+    return merge(*state, partner[0] + n, partner[1], partner[2], f)
+
+
 def _const(x: float, like: torch.Tensor) -> torch.Tensor:
     return torch.full((), x, dtype=like.dtype, device=like.device)
 
 
-def initial_state(a, v, mask):
-    """(m, h, u) before any level, the C kernel's ``token_state``:
+def initial_state(a, v, mask, pow2_scale: bool = True):
+    """(m, h, u) before any level.  In powers of two (this backend's states), with
+    ``e^A = f 2^n`` (:func:`split_log`):
 
-    finite A: (A, V + 0 V, 1) (V, or NaN for a NaN or infinite V); A = -inf: (ZW, 0 V, 0),
+    finite A: (n, (V + 0 V) f, f) (NaN h for a NaN or infinite V); A = -inf: (ZW, 0 V, 0),
     a zero weight; A NaN or +inf: (A, NaN, 1); padding (``mask`` False): (NEG, 0, 1).
+
+    With ``pow2_scale=False``, the natural-log states of the C and Triton kernels (their
+    ``token_state``): n = A and f = 1.
     """
     zero = a == float("-inf")
-    h = v + v * 0
+    finite = torch.isfinite(a)
+    if pow2_scale:
+        n, f = split_log(torch.where(finite, a, _const(0.0, a)))
+    else:
+        n, f = a, _const(1.0, a)
+    h = (v + v * 0) * f
     h = torch.where(zero, h * 0, h)
     h = torch.where(a < float("inf"), h, _const(float("nan"), h))
-    m = torch.where(zero, _const(zero_weight_sentinel(a.dtype), a), a)
-    u = torch.where(zero, _const(0.0, a), _const(1.0, a))
+    m = torch.where(finite, n, torch.where(zero, _const(zero_weight_sentinel(a.dtype), a), a))
+    u = torch.where(finite, f, torch.where(zero, _const(0.0, a), _const(1.0, a)))
     if mask is None:
         return m, h, u
     valid = mask.unsqueeze(-1)
@@ -72,11 +152,12 @@ def initial_state(a, v, mask):
             torch.where(valid, h, _const(0.0, h)), torch.where(valid, u, _const(1.0, u)))
 
 
-def apply_level(state, s: int, c, doc=None):
-    """Level with shift ``s`` and log-weight ``c`` (D,), out of place along dim 1; with
-    ``doc`` (B, L) a position whose partner lies in another document keeps its state."""
-    m, h, u = state
-    new = combine(m[:, s:], h[:, s:], u[:, s:], m[:, :-s] + c, h[:, :-s], u[:, :-s])
+def apply_level(state, s: int, weight, doc=None):
+    """Level with shift ``s`` and weight ``weight = (n_k, f_k)`` (D,) each
+    (:func:`level_weights`), out of place along dim 1; with ``doc`` (B, L) a position whose
+    partner lies in another document keeps its state."""
+    new = merge_level(tuple(x[:, s:] for x in state), tuple(x[:, :-s] for x in state),
+                      weight)
     if doc is not None:
         same = same_document(doc, s).unsqueeze(-1)
         new = tuple(torch.where(same, x, x_old[:, s:]) for x, x_old in zip(new, state))
@@ -109,12 +190,13 @@ def fwd(a, v, log_w, mask, doc, n_causal: int, nlev: int) -> torch.Tensor:
     doc: (B, L) int64 or None."""
     B, L, D = a.shape
     out = torch.empty_like(a)
+    n, f = level_weights(log_w[:nlev])
     for part, rev in _parts(D, n_causal):
         msk, dc = _oriented(mask, rev), _oriented(doc, rev)
         for ch in _chunks(part, B, L, 0):
             state = initial_state(_oriented(a[..., ch], rev), _oriented(v[..., ch], rev), msk)
             for k in range(nlev):
-                state = apply_level(state, 1 << k, log_w[k, ch], dc)
+                state = apply_level(state, 1 << k, (n[k, ch], f[k, ch]), dc)
             out[..., ch] = _oriented(state[1] / state[2], rev)
     return out
 
@@ -135,21 +217,24 @@ def bwd(a, v, log_w, mask, doc, grad, n_causal: int, nlev: int):
 
 
 def adjoint_scale(fm, fu, o, g):
-    """(bm, g): bm = -log U where a real token is in reach, NEG (and g = 0) where only
-    padding is, NaN where the output ``o`` is NaN (its whole window's adjoint turns NaN)."""
+    """(bm, g): bm = -log U (natural log; ``U = 2^fm fu``, summed in float64 and rounded
+    once) where a real token is in reach, NEG (and g = 0) where only padding is, NaN where
+    the output ``o`` is NaN (its whole window's adjoint turns NaN)."""
     neg = neg_sentinel(fm.dtype)
     bad = torch.isnan(o)
     live = (fm > neg / 2) | bad
     g = torch.where(live, g, _const(0.0, g))
-    bm = torch.where(live, -(fm + fu.log()), _const(neg, fm))
+    log_u = natural(fm.to(torch.float64)) + fu.to(torch.float64).log()
+    bm = torch.where(live, (-log_u).to(fm.dtype), _const(neg, fm))
     return torch.where(bad, o, bm), g
 
 
 def _bwd_chunk(a, v, g, log_w, mask, doc, nlev: int):
     """Causal backward of one channel chunk (already oriented)."""
     states = [initial_state(a, v, mask)]
+    n, f = level_weights(log_w)
     for k in range(nlev):
-        states.append(apply_level(states[-1], 1 << k, log_w[k], doc))
+        states.append(apply_level(states[-1], 1 << k, (n[k], f[k]), doc))
     fm, fh, fu = states.pop()
     o = fh / fu
     bm, g = adjoint_scale(fm, fu, o, g)
@@ -160,7 +245,7 @@ def _bwd_chunk(a, v, g, log_w, mask, doc, nlev: int):
         s = 1 << k
         sm, sh, su = states[k]
         mq = bm[:, s:] + log_w[k]
-        w = torch.exp(mq + sm[:, :-s])
+        w = torch.exp(mq + natural(sm[:, :-s]))
         term = w * (sh[:, :-s] * b1[:, s:] - su[:, :-s] * b2[:, s:])
         merged = combine(bm[:, :-s], b1[:, :-s], b2[:, :-s], mq, b1[:, s:], b2[:, s:])
         if doc is not None:  # no adjoint flows back across a document start
@@ -191,6 +276,7 @@ def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> to
     """
     B, T, D = a.shape
     out = torch.empty_like(a)
+    n, f = level_weights(log_w[:nlev])
     for tt in range(T):
         t = t0 + tt
         msk = None if valid is None else valid[:, tt]
@@ -201,9 +287,9 @@ def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> to
             s = 1 << k
             row = (s - 1) + (t & (s - 1))
             if t >= s:
-                mp, hp, up = ring_m[row] + log_w[k], ring_h[row].clone(), ring_u[row].clone()
+                partner = ring_m[row].clone(), ring_h[row].clone(), ring_u[row].clone()
                 ring_m[row], ring_h[row], ring_u[row] = m, h, u
-                m, h, u = combine(m, h, u, mp, hp, up)
+                m, h, u = merge_level((m, h, u), partner, (n[k], f[k]))
             else:
                 ring_m[row], ring_h[row], ring_u[row] = m, h, u
         out[:, tt] = h / u
@@ -211,24 +297,32 @@ def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> to
 
 
 def extend_at(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int,
-              position: torch.Tensor) -> torch.Tensor:
+              position: torch.Tensor, pow2_scale: bool = True) -> torch.Tensor:
     """:func:`extend` of one token at the position held in the 0-dim int64 tensor
-    ``position`` (not a Python int): the same ring update and ``combine``, with the rows
+    ``position`` (not a Python int): the same ring update and merge, with the rows
     picked by tensor indices and "has a partner" as a ``torch.where``, so the step runs the
     same kernels at every position and can be captured in a CUDA graph.  a, v: (B, 1, D).
-    Its outputs are those of :func:`extend` at that position, bit for bit."""
+    Its outputs are those of :func:`extend` at that position, bit for bit.
+
+    ``pow2_scale=False`` steps rings in the natural-log format of the C and Triton
+    kernels (a cache whose prompt one of them filled): their initial state and
+    :func:`combine`, the operations of their own decoding step."""
     if a.shape[1] != 1:
         raise ValueError(f"a step at a tensor position takes one token, got {a.shape[1]}")
-    m, h, u = initial_state(a, v, None if valid is None else valid[:, :1])
+    m, h, u = initial_state(a, v, None if valid is None else valid[:, :1], pow2_scale)
     m, h, u = m[:, 0], h[:, 0], u[:, 0]
     t = position.reshape(1)
+    n, f = level_weights(log_w[:nlev])
     for k in range(nlev):
         s = 1 << k
         row = (s - 1) + torch.bitwise_and(t, s - 1)
         previous = [ring.index_select(0, row)[0] for ring in (ring_m, ring_h, ring_u)]
         for ring, value in zip((ring_m, ring_h, ring_u), (m, h, u)):
             ring.index_copy_(0, row, value[None])
-        merged = combine(m, h, u, previous[0] + log_w[k], previous[1], previous[2])
+        if pow2_scale:
+            merged = merge_level((m, h, u), previous, (n[k], f[k]))
+        else:
+            merged = combine(m, h, u, previous[0] + log_w[k], previous[1], previous[2])
         has = t >= s
         m, h, u = (torch.where(has, new, old) for new, old in zip(merged, (m, h, u)))
     return (h / u)[:, None]
