@@ -77,6 +77,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
     from .report import render
 
+    from weirdnet.ops.weird_scan import dispatch
+
+    if args.backend not in dispatch.BACKENDS:
+        return output.fail(f"backend {args.backend!r} is not in this checkout (choose from "
+                           f"{', '.join(dispatch.BACKENDS)})")
     out = output.out_dir(args.out)
     try:
         with output.writing(out, "weirdnet bench scan-cost"):
