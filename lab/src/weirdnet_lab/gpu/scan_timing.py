@@ -149,7 +149,7 @@ def _env(rec: Records, spec: dict, device, names: list[str]) -> None:
         row.update(device_name=props.name, capability=f"{props.major}.{props.minor}",
                    multiprocessors=props.multi_processor_count,
                    l2_mib=round(getattr(props, "L2_cache_size", 0) / 2**20, 1))
-    q = torch.zeros(spec["batch"], 16, max(spec["lengths"]), spec["dim"] // 16,
+    q = torch.zeros(spec["batch"], 16, min(spec["lengths"]), spec["dim"] // 16,
                     device=device, dtype=getattr(torch, spec["dtype"]))
     row["sdpa_causal_backend"] = chosen_backend(q, q, q, is_causal=True)
     row["backends"] = {n: missing(n, device) or "available" for n in names}
