@@ -27,7 +27,7 @@ before the next begins:
    triton.testing.do_bench (median, L2 flushed), after the environment, SDPA's backend,
    each backend's self-check and the copy bandwidth; then each forward pass alone and
    with its level loop emptied, and the path-A rate, where the backend module has the
-   hooks (bench_passes, path_a_rate; else a record says what is missing).  Each
+   hooks (bench_passes, path_counts; else a record says what is missing).  Each
    measurement is written (OUT/logs/scan-timing.jsonl) before the next starts; a time
    budget skips what is left, each skip a record.
 

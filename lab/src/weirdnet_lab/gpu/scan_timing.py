@@ -15,9 +15,9 @@ starts, so a run cut short keeps what it measured:
 5. ``passes``: each forward pass alone, and with its level loop emptied, through the
    backend module's ``bench_passes(a, v, log_w, nlev)`` hook; a backend without it is a
    record saying so;
-6. ``path-a``: the share of tiles that take the exact path A, through the backend
-   module's ``path_a_rate(a, v, log_w, nlev)`` hook (default initialisation), or a record
-   saying it is missing.
+6. ``path-a``: the share of tile segments that take the exact path A, through the
+   backend module's ``path_counts(a, v, log_w) -> (O, {pass: (path-B segments,
+   segments)})`` hook (default initialisation, 16K), or a record saying it is missing.
 
 A time budget (``budget_s``) skips what is left cleanly: each skipped measurement is a
 record saying so.  A backend this checkout lacks is a record, never an error.  Without
@@ -279,7 +279,7 @@ def _path_a(rec: Records, spec: dict, device, name: str) -> None:
     base = {"step": "path-a", "backend": name, "L": length}
     if rec.skip_if_late(15, **base):
         return
-    hook, why = _hook(name, "path_a_rate", device)
+    hook, why = _hook(name, "path_counts", device)
     if hook is None:
         rec.write(**base, status="missing", note=why)
         return
@@ -287,8 +287,12 @@ def _path_a(rec: Records, spec: dict, device, name: str) -> None:
         with torch.no_grad():
             a, v, log_w = scan_inputs(spec["batch"], length, spec["dim"],
                                       getattr(torch, spec["dtype"]), device, grad=False)
-            rate = hook(a, v, log_w, log_w.shape[0])
-        rec.write(**base, status="ok", rate=rate)
+            _, counts = hook(a, v, log_w)
+        took_b = sum(b for b, _ in counts.values())
+        total = sum(n for _, n in counts.values())
+        rec.write(**base, status="ok", rate=1 - took_b / total if total else None,
+                  per_pass={str(lo): {"path_b": b, "segments": n}
+                            for lo, (b, n) in counts.items()})
     except Exception as error:  # noqa: BLE001 - a record, not a crash
         rec.write(**base, status="error", note=f"{type(error).__name__}: {error}"[:300])
 
