@@ -73,11 +73,10 @@ def child_env(interpret: bool) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
+    from weirdnet.ops.weird_scan import dispatch
     from weirdnet_lab.harness import children
 
     from .report import render
-
-    from weirdnet.ops.weird_scan import dispatch
 
     if args.backend not in dispatch.BACKENDS:
         return output.fail(f"backend {args.backend!r} is not in this checkout (choose from "
