@@ -24,8 +24,8 @@ NO_CUDA = not torch.cuda.is_available()
 
 
 def _records(out) -> dict[str, dict]:
-    return {json.loads(p.read_text())["step"]: json.loads(p.read_text())
-            for p in sorted((out / "records").glob("*.json"))}
+    paths = sorted((out / "records").glob("*.json"), key=lambda p: int(p.name.split("-")[0]))
+    return {json.loads(p.read_text())["step"]: json.loads(p.read_text()) for p in paths}
 
 
 @pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA")

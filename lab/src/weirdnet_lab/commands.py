@@ -20,5 +20,6 @@ COMMANDS = {
     "context-parallel": "weirdnet_lab.context_parallel.command",
     "suite": "weirdnet_lab.suite.command",
     "gpu": "weirdnet_lab.gpu",
+    "scan-cost": "weirdnet_lab.scan_cost",
 }
 """Every benchmark, in ``weirdnet bench --help`` order: its module."""

@@ -1,7 +1,8 @@
 """``weirdnet bench gpu``: the GPU path checked and timed by one command.
 
-Nine steps (issue 62 added kernels, models and decode-graph, described in
-docs/speed.md; --quick runs env, correctness and those three), in this order, each
+Ten steps (issue 62 added kernels, models and decode-graph, described in
+docs/speed.md; issue 73 added scan-timing; --quick runs env and scan-timing, issue 73's
+prepared run of 8 minutes), in this order, each
 in child processes under its own wall-clock limit (its time box: a child still
 running at the end of it is stopped, the step is recorded as
 timed out and the next step runs), each writing its JSON record under OUT/records/
@@ -20,7 +21,15 @@ before the next begins:
    1K..16K, with peak memory (--quick: Weird-Net A and the Transformer at 1K and 16K);
 5. decode: `weirdnet bench decode` at 16K context, batch 1 and 16;
 6. suite: a pilot of the `gpu` suite budget on ListOps, one seed per mechanism
-   (`weirdnet bench suite`), and the budget's whole time extrapolated from it.
+   (`weirdnet bench suite`), and the budget's whole time extrapolated from it;
+7. scan-timing (issue 73): the new Triton scan backend (--new-backend) against the old
+   one and SDPA causal at 1K, 4K, 16K, 64K, forward and forward + backward, timed with
+   triton.testing.do_bench (median, L2 flushed), after the environment, SDPA's backend,
+   each backend's self-check and the copy bandwidth; then each forward pass alone and
+   with its level loop emptied, and the path-A rate, where the backend module has the
+   hooks (bench_passes, path_counts; else a record says what is missing).  Each
+   measurement is written (OUT/logs/scan-timing.jsonl) before the next starts; a time
+   budget skips what is left, each skip a record.
 
 The exit status is 1 when a correctness check failed (or did not finish), else 0 (a
 timing step that failed or timed out is reported, not fatal); 2 without CUDA (unless
@@ -49,8 +58,9 @@ OUT gets report.md (every step's results on one page), gpu.json (the run), recor
 logs/suite-CELL.jsonl) and the benchmarks' own folders, laid out as
 lab/results/ is: scan/scan_cuda.*, speed/speed_cuda.*, decode-b1/decode_cuda.*,
 decode-b16/decode_cuda.*, suite/suite-gpu/ (the suite's run directories: suite-runs/).
-Time boxes in seconds (--quick's in brackets): env 60 [60], correctness 300 [120], scan
-300 [60], speed 300 [90], decode 180 [35], suite 360 [60]: 25 minutes at most [7]. On a
+Time boxes in seconds (--quick's in brackets): env 60 [45], scan-timing 420 [420],
+correctness 300 [90], scan 300 [60], kernels 240 [150], speed 300 [90], models 300 [120],
+decode 180 [35], decode-graph 120 [75], suite 360 [60]; --quick: 465 s at most. On a
 fresh machine the env step alone took 23 to 30+ s (an H100, CUDA starting up), and each
 Triton kernel compiles on its first use, inside the step that first needs it.
 
@@ -61,7 +71,8 @@ says "CPU dry run: no GPU numbers".
 EXAMPLES = """\
 examples:
   weirdnet bench gpu --out gpu-run               # on a GPU machine: 25 minutes at most
-  weirdnet bench gpu --out gpu-run --quick       # 7 minutes at most
+  weirdnet bench gpu --out gpu-run --quick       # issue 73's run: 8 minutes at most
+  weirdnet bench gpu --out gpu-run --quick --new-backend triton-e2
   weirdnet bench gpu --out /tmp/dry --dry-run-cpu   # the control flow, on the CPU
   weirdnet bench gpu --out gpu-run --steps env,correctness
   lab/benchmarks/gpu.sh gpu-run                      # a fresh machine: install, then run
@@ -89,11 +100,18 @@ def _time_box(text: str) -> tuple[str, float]:
     return name, value
 
 
+def _default_new() -> str:
+    from weirdnet_lab.scan_cost.budgets import NEW_BACKEND
+
+    return NEW_BACKEND
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="folder for report.md, the records and every benchmark's output")
     parser.add_argument("--quick", action="store_true",
-                        help="every step smaller, time boxes adding up to 7 minutes")
+                        help="env and scan-timing only, within 8 minutes (--steps adds "
+                             "others)")
     parser.add_argument("--dry-run-cpu", action="store_true",
                         help="no GPU: the same steps on the CPU at tiny sizes (control flow "
                              "only; the report says so)")
@@ -106,6 +124,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tests", nargs="+", default=None, metavar="TEST",
                         help="pytest paths or node ids for the correctness step (default: "
                              "the CUDA-parametrised test files of this checkout)")
+    parser.add_argument("--new-backend", default=None, metavar="NAME",
+                        help=f"the new Triton scan backend the scan-timing step races "
+                             f"against 'triton' (default: {_default_new()}; a name this "
+                             "checkout lacks is recorded as missing)")
     parser.add_argument("--force", action="store_true",
                         help="let a --quick or --dry-run-cpu run write into a folder that "
                              "holds a full run's report")
@@ -124,7 +146,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     plan = Plan(out=Path(args.out).expanduser(), mode=mode,
                 device="cpu" if args.dry_run_cpu else "cuda",
                 steps=[s for s in STEPS if s in chosen], boxes=boxes,
-                tests=args.tests, force=args.force, command=["weirdnet", *argv])
+                tests=args.tests, force=args.force, command=["weirdnet", *argv],
+                new_backend=args.new_backend or _default_new())
 
     def refuse() -> None:
         if mode != "full":

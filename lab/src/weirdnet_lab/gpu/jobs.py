@@ -124,7 +124,15 @@ def job_kernels(spec: dict) -> dict:
     return {**kernels(spec), "copy": job_copy(spec)["rows"]}
 
 
-JOBS = {"env": job_env, "selfcheck": job_selfcheck, "copy": job_copy, "kernels": job_kernels}
+def job_scan_timing(spec: dict) -> dict:
+    """:func:`weirdnet_lab.gpu.scan_timing.job_scan_timing` (issue 73's prepared run)."""
+    from .scan_timing import job_scan_timing as scan_timing
+
+    return scan_timing(spec)
+
+
+JOBS = {"env": job_env, "selfcheck": job_selfcheck, "copy": job_copy, "kernels": job_kernels,
+        "scan-timing": job_scan_timing}
 
 
 def job_main(argv: list[str]) -> int:

@@ -12,23 +12,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 STEPS = ("env", "correctness", "scan", "kernels", "speed", "models", "decode",
-         "decode-graph", "suite")
-QUICK_STEPS = ("env", "correctness", "kernels", "models", "decode-graph")
-"""--quick's steps unless --steps names others: issue 62's measurements in 8 minutes."""
+         "decode-graph", "suite", "scan-timing")
+QUICK_STEPS = ("env", "scan-timing")
+"""--quick's steps unless --steps names others: issue 73's prepared run in 8 minutes
+(issue 62's were env, correctness, kernels, models, decode-graph: --steps names them)."""
 TITLES = {"env": "Environment", "correctness": "Correctness (GPU tests)",
           "scan": "Scan timing vs SDPA and copy bandwidth",
           "speed": "Model-level training steps", "decode": "Decoding at 16K context",
           "suite": "Pilot of the gpu suite budget (ListOps)",
           "kernels": "Scan backends vs SDPA causal and a copy (issue 62)",
           "models": "Model level, bf16: Weird-Net A vs Transformer++ vs fla Gated DeltaNet",
-          "decode-graph": "Decoding at batch 1, 16K context, with and without a CUDA graph"}
+          "decode-graph": "Decoding at batch 1, 16K context, with and without a CUDA graph",
+          "scan-timing": "Issue 73: new vs old scan kernel vs SDPA causal (do_bench, L2 "
+                         "flushed), passes, path-A rate"}
 TIME_BOXES_S = {
-    "full": {"env": 60, "correctness": 300, "scan": 300, "kernels": 240, "speed": 300,
-             "models": 300, "decode": 180, "decode-graph": 120, "suite": 360},
-    "quick": {"env": 45, "correctness": 90, "scan": 60, "kernels": 150, "speed": 90,
-              "models": 120, "decode": 35, "decode-graph": 75, "suite": 60},
-    "dry-run": {"env": 60, "correctness": 120, "scan": 120, "kernels": 120, "speed": 120,
-                "models": 120, "decode": 120, "decode-graph": 120, "suite": 180},
+    "full": {"env": 60, "scan-timing": 420, "correctness": 300, "scan": 300, "kernels": 240,
+             "speed": 300, "models": 300, "decode": 180, "decode-graph": 120, "suite": 360},
+    "quick": {"env": 45, "scan-timing": 420, "correctness": 90, "scan": 60, "kernels": 150,
+              "speed": 90, "models": 120, "decode": 35, "decode-graph": 75, "suite": 60},
+    "dry-run": {"env": 60, "scan-timing": 300, "correctness": 120, "scan": 120,
+                "kernels": 120, "speed": 120, "models": 120, "decode": 120,
+                "decode-graph": 120, "suite": 180},
 }
 """Each step's wall-clock limit in seconds, per mode (--time-box STEP=S overrides)."""
 
@@ -83,6 +87,23 @@ DECODE_GRAPH = {"full": ["--contexts", "16384", "--new-tokens", "64"],
                 "quick": ["--contexts", "16384", "--new-tokens", "32"],
                 "dry-run": ["--contexts", "256", "--new-tokens", "8", "--threads", "1"]}
 
+SCAN_TIMING = {
+    "full": {"batch": 8, "dim": 1024, "dtype": "bfloat16",
+             "lengths": (1024, 4096, 16384, 65536), "pass_lengths": (1024, 16384),
+             "copy_length": 16384},
+    "quick": {"batch": 8, "dim": 1024, "dtype": "bfloat16",
+              "lengths": (1024, 4096, 16384, 65536), "pass_lengths": (1024, 16384),
+              "copy_length": 16384},
+    "dry-run": {"batch": 1, "dim": 32, "dtype": "float32", "lengths": (64, 128),
+                "pass_lengths": (64, 128), "copy_length": 128},
+}
+"""Issue 73's prepared run: shapes per mode (B = 8, D = 1024, bf16 on a GPU)."""
+SCAN_TIMING_NEED_S = {"1024": 15, "4096": 15, "16384": 20, "65536": 45}
+"""Seconds a race row needs at each L (three methods' compiles and do_bench at 64K):
+with less left, the row and those after it are skipped with a record saying so."""
+SCAN_TIMING_MARGIN_S = 25
+"""Seconds of the time box kept for the child's start (CUDA, imports) and its exit."""
+
 SUITE = {"full": ["--budget", "gpu"],
          "quick": ["--budget", "gpu", "--mechanisms", "weird-a,weird-b,dba,softmax"],
          "dry-run": ["--budget", "smoke", "--mechanisms", "weird-a,softmax"]}
@@ -101,6 +122,7 @@ class Plan:
     boxes: dict[str, float]
     tests: list[str] | None = None
     force: bool = False
+    new_backend: str = ""
     command: list[str] = field(default_factory=list)
 
     @property

@@ -40,6 +40,9 @@ def render_report(summary: dict, records: list[dict]) -> str:
             lines += ["", "Logs: " + ", ".join(f"`{p}`" for p in r["logs"])]
     lines += ["", "## Targets of issue 62 (computed from this run's records)", "",
               *(issue62_targets(records) or ["- none measured in this run"])]
+    if any(r["step"] == "scan-timing" for r in records):
+        lines += ["", "## Targets of issue 73 (computed from this run's records)", "",
+                  *issue73_targets(records)]
     return "\n".join(lines) + "\n"
 
 
@@ -249,7 +252,69 @@ def selfcheck_text(check: dict) -> str:
     return "passed" if check.get("error") is None else f"FAILED ({check['error']})"
 
 
+def _race(data: dict, method: str, length: int) -> dict:
+    return next((r for r in data.get("rows", []) if r.get("step") == "race"
+                 and r.get("method") == method and r.get("L") == length
+                 and r.get("status") == "ok"), {})
+
+
+def issue73_targets(records: list[dict]) -> list[str]:
+    """Issue 73's GPU targets with PASS/FAIL from the scan-timing record (the new
+    backend's rows against SDPA causal's, measured side by side)."""
+    data = next((r.get("data") or {} for r in records if r["step"] == "scan-timing"), {})
+    new = (data.get("config") or {}).get("new_backend", "?")
+    f16 = _race(data, new, 16384).get("fwd_ms")
+    ratio = {}
+    for length in (1024, 16384, 65536):
+        ours, sdpa = _race(data, new, length), _race(data, "sdpa-causal", length)
+        for key in ("fwd_ms", "fwdbwd_ms"):
+            a, b = ours.get(key), sdpa.get(key)
+            ratio[length, key] = b / a if a and b else None
+    fb16, fb64, f1 = (ratio[16384, "fwdbwd_ms"], ratio[65536, "fwdbwd_ms"],
+                      ratio[1024, "fwd_ms"])
+    return [f"Backend `{new}` against SDPA causal (x: SDPA's time over the scan's).",
+            _verdict("forward at 16K <= 2.0 ms (ms)", f16, f16 is not None and f16 <= 2.0),
+            _verdict("forward + backward at 16K >= 4x SDPA causal (x)", fb16,
+                     fb16 is not None and fb16 >= 4),
+            _verdict("forward + backward at 64K >= 15x SDPA causal (x)", fb64,
+                     fb64 is not None and fb64 >= 15),
+            _verdict("forward at 1K no slower than SDPA causal (x)", f1,
+                     f1 is not None and f1 >= 1)]
+
+
+def _scan_timing_section(data: dict) -> list[str]:
+    rows = data.get("rows", [])
+    plan = next((r for r in rows if r.get("step") == "plan"), {})
+    lines = ["", f"Timer: {plan.get('timer', '–')}. New backend: "
+                 f"`{plan.get('new_backend', '–')}`, old: `{plan.get('old_backend', '–')}`."]
+    env = next((r for r in rows if r.get("step") == "env"), None)
+    if env:
+        lines += ["", f"Device {env.get('device_name', env.get('device'))} (capability "
+                      f"{env.get('capability', '–')}), torch {env.get('torch')}, triton "
+                      f"{env.get('triton')}; SDPA causal backend: "
+                      f"{env.get('sdpa_causal_backend')}; backends: {env.get('backends')}."]
+    lines += ["", "| step | method / backend | L | status | fwd ms | fwd+bwd ms | ms | "
+              "ms, levels emptied | note |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r.get("step") in ("plan", "env", "done"):
+            continue
+        who = r.get("method") or r.get("backend") or ""
+        if r.get("pass_"):
+            who += f" {r['pass_']}"
+        note = r.get("note") or (f"{r['gb_per_s']:,.0f} GB/s" if r.get("gb_per_s") else "")
+        if r.get("rate") is not None:
+            note = f"path-A rate {r['rate']}"
+        lines.append(f"| {r['step']} | {who} | {r.get('L', '')} | {r.get('status')} "
+                     f"| {_f(r.get('fwd_ms'), 3)} | {_f(r.get('fwdbwd_ms'), 3)} "
+                     f"| {_f(r.get('ms'), 3)} | {_f(r.get('ms_no_levels'), 3)} "
+                     f"| {str(note).replace('|', '/')[:160]} |")
+    if not any(r.get("step") == "done" for r in rows):
+        lines += ["", "The run stopped before its end: the rows above are what it measured."]
+    return lines
+
+
 _SECTIONS: dict[str, Callable[[dict], list[str]]] = {
     "env": _env_section, "correctness": _correctness_section, "scan": _scan_section,
     "speed": _speed_section, "decode": _decode_section, "suite": _suite_section,
-    "kernels": _kernels_section, "models": _speed_section, "decode-graph": _decode_section}
+    "kernels": _kernels_section, "models": _speed_section, "decode-graph": _decode_section,
+    "scan-timing": _scan_timing_section}

@@ -25,6 +25,9 @@ from .plan import (
     SCAN,
     SCAN_METHODS,
     SCAN_SHAPE,
+    SCAN_TIMING,
+    SCAN_TIMING_MARGIN_S,
+    SCAN_TIMING_NEED_S,
     SPEED,
     SPEED_MECHANISMS,
     SUITE,
@@ -409,7 +412,36 @@ def _step_decode_graph(step: Step) -> tuple[str, str]:
     return ("failed", "; ".join(failed)) if failed else ("ok", "")
 
 
+def _step_scan_timing(step: Step) -> tuple[str, str]:
+    """Issue 73's prepared run (:mod:`weirdnet_lab.gpu.scan_timing`) in one child, within
+    the time box less a margin; the rows it wrote before a timeout are kept."""
+    from .scan_timing import read_rows
+
+    plan = step.plan
+    rows_path = plan.out / "logs" / "scan-timing.jsonl"
+    rows_path.parent.mkdir(parents=True, exist_ok=True)
+    rows_path.unlink(missing_ok=True)
+    spec = {**SCAN_TIMING[plan.mode], "device": plan.device, "records": str(rows_path),
+            "new_backend": plan.new_backend, "need_s": SCAN_TIMING_NEED_S,
+            "budget_s": max(step.remaining() - SCAN_TIMING_MARGIN_S, 1.0)}
+    step.logs.append(str(rows_path.relative_to(plan.out)))
+    try:
+        step.job("scan-timing", spec, _test_env(plan))
+    finally:  # what it measured, also when the time box stopped it
+        step.data.update({"config": {k: spec[k] for k in ("batch", "dim", "dtype", "lengths",
+                                                          "new_backend")},
+                          "rows": read_rows(rows_path)})
+    rows = step.data["rows"]
+    failed = [r for r in rows if r.get("status") in ("error", "failed")]
+    skipped = [r for r in rows if r.get("status") in ("skipped", "missing")]
+    note = f"{len(skipped)} measurement(s) skipped or missing" if skipped else ""
+    if failed:
+        return "failed", f"{len(failed)} measurement(s) failed" + (f"; {note}" if note else "")
+    return "ok", note
+
+
 STEP_FUNCTIONS: dict[str, Callable[[Step], tuple[str, str]]] = {
     "env": _step_env, "correctness": _step_correctness, "scan": _step_scan,
     "kernels": _step_kernels, "speed": _step_speed, "models": _step_models,
-    "decode": _step_decode, "decode-graph": _step_decode_graph, "suite": _step_suite}
+    "decode": _step_decode, "decode-graph": _step_decode_graph, "suite": _step_suite,
+    "scan-timing": _step_scan_timing}

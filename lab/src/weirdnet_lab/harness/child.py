@@ -25,6 +25,8 @@ JOBS = {
     "speed": "weirdnet_lab.speed:measure",         # a model's training steps/s, memory
     "compile": "weirdnet_lab.compile:measure",     # eager or compiled training steps/s
     "cell": "weirdnet_lab.sweep.cell:run_cell_and_record",  # one suite cell
+    "scan-cost": "weirdnet_lab.scan_cost.jobs:measure",  # interpreter counts (bench scan-cost)
+    "scan-ptx": "weirdnet_lab.scan_cost.jobs:ptx",  # sm_90 PTX of those kernels
 }
 
 

@@ -599,6 +599,37 @@ def _buffers(a: torch.Tensor, dtype: torch.dtype, n: int):
     return tuple(torch.empty(a.shape, dtype=dtype, device=a.device) for _ in range(n))
 
 
+def bench_passes(a, v, log_w, nlev: int) -> list[tuple[str, object, object]]:
+    """Measuring hook (``weirdnet bench gpu``, issue 73): each pass of :func:`fwd` alone.
+
+    a, v: (B, L, D) causal, no mask or documents; log_w: (>= nlev, D) in the state dtype.
+    Runs the forward once, pass by pass, keeping each pass's input, and returns per pass
+    (label, run, run_without_levels): ``run()`` launches that pass on its input, and
+    ``run_without_levels()`` the same launch with the level loop emptied (NL = 0: the
+    loads, layout conversions and stores alone).  All D channels go in one launch (fwd
+    splits them into :func:`channel_chunks` at large B·L: the same bytes, more launches).
+    """
+    B, L, D = a.shape
+    passes, x, out = plan(L, nlev), (a, v), []
+    with _device(a):
+        for i, ps in enumerate(passes):
+            last = i == len(passes) - 1
+            y = (torch.empty_like(a),) * 2 if last else _buffers(a, log_w.dtype, 2)
+            empty = _Pass(ps.lo, ps.nl, L, last)
+            empty.nl = 0  # same tile and window, no level
+
+            def launch(p, x=x, y=y, first=i == 0, last=last):
+                with _device(a):
+                    _launch_fwd(p, x, y, None, None, log_w, slice(0, D), False, first, last)
+
+            launch(ps)
+            out.append((f"pass {i + 1} of {len(passes)}: levels {ps.lo}-{ps.lo + ps.nl - 1}",
+                        lambda launch=launch, ps=ps: launch(ps),
+                        lambda launch=launch, empty=empty: launch(empty)))
+            x = y
+    return out
+
+
 def bwd(a, v, log_w, mask, doc, grad, n_causal: int, nlev: int):
     """Gradients (dA, dV, dlog_w) of ``sum(grad * fwd(...))``.
 
