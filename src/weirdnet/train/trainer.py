@@ -516,6 +516,15 @@ class Trainer:
         self._last_grad_norm = float(norm)
         return loss_sum / accum, targets, inputs
 
+    def _non_finite_hint(self) -> str:
+        """What to do about a non-finite evaluation: the weights diverged, or (finite
+        weights) some items give non-finite outputs."""
+        if all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            return ("the weights are finite, so some of the split's items give non-finite "
+                    "outputs: check the data")
+        return ("the weights are no longer finite: lower optim.lr, raise "
+                "schedule.warmup_steps or set train.clip")
+
     def _improved(self, metrics: dict[str, float]) -> bool:
         name, lower = tasks.best_metric(self.task, self.config.train.best_metric)
         if name not in metrics:
@@ -541,7 +550,7 @@ class Trainer:
         self.log.event("eval", step, split="val", metrics=metrics, scope="periodic",
                        **scope)
         _check_finite(metrics, "val", f"at the evaluation of step {step}",
-                      "lower optim.lr, raise schedule.warmup_steps or set train.clip")
+                      self._non_finite_hint())
         improved = self._improved(metrics)
         self._say(f"step {step}: val {_metrics_text(metrics)} (periodic validation on "
                   f"{scope_text(scope, 'val')}{'; new best' if improved else ''})")
