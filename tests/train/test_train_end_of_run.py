@@ -260,3 +260,16 @@ def test_a_changed_folder_root_names_the_file(tmp_path):
     assert data_change(first, record("listops", str(tmp_path / "d"))) == \
         f"{tmp_path / 'd' / 'a.tsv'} was removed"
     assert data_change(record("python-stdlib", ""), record("python-stdlib", "")) is None
+
+
+def test_the_evaluation_of_the_last_step_does_not_stop_the_run_early(tmp_path, monkeypatch):
+    """Patience 1 runs out at the evaluation of the last step: the run ended, it did not
+    stop early (the table said ", stopped early")."""
+    monkeypatch.chdir(tmp_path)
+    config = load_config(write_config(tmp_path, steps=5, eval_every=4, checkpoint_every=0,
+                                      dropout=0.0),
+                         ["optim.lr=1e-12", "train.early_stop_patience=1"])
+    from weirdnet.train.trainer import train
+
+    summary = train(config, progress_bar=False)
+    assert summary["steps"] == 5 and summary["stopped_early"] is False

@@ -556,6 +556,8 @@ class Trainer:
                   f"{scope_text(scope, 'val')}{'; new best' if improved else ''})")
         if improved:
             self._save_best(metrics)
+        if self.state.step >= self.config.train.steps:
+            return self.state.stopped_early  # the end: not stopped early, whatever it says
         patience = self.config.train.early_stop_patience
         if patience > 0 and self.state.evals_without_improvement >= patience:
             self.state.stopped_early = True
