@@ -203,34 +203,37 @@ def _corpus(seed):
     return "".join(rng.choice("abcdefgh \n") for _ in range(20000))
 
 
-def test_a_resume_refuses_changed_data_unless_allowed(tmp_path, monkeypatch, capsys):
+def test_a_resume_refuses_changed_data_unless_allowed(tmp_path):
     """Replacing a text-file root's content and resuming trained on the new text without
     a word."""
-    monkeypatch.chdir(tmp_path)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(_corpus(0))
     (tmp_path / "text.toml").write_text(TEXT.format(steps=2))
-    assert main(["train", "text.toml", "--no-progress"]) == 0
+
+    def train(*args):
+        return run_cli("train", *args, "--no-progress", cwd=tmp_path)
+
+    assert train("text.toml").returncode == 0
     run_dir = tmp_path / "runs" / "text"
     recorded = json.loads((run_dir / "data_fingerprint.json").read_text())
     assert recorded["root"] == str(corpus.resolve())
     corpus.write_text(_corpus(0))  # the same bytes again (a new mtime): still the data
-    assert main(["train", "runs/text", "--set", "train.steps=4", "--no-progress"]) == 0
-    capsys.readouterr()
+    assert train("runs/text", "--set", "train.steps=4").returncode == 0
     corpus.write_text(_corpus(1))  # same size, other text
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
-    assert main(["train", "runs/text", "--set", "train.steps=6", "--no-progress"]) == 2
-    line = _one_line(capsys.readouterr().err)
+    refused = train("runs/text", "--set", "train.steps=6")
+    assert refused.returncode == 2
+    line = _one_line(refused.stderr)
     assert line.startswith(f"weirdnet train: the data changed since runs/text started: "
                            f"{corpus.resolve()} changed (20,000 bytes, sha256 "), line
     assert line.endswith("restore the data, or continue on the new data with "
                          "--allow-data-change"), line
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
-    assert main(["train", "runs/text", "--set", "train.steps=6", "--allow-data-change",
-                 "--no-progress"]) == 0
-    assert "continuing on the new data (--allow-data-change)" in capsys.readouterr().err
+    allowed = train("runs/text", "--set", "train.steps=6", "--allow-data-change")
+    assert allowed.returncode == 0, allowed.stderr
+    assert "continuing on the new data (--allow-data-change)" in allowed.stderr
     assert json.loads((run_dir / "data_fingerprint.json").read_text()) != recorded
-    assert main(["train", "runs/text", "--set", "train.steps=8", "--no-progress"]) == 0
+    assert train("runs/text", "--set", "train.steps=8").returncode == 0
 
 
 def test_allow_data_change_is_for_a_resume_and_is_in_the_help(tmp_path, monkeypatch, capsys):

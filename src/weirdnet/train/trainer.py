@@ -162,7 +162,9 @@ class Trainer:
         self.data_fingerprint = data_fingerprint.record(data.dataset, data.root)
         self.data_note = None
         run_dir = Path(self.config.run.out_dir) / self.config.run.name
-        recorded = data_fingerprint.read_record(run_dir) if resume else None
+        # only a run with a checkpoint has trained on the data it recorded
+        recorded = data_fingerprint.read_record(run_dir) \
+            if resume and ckpt.list_checkpoints(run_dir) else None
         if recorded is None:
             return
         change = data_fingerprint.data_change(recorded, self.data_fingerprint)
