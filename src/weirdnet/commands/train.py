@@ -45,9 +45,9 @@ metric), results.json.  Every value is checked before RUN is created or changed;
 --overwrite deletes RUN only if everything in it, at every level, is weirdnet's own.
 A progress bar shows loss, tokens/s and the ETA; a results table is printed at the end.
 Ctrl-C saves a checkpoint; --resume continues exactly where the last intact checkpoint
-left off (model, optimizer, schedule, random states, data order).  RUN/
-data_fingerprint.json records the data's source (data.root: each file's SHA-256); a
-resume whose source changed is refused in one line naming the file, unless
+left off (model, optimizer, schedule, random states, data order), on the same data:
+RUN/data_fingerprint.json records the data's source (data.root: each file's SHA-256),
+and a resume whose source changed is refused in one line naming the file, unless
 --allow-data-change.  Every eval_every steps, and at the last step, the first
 train.eval_batches batches of the evaluation split are scored (log.jsonl and a line on
 the terminal: the periodic validation, which picks best/); the final table scores best/

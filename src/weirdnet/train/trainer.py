@@ -244,7 +244,7 @@ class Trainer:
         when one is shown."""
         if not self.processes.is_main:
             return
-        if getattr(self, "bar", None) is not None:
+        if self.bar is not None:
             self.bar.write(f"weirdnet train: {message}", file=sys.stderr)
         else:
             print(f"weirdnet train: {message}", file=sys.stderr, flush=True)
@@ -521,7 +521,9 @@ class Trainer:
     def _non_finite_hint(self) -> str:
         """What to do about a non-finite evaluation: the weights diverged, or (finite
         weights) some items give non-finite outputs."""
-        if all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+        # this process's part of each parameter (a DTensor's local shard under FSDP)
+        local = (getattr(p, "_local_tensor", p) for p in self.model.parameters())
+        if all(bool(torch.isfinite(t).all()) for t in local):
             return ("the weights are finite, so some of the split's items give non-finite "
                     "outputs: check the data")
         return ("the weights are no longer finite: lower optim.lr, raise "
