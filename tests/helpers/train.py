@@ -107,3 +107,29 @@ def _parity(split, root=None, size=None):
           summary="tests only: first-token parity of the first document")
 def _parity_pairs(split, root=None):
     return FirstTokenParity(_SIZES[split], _SEEDS[split], pairs=True)
+
+
+class NoisyValues(Dataset):
+    """Classification on ``values`` (L=6, C=2): label = sign of the first value; with
+    ``infinite`` the first item's values are +inf (a model reads them and computes NaN)."""
+
+    def __init__(self, size: int, seed: int, infinite: bool = False):
+        g = torch.Generator().manual_seed(seed)
+        values = torch.randn(size, 6, 2, generator=g)
+        if infinite:
+            values[0] = float("inf")
+        self.items = [{"values": v, "label": int(v[0, 0] > 0)} for v in values]
+        self.info = DatasetInfo(task="classification", input_dim=2, num_classes=2, max_len=6)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int):
+        return self.items[index]
+
+
+@register("test-values", splits=("train", "val", "test"), task="classification",
+          root=NO_ROOT, summary="tests only: sign of the first value; infinite= a split "
+                                "whose first item is +inf")
+def _values(split, root=None, infinite: str = ""):
+    return NoisyValues(_SIZES[split], _SEEDS[split], infinite=split == infinite)

@@ -205,7 +205,7 @@ def test_items_longer_than_max_len_are_refused():
 
 @pytest.mark.parametrize("steps,every,spacing,due", [
     (20, 5, "even", [5, 10, 15, 20]),
-    (23, 5, "even", [5, 10, 15, 20]),  # the last step is not an even one's
+    (23, 5, "even", [5, 10, 15, 20, 23]),  # the last step too, though not a multiple
     (20, 0, "doubling", []),
     (100, 2, "doubling", [2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80,
                           96, 100]),

@@ -304,6 +304,7 @@ def _user_file(run_dir, where):
 ])
 def test_overwrite_refuses_foreign_files_at_every_level(tmp_path, where, capsys):
     _train(tmp_path, "run.name=r", steps=2, eval_every=0, checkpoint_every=2)
+    capsys.readouterr()  # what the training said (its evaluation)
     run_dir = tmp_path / "runs" / "r"
     (run_dir / "tensorboard").mkdir(exist_ok=True)
     (run_dir / "tensorboard" / "events.out.tfevents.1.host.1.0").write_bytes(b"tb")

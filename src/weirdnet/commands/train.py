@@ -45,7 +45,13 @@ metric), results.json.  Every value is checked before RUN is created or changed;
 --overwrite deletes RUN only if everything in it, at every level, is weirdnet's own.
 A progress bar shows loss, tokens/s and the ETA; a results table is printed at the end.
 Ctrl-C saves a checkpoint; --resume continues exactly where the last intact checkpoint
-left off (model, optimizer, schedule, random states, data order).
+left off (model, optimizer, schedule, random states, data order), on the same data:
+RUN/data_fingerprint.json records the data's source (data.root: each file's SHA-256),
+and a resume whose source changed is refused in one line naming the file, unless
+--allow-data-change.  Every eval_every steps, and at the last step, the first
+train.eval_batches batches of the evaluation split are scored (log.jsonl and a line on
+the terminal: the periodic validation, which picks best/); the final table scores best/
+on train.final_eval_batches batches (0: the whole split) and says what each read.
 
 examples:
   weirdnet train configs/quickstart.toml
@@ -65,6 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="delete an existing run directory of the same name first "
                              "(not with --resume or a run directory as CONFIG)")
+    parser.add_argument("--allow-data-change", action="store_true",
+                        help="continue a run although its data source (data.root) changed "
+                             "since it started (refused without this: the run would not "
+                             "be the one its checkpoints continue); the new data are "
+                             "recorded")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -84,8 +95,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             config = run_dir_config(source, args.overrides)
         else:
             config = load_config(source, args.overrides)
+        if args.allow_data_change and not resume:
+            raise ValueError("--allow-data-change is for continuing a run: add --resume, or "
+                             "give the run directory as CONFIG")
         train(config, resume=resume, overwrite=args.overwrite,
-              progress_bar=not args.no_progress)
+              progress_bar=not args.no_progress, allow_data_change=args.allow_data_change)
     except (RunDirError, *expected_errors()) as error:
         return fail("train", error)
     return 0

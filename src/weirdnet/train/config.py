@@ -108,7 +108,10 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    """The optimizer: AdamW (decoupled weight decay) or Adam (L2 added to the gradient)."""
+    """The optimizer: AdamW (decoupled weight decay) or Adam (L2 added to the gradient).
+
+    lr in (0, 1]; eps in (0, 1]; weight_decay in [0, 10], and for AdamW lr x weight_decay
+    < 1; betas in [0, 1) (checked when the config is read: :func:`check`)."""
 
     name: str = "adamw"
     lr: float = 1e-3
@@ -146,8 +149,9 @@ class TrainSection:
     grad_accum: micro-batches per step; clip: max gradient norm (0 = off);
     precision: "auto" (bf16 autocast on a GPU that has it, else fp32), "fp32", "bf16",
     "fp16" (CUDA only, with loss scaling);
-    eval_every: evaluate every N steps (0 = only at the end) on the first
-    eval_batches x batch_size items of the split (0 = the whole split);
+    eval_every: evaluate every N steps, and at the last step (0 = only at the end), on
+    the first eval_batches x batch_size items of the split (0 = the whole split): the
+    periodic validation of ``log.jsonl`` and the terminal, which picks ``best/``;
     eval_spacing: "even" (every eval_every steps) or "doubling" (every eval_every steps up
     to 8 x eval_every, then the gap doubles each time the step count does, 4 evaluations
     per doubling, and the last step too: a curve on a log-step axis at a cost that grows
@@ -237,19 +241,20 @@ class TrainConfig:
 def eval_due(step: int, steps: int, every: int, spacing: str = "even") -> bool:
     """Whether the periodic evaluation runs after optimizer step ``step`` (1-based) of a
     run of ``steps``: see ``train.eval_spacing``.  ``every`` 0: never (the run is
-    evaluated once, at the end).
+    evaluated once, at the end).  The last step is always evaluated, so the end of a run
+    (and of a run continued to more steps) is in ``best/`` and the results.
 
-    "doubling": the gap is ``every`` up to step 8·every, then 2·every up to 16·every,
-    4·every up to 32·every, ... (4 evaluations per doubling), and the last step.
+    "even": every ``every`` steps; "doubling": the gap is ``every`` up to step 8·every,
+    then 2·every up to 16·every, 4·every up to 32·every, ... (4 evaluations per doubling).
     """
     if spacing not in EVAL_SPACINGS:
         raise ValueError(f"eval spacing must be one of {EVAL_SPACINGS}, got {spacing!r}")
     if not every:
         return False
-    if spacing == "even":
-        return step % every == 0
     if step == steps:
         return True
+    if spacing == "even":
+        return step % every == 0
     gap = every
     while step > 8 * gap:
         gap *= 2
@@ -289,15 +294,33 @@ def check(config: TrainConfig) -> None:
     if train.batch_size % train.grad_accum:
         raise ConfigError(f"train.batch_size={train.batch_size} is not a multiple of "
                           f"train.grad_accum={train.grad_accum}")
-    _number("optim.lr", config.optim.lr, above=0.0)
-    _number("optim.eps", config.optim.eps, above=0.0)
-    _number("optim.weight_decay", config.optim.weight_decay, least=0.0)
+    _check_optim(config.optim)
     _number("train.clip", train.clip, least=0.0, hint=" (0 turns clipping off)")
     if not 0.0 <= config.schedule.min_lr_ratio <= 1.0:
         raise ConfigError(f"schedule.min_lr_ratio must be in [0, 1], got "
                           f"{config.schedule.min_lr_ratio}")
-    if len(config.optim.betas) != 2 or not all(0 <= b < 1 for b in config.optim.betas):
-        raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {config.optim.betas}")
+
+
+MAX_LR = 1.0
+"""The largest ``optim.lr``: Adam's step moves each weight by about lr, so a larger one
+overshoots any weight scale a model has (1e30 gave NaN weights after one step)."""
+MAX_EPS = 1.0
+MAX_WEIGHT_DECAY = 10.0
+
+
+def _check_optim(optim: OptimConfig) -> None:
+    """The optimizer's numbers in sane ranges (one line naming the key): lr in (0, 1],
+    eps in (0, 1], weight_decay in [0, 10] (and lr x weight_decay < 1 for AdamW, whose
+    step multiplies every weight by 1 - lr x weight_decay), betas in [0, 1)."""
+    _number("optim.lr", optim.lr, above=0.0, most=MAX_LR)
+    _number("optim.eps", optim.eps, above=0.0, most=MAX_EPS)
+    _number("optim.weight_decay", optim.weight_decay, least=0.0, most=MAX_WEIGHT_DECAY)
+    if optim.name == "adamw" and optim.lr * optim.weight_decay >= 1.0:
+        raise ConfigError(f"optim.lr x optim.weight_decay must be < 1 for adamw (each step "
+                          f"multiplies every weight by 1 - lr x weight_decay), got "
+                          f"{optim.lr:g} x {optim.weight_decay:g}")
+    if len(optim.betas) != 2 or not all(0 <= b < 1 for b in optim.betas):
+        raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {optim.betas}")
 
 
 def _check_data(data: DataConfig) -> None:
@@ -337,11 +360,15 @@ def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
 
 
 def _number(key: str, value: float, *, above: float | None = None,
-            least: float | None = None, hint: str = "") -> None:
-    """A finite number ``> above`` or ``>= least`` (NaN and infinity are refused: NaN
-    passes every comparison's negation and would, e.g., turn clipping off)."""
+            least: float | None = None, most: float | None = None, hint: str = "") -> None:
+    """A finite number ``> above`` or ``>= least``, and ``<= most`` if given (NaN and
+    infinity are refused: NaN passes every comparison's negation and would, e.g., turn
+    clipping off)."""
     bound = f"> {above:g}" if above is not None else f">= {least:g}"
     low_ok = value > above if above is not None else value >= least
+    if most is not None:
+        bound += f" and <= {most:g}"
+        low_ok = low_ok and value <= most
     if not (math.isfinite(value) and low_ok):
         raise ConfigError(f"{key} must be a finite number {bound}{hint}, got {value}")
 

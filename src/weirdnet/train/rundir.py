@@ -46,8 +46,9 @@ class RunDirError(RuntimeError):
     """A run directory that may not be used as asked (not a run, busy, bad name)."""
 
 
-RUN_FILES = frozenset({"train_config.json", "data_info.json", "log.jsonl", "results.json",
-                       "checkpoints", "best", "tensorboard", "curves.png", LOCK_FILE})
+RUN_FILES = frozenset({"train_config.json", "data_info.json", "data_fingerprint.json",
+                       "log.jsonl", "results.json", "checkpoints", "best", "tensorboard",
+                       "curves.png", LOCK_FILE})
 """Every entry weirdnet writes directly in a run directory."""
 
 _STEP_DIR = re.compile(r"^step-\d+$")

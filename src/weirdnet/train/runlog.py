@@ -11,8 +11,14 @@ Events (every one has ``event``, ``step`` (optimizer steps done) and ``time`` (U
   cpu_samples_per_s (by this process's CPU time).  Logs written before these names have
   ``tokens_per_s``, which counted targets (:func:`weirdnet.train.plot.read_log` reads it
   as targets_per_s);
-- ``eval``: split, metrics (e.g. loss, accuracy or bpc, perplexity);
-- ``end``: results ({"val": metrics, "test": metrics}), best_step.
+- ``eval``: split, metrics (e.g. loss, accuracy or bpc, perplexity), and what was read:
+  scope "periodic", items (the first ``train.eval_batches`` x ``train.batch_size`` of
+  the split), batches (of ``train.batch_size``), split_items (the whole split).  This is
+  the periodic validation, also printed on the terminal; it picks ``best/``;
+- ``end``: results ({"val": metrics, "test": metrics}) of ``best/`` on the first
+  ``train.final_eval_batches`` batches of each split (0: the whole split), best_step, and
+  scope ({"val": {items, batches, split_items}, ...}).  A periodic ``eval`` of the same
+  step read fewer items, so its numbers differ from these.
 
 A resumed run appends to the same file, starting on a fresh line when the last one was
 torn (a killed writer, a full disk), so its first event is never glued to a broken line;
@@ -90,6 +96,29 @@ def open_log(path: Path):
     return handle
 
 
+def scope_text(scope: dict[str, int], split: str) -> str:
+    """What an evaluation of ``split`` read: ``the first 16 of 3,184 val items (2
+    batches)`` or ``all 3,184 val items (398 batches)``; ``scope`` has items, batches
+    and split_items."""
+    batches = f"{scope['batches']:,} batch{'es' if scope['batches'] != 1 else ''}"
+    if scope["items"] >= scope["split_items"]:
+        return f"all {scope['split_items']:,} {split} items ({batches})"
+    return f"the first {scope['items']:,} of {scope['split_items']:,} {split} items ({batches})"
+
+
+def _scope_lines(scope: dict[str, Any]) -> list[str]:
+    """The lines under the results table that say what its numbers and the periodic
+    validation (log.jsonl, the terminal) each read."""
+    final = "; ".join(scope_text(part, split) for split, part in scope["final"].items())
+    lines = [f"these results: best/ on {final}; batches of {scope['batch_size']:,}"]
+    periodic = scope.get("periodic", {}).get("val")
+    if periodic is not None:
+        differ = "; so its numbers differ" if periodic != scope["final"]["val"] else ""
+        lines.append("the periodic validation (log.jsonl, the terminal): "
+                     f"{scope_text(periodic, 'val')}{differ}")
+    return lines
+
+
 _ORDER = ("loss", "bpc", "perplexity", "accuracy", "token_accuracy", "exact_match")
 
 
@@ -121,6 +150,8 @@ def results_table(summary: dict[str, Any]) -> str:
     if "model_dir" in summary:
         return "\n".join(lines)
     run_dir = summary["run_dir"]
+    if "scope" in summary:  # runs of older versions have no scope
+        lines += ["", *_scope_lines(summary["scope"])]
     lines += ["", f"run directory: {run_dir}  (log.jsonl, results.json, best/, checkpoints/)",
               f"next: weirdnet eval {run_dir} | weirdnet plot {run_dir}"]
     if summary["task"] == "lm":

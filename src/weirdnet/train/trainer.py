@@ -8,9 +8,10 @@ autocast, evaluates every ``eval_every`` steps (or on the doubling grid of
 checkpoints (:mod:`weirdnet.train.checkpoint`), and finally evaluates the best model on
 the evaluation and test splits and prints a results table.  Only rank 0 logs and writes.
 
-Files of a run ``RUN = out_dir/name``: ``train_config.json``, ``log.jsonl`` (events, see
-:mod:`weirdnet.train.runlog`), ``checkpoints/step-*``, ``best/``, ``results.json``,
-``tensorboard/`` (optional).
+Files of a run ``RUN = out_dir/name``: ``train_config.json``, ``data_fingerprint.json``
+(what the data were read from: :mod:`weirdnet.train.data_fingerprint`), ``log.jsonl``
+(events, see :mod:`weirdnet.train.runlog`), ``checkpoints/step-*``, ``best/``,
+``results.json``, ``tensorboard/`` (optional).
 """
 
 from __future__ import annotations
@@ -37,13 +38,13 @@ from weirdnet._signals import STOP, Interrupted, signal_name
 from weirdnet.models.base import WEIGHTS_FILE
 from weirdnet.models.safetensors_io import load_file
 from weirdnet.train import checkpoint as ckpt
-from weirdnet.train import context_parallel, tasks
+from weirdnet.train import context_parallel, data_fingerprint, tasks
 from weirdnet.train import distributed as dist_util
 from weirdnet.train.config import TrainConfig, eval_due
 from weirdnet.train.evaluation import evaluate
 from weirdnet.train.loading import ResumableSampler, train_loader
 from weirdnet.train.rundir import RunDirError, check_run_dir, claim_run_dir
-from weirdnet.train.runlog import RunLog, results_table
+from weirdnet.train.runlog import RunLog, results_table, scope_text
 from weirdnet.train.schedule import extend_phases, phased_multiplier
 from weirdnet.train.setup import (
     RunError,
@@ -82,9 +83,11 @@ class Trainer:
     """One run: call :meth:`fit`.  Attributes are built once in ``__init__``."""
 
     def __init__(self, config: TrainConfig, *, resume: bool = False, overwrite: bool = False,
-                 progress_bar: bool = True):
+                 progress_bar: bool = True, allow_data_change: bool = False):
         self.config = config
+        self.allow_data_change = allow_data_change
         self.progress_bar = progress_bar
+        self.bar = None  # the training progress bar while it is shown (see _say)
         self.processes = dist_util.setup(config.run.device)
         self.best_lost = False  # a resumed run's best/ was damaged (see _check_best)
         # Everything is checked before the run directory is created or changed: a run that
@@ -115,6 +118,7 @@ class Trainer:
             make_deterministic()
         seed_everything(config.run.seed)  # the same initial model on every rank
         self.splits = load_datasets(config)
+        self._check_data_source(resume)
         self.info = self.splits["train"].info
         self.task = self.info.task
         if self.task not in tasks.TASKS:
@@ -149,6 +153,29 @@ class Trainer:
         if self.sampler.steps_per_epoch == 0:
             raise RunError(f"the train split has {len(self.splits['train'])} items, fewer than "
                            f"one batch of train.batch_size={config.train.batch_size}")
+
+    def _check_data_source(self, resume: bool) -> None:
+        """Fingerprint the data's source (:mod:`weirdnet.train.data_fingerprint`); a
+        resumed run whose recorded source changed is a :class:`RunError` naming the
+        file, unless ``allow_data_change`` (then the new source is recorded)."""
+        data = self.config.data
+        self.data_fingerprint = data_fingerprint.record(data.dataset, data.root)
+        self.data_note = None
+        run_dir = Path(self.config.run.out_dir) / self.config.run.name
+        # only a run with a checkpoint has trained on the data it recorded
+        recorded = data_fingerprint.read_record(run_dir) \
+            if resume and ckpt.list_checkpoints(run_dir) else None
+        if recorded is None:
+            return
+        change = data_fingerprint.data_change(recorded, self.data_fingerprint)
+        if change is None:
+            return
+        if not self.allow_data_change:
+            raise RunError(f"the data changed since {run_dir} started: {change}; resuming "
+                           "would not continue the run it was; restore the data, or "
+                           "continue on the new data with --allow-data-change")
+        self.data_note = (f"the data changed since {run_dir} started: {change}; continuing "
+                          "on the new data (--allow-data-change), which is recorded now")
 
     def _warm_start(self, resume: bool) -> str | None:
         """``train.init_from``: put a trained model's weights into the new model; the
@@ -213,8 +240,13 @@ class Trainer:
                   f"run.name={here.name!r}")
 
     def _say(self, message: str) -> None:
-        """One line for the user on stderr (main process only)."""
-        if self.processes.is_main:
+        """One line for the user on stderr (main process only), above the progress bar
+        when one is shown."""
+        if not self.processes.is_main:
+            return
+        if self.bar is not None:
+            self.bar.write(f"weirdnet train: {message}", file=sys.stderr)
+        else:
             print(f"weirdnet train: {message}", file=sys.stderr, flush=True)
 
     def _set_schedule(self) -> None:
@@ -422,6 +454,13 @@ class Trainer:
         limit = max_batches * self.config.train.batch_size
         return size if limit <= 0 else min(size, limit)
 
+    def scope(self, split: str, max_batches: int) -> dict[str, int]:
+        """What an evaluation of ``split`` with ``max_batches`` reads: ``items`` (the
+        first ones), ``batches`` of ``train.batch_size`` items, ``split_items`` (all)."""
+        items = self.items_evaluated(split, max_batches)
+        return {"items": items, "batches": -(-items // self.config.train.batch_size),
+                "split_items": len(self.splits[split])}
+
     # -- training --
 
     def _autocast(self):
@@ -479,6 +518,17 @@ class Trainer:
         self._last_grad_norm = float(norm)
         return loss_sum / accum, targets, inputs
 
+    def _non_finite_hint(self) -> str:
+        """What to do about a non-finite evaluation: the weights diverged, or (finite
+        weights) some items give non-finite outputs."""
+        # this process's part of each parameter (a DTensor's local shard under FSDP)
+        local = (getattr(p, "_local_tensor", p) for p in self.model.parameters())
+        if all(bool(torch.isfinite(t).all()) for t in local):
+            return ("the weights are finite, so some of the split's items give non-finite "
+                    "outputs: check the data")
+        return ("the weights are no longer finite: lower optim.lr, raise "
+                "schedule.warmup_steps or set train.clip")
+
     def _improved(self, metrics: dict[str, float]) -> bool:
         name, lower = tasks.best_metric(self.task, self.config.train.best_metric)
         if name not in metrics:
@@ -495,12 +545,23 @@ class Trainer:
         return better
 
     def _evaluate_and_track(self) -> bool:
-        """Periodic evaluation; returns True when early stopping says stop."""
-        metrics = self.evaluate("eval", self.config.train.eval_batches,
-                                f"eval at step {self.state.step}")
-        self.log.event("eval", self.state.step, split="val", metrics=metrics)
-        if self._improved(metrics):
+        """Periodic evaluation (``train.eval_batches``: log.jsonl and a line on the
+        terminal); a better model becomes ``best/``; returns True when early stopping
+        says stop.  A non-finite metric is a :class:`RunError`: never the best model."""
+        step, batches = self.state.step, self.config.train.eval_batches
+        metrics = self.evaluate("eval", batches, f"eval at step {step}")
+        scope = self.scope("eval", batches)
+        self.log.event("eval", step, split="val", metrics=metrics, scope="periodic",
+                       **scope)
+        _check_finite(metrics, "val", f"at the evaluation of step {step}",
+                      self._non_finite_hint())
+        improved = self._improved(metrics)
+        self._say(f"step {step}: val {_metrics_text(metrics)} (periodic validation on "
+                  f"{scope_text(scope, 'val')}{'; new best' if improved else ''})")
+        if improved:
             self._save_best(metrics)
+        if self.state.step >= self.config.train.steps:
+            return self.state.stopped_early  # the end: not stopped early, whatever it says
         patience = self.config.train.early_stop_patience
         if patience > 0 and self.state.evals_without_improvement >= patience:
             self.state.stopped_early = True
@@ -563,6 +624,9 @@ class Trainer:
                        config=self.config.to_dict())
         if self.processes.is_main:
             self._write_run_files(self.run_dir)
+            data_fingerprint.write_record(self.run_dir, self.data_fingerprint)
+        if self.data_note is not None:
+            self._say(self.data_note)
         self.last_checkpoint_step = self.state.step
         stopped_early = self.state.stopped_early
         if self.state.eval_pending:  # interrupted during the evaluation at this step
@@ -570,7 +634,7 @@ class Trainer:
             stopped_early = self._evaluate_and_track()
             self.state.eval_pending = False
         stream = self._micro_batches()
-        bar = self._bar()
+        bar = self.bar = self._bar()
         window = _Window()
         self.wrapped.train()
         try:
@@ -599,6 +663,7 @@ class Trainer:
         finally:
             if bar is not None:
                 bar.close()
+            self.bar = None
         self.phase = "final"
         return self._finish(stopped_early)
 
@@ -613,9 +678,17 @@ class Trainer:
         limit = self.config.train.final_eval_batches
         results = {"val": self.evaluate("eval", limit, "final eval (val)")}
         evaluated = {"val": self.items_evaluated("eval", limit)}
+        scope = {"batch_size": self.config.train.batch_size,
+                 "final": {"val": self.scope("eval", limit)},
+                 "periodic": {"val": self.scope("eval", self.config.train.eval_batches)}}
         if "test" in self.splits:
             results["test"] = self.evaluate("test", limit, "final eval (test)")
             evaluated["test"] = self.items_evaluated("test", limit)
+            scope["final"]["test"] = self.scope("test", limit)
+        for split, metrics in results.items():
+            _check_finite(metrics, split, f"in the final evaluation of best/ (step "
+                          f"{self.state.best_step})", "no results are written; its model "
+                          "computes non-finite values on some of the split's items")
         summary = {"run": self.config.run.name, "run_dir": str(self.run_dir),
                    "task": self.task, "dataset": self.config.data.dataset,
                    "steps": self.state.step, "best_step": self.state.best_step,
@@ -623,8 +696,9 @@ class Trainer:
                    "initialised_from": (self.initialised_from
                                         or self.config.train.init_from or None),
                    "world_size": self.processes.world_size, "results": results,
-                   "evaluated": evaluated}
-        self.log.event("end", self.state.step, results=results, best_step=self.state.best_step)
+                   "evaluated": evaluated, "scope": scope}
+        self.log.event("end", self.state.step, results=results, best_step=self.state.best_step,
+                       scope=scope["final"])
         if self.processes.is_main:
             with STOP.shielded():
                 write_atomic(self.run_dir / "results.json",
@@ -708,6 +782,19 @@ _EXTEND_NOTES = {
 }
 
 
+def _check_finite(metrics: dict[str, float], split: str, where: str, hint: str) -> None:
+    """RunError naming the first non-finite metric of an evaluation of ``split``: a model
+    whose evaluation is NaN or infinite is never the best model nor a result."""
+    for name, value in metrics.items():
+        if not math.isfinite(value):
+            raise RunError(f"the {split} {name} is {value} {where}; {hint}")
+
+
+def _metrics_text(metrics: dict[str, float]) -> str:
+    """``loss 1.2345, bpc 1.7810``: an evaluation's metrics, for a terminal line."""
+    return ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+
+
 def _tensor_bytes(state: dict[str, torch.Tensor]) -> int:
     """The bytes of a state dict's tensors (what its safetensors file needs)."""
     return sum(t.numel() * t.element_size() for t in state.values()
@@ -779,12 +866,13 @@ class _Window:
 
 
 def train(config: TrainConfig, *, resume: bool = False, overwrite: bool = False,
-          progress_bar: bool = True) -> dict[str, Any]:
+          progress_bar: bool = True, allow_data_change: bool = False) -> dict[str, Any]:
     """Run ``config`` to the end and return its results (see :meth:`Trainer.fit`); prints
-    the results table on rank 0."""
+    the results table on rank 0.  ``allow_data_change``: resume even though the data's
+    source changed since the run started (see :mod:`weirdnet.train.data_fingerprint`)."""
     with _disk_full_is_an_error(Path(config.run.out_dir) / config.run.name):
         trainer = Trainer(config, resume=resume, overwrite=overwrite,
-                          progress_bar=progress_bar)
+                          progress_bar=progress_bar, allow_data_change=allow_data_change)
         try:
             summary = trainer.fit()
             if trainer.processes.is_main:
