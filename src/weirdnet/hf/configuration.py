@@ -15,8 +15,13 @@ Special tokens are bytes (the byte tokenizer of :mod:`.tokenizer`): ``pad`` = 0 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import typing
 from typing import Any
 
+import torch
+from huggingface_hub.dataclasses import type_validator
 from transformers import PreTrainedConfig
 
 from weirdnet.models import LMConfig, WeirdNetLM
@@ -32,7 +37,7 @@ def lm_document(config: LMConfig | dict | None = None) -> dict[str, Any]:
     if config is None:
         config = LMConfig()
     elif isinstance(config, dict):
-        config = from_dict(LMConfig, config)
+        config = from_dict(LMConfig, config, where="weirdnet.config")
     return model_document(WeirdNetLM.__name__, config)
 
 
@@ -83,9 +88,11 @@ class WeirdNetConfig(PreTrainedConfig):
     pad_token_id: int | None = PAD_ID
 
     def __post_init__(self, **kwargs):
+        _check_field_types(self)
         if self.weirdnet is None:
             self.weirdnet = lm_document()
         self.weirdnet = _checked_document(self.weirdnet)
+        _check_values(self)
         super().__post_init__(**kwargs)
 
     @classmethod
@@ -119,6 +126,42 @@ class WeirdNetConfig(PreTrainedConfig):
     tie_word_embeddings = _derived("tie_word_embeddings", "tie_embeddings")
 
 
+@functools.cache
+def _field_types(cls: type) -> dict[str, tuple[Any, str]]:
+    """Every field of config class ``cls`` (``transformers``' own included): its type and
+    the type as written."""
+    hints = typing.get_type_hints(cls, localns={"torch": torch})
+    return {f.name: (hints[f.name], str(f.type)) for f in dataclasses.fields(cls)}
+
+
+def _check_field_types(config: WeirdNetConfig) -> None:
+    """ValueError (one line, naming the key) for a field of the wrong type, ours or
+    ``transformers``': its field annotations are strings, which its own check skips, so
+    a tampered ``"pad_token_id": "x"`` would otherwise fail later as a TypeError."""
+    for name, (hint, written) in _field_types(type(config)).items():
+        value = getattr(config, name)
+        try:
+            type_validator(name, value, hint)
+        except TypeError:
+            raise ValueError(f"WeirdNetConfig: {name} must be {written}, got {value!r:.80} "
+                             f"({type(value).__name__})") from None
+
+
+def _check_values(config: WeirdNetConfig) -> None:
+    """The special token ids: None or an id of the vocabulary; ``dtype`` a name of a torch
+    dtype (ValueError otherwise)."""
+    if isinstance(config.dtype, str) and not isinstance(getattr(torch, config.dtype, None),
+                                                        torch.dtype):
+        raise ValueError(f"WeirdNetConfig: dtype must name a torch dtype (e.g. "
+                         f"\"float32\"), got {config.dtype!r:.80}")
+    vocab = config.weirdnet["config"]["backbone"]["vocab_size"]
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        value = getattr(config, name)
+        if value is not None and not 0 <= value < vocab:
+            raise ValueError(f"WeirdNetConfig: {name} must be None or a token id in "
+                             f"[0, {vocab}), got {value}")
+
+
 def _checked_document(document: Any) -> dict[str, Any]:
     """The document, its config checked by building it (a clear error otherwise)."""
     if not isinstance(document, dict) or document.get("model") != WeirdNetLM.__name__:
@@ -127,4 +170,4 @@ def _checked_document(document: Any) -> dict[str, Any]:
     try:
         return lm_document(document.get("config", {}))
     except ConfigError as error:
-        raise ValueError(f"WeirdNetConfig.weirdnet: {error}") from None
+        raise ValueError(f"WeirdNetConfig: {error}") from None

@@ -29,6 +29,7 @@ from weirdnet.models import Backbone, WeirdNetLM
 from weirdnet.models.generation import check_length
 from weirdnet.models.lm import lm_loss, output_head, output_logits, token_nll
 from weirdnet.models.safetensors_io import add_checksum, verify_file
+from weirdnet.models.size import check_fits_in_memory
 from weirdnet.ops.packing import doc_ids_from_positions
 
 from .cache import WeirdNetCache
@@ -115,6 +116,7 @@ class WeirdNetForCausalLM(WeirdNetPreTrainedModel, GenerationMixin):
     def __init__(self, config: WeirdNetConfig):
         super().__init__(config)
         lm_config = config.lm_config
+        check_fits_in_memory(WeirdNetLM, lm_config)  # its layout: WeirdNetLM's
         self.backbone = Backbone(lm_config.backbone)
         self.head = output_head(lm_config.backbone, lm_config.tie_embeddings)
         self.post_init()
