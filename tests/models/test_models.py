@@ -431,3 +431,17 @@ def test_a_model_too_large_for_memory_is_refused_at_once():
     with pytest.raises(ConfigError, match=r"^[\d,]+ parameters do not fit in this machine"):
         check_fits_in_memory(WeirdNetLM, config)
     check_fits_in_memory(WeirdNetLM, LMConfig())
+
+
+def test_continuous_inputs_of_another_dtype_than_the_model_are_one_line():
+    """Issue 72 item 7, the same mistake in the backbone's input projection: float64
+    values into a float32 model raised torch's "mat1 and mat2 must have the same dtype"."""
+    torch.manual_seed(0)
+    model = WeirdNetClassifier({"backbone": {"dim": 16, "depth": 2, "heads": 2, "max_len": 32,
+                                             "vocab_size": None, "input_dim": 3}})
+    for dtype in (torch.float64, torch.float16):
+        with pytest.raises(ValueError, match=f"^inputs is {dtype} but Backbone's parameters "
+                                             "are torch.float32"):
+            model(torch.randn(2, 5, 3, dtype=dtype))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.isfinite(model(torch.randn(2, 5, 3, dtype=torch.bfloat16)).logits).all()

@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from ..ops.checks import check_float_tensor, check_mask
 from ..ops.dba import AuthorsWeights, bilinear_mix, compress_positions, dba_authors_attention
 from ..ops.packing import check_doc_ids
-from .base import Mixer
+from .base import Mixer, autocast_input
 from .registry import register
 
 
@@ -292,6 +292,7 @@ class DBAuthorsAttention(Mixer):
         ``doc_ids`` (packed documents) compresses each document on its own, with the
         learned Z (a carried C belongs to one sequence: a packed backbone unpacks)."""
         self.check_input(x, mask)
+        x = autocast_input(x, self)
         if cache is not None:
             raise self.not_decodable("forward() takes no cache")
         if doc_ids is not None:
