@@ -425,6 +425,20 @@ def test_a_field_of_the_wrong_type_in_an_export_is_one_line(saved, tmp_path, key
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("key,value", [("pad_token_id", "x"), ("eos_token_id", [3, "x"]),
+                                       ("bos_token_id", -2)])
+def test_a_tampered_generation_config_is_one_line(saved, tmp_path, key, value):
+    """The export's generation_config.json is read by from_pretrained too: "x" there gave
+    the same TypeError: '<' not supported."""
+    copy = shutil.copytree(saved[2], tmp_path / "edited")
+    path = copy / "generation_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    with pytest.raises(ValueError, match=re.escape(f"{path}: {key} must be None or a token "
+                                                   "id >= 0")) as err:
+        AutoModelForCausalLM.from_pretrained(copy)
+    assert "\n" not in str(err.value)
+
+
 _MARKER = "remote-code-ran"
 
 

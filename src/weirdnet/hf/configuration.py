@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import typing
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -160,6 +162,28 @@ def _check_values(config: WeirdNetConfig) -> None:
         if value is not None and not 0 <= value < vocab:
             raise ValueError(f"WeirdNetConfig: {name} must be None or a token id in "
                              f"[0, {vocab}), got {value}")
+
+
+def check_generation_file(path: Path) -> None:
+    """ValueError (one line, naming the file and key) for a special token id of
+    ``generation_config.json`` (when there is one) that is not None or an id >= 0
+    (``eos_token_id`` may also be a list of them): ``transformers`` compares them with
+    ``<`` and a tampered ``"x"`` would fail there as a TypeError."""
+    if not path.is_file():
+        return
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error})") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(document).__name__}")
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
+        value = document.get(name)
+        ids = value if name == "eos_token_id" and isinstance(value, list) else [value]
+        if value is not None and not all(isinstance(i, int) and not isinstance(i, bool)
+                                         and i >= 0 for i in ids):
+            raise ValueError(f"{path}: {name} must be None or a token id >= 0, got "
+                             f"{value!r:.80}")
 
 
 def _checked_document(document: Any) -> dict[str, Any]:

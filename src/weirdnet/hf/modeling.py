@@ -33,7 +33,7 @@ from weirdnet.models.size import check_fits_in_memory
 from weirdnet.ops.packing import doc_ids_from_positions
 
 from .cache import WeirdNetCache
-from .configuration import WeirdNetConfig
+from .configuration import WeirdNetConfig, check_generation_file
 from .remote import write_remote_code
 
 
@@ -64,6 +64,7 @@ class WeirdNetPreTrainedModel(PreTrainedModel):
             folder = Path(name) / (kwargs.get("subfolder") or "")
             for path in _weight_files(folder, kwargs.get("variant")):
                 verify_file(path)
+            check_generation_file(folder / "generation_config.json")
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
         problems = [f"{kind.replace('_', ' ')}: {sorted(map(str, keys))[:8]}"
                     for kind, keys in info.items() if keys and kind != "error_msgs"]
