@@ -72,18 +72,17 @@ def check_dtype_matches(x: torch.Tensor, module: nn.Module, name: str = "x") -> 
     dtype = _weight_dtype(module)
     if dtype is None or x.dtype == dtype or torch.is_autocast_enabled(x.device.type):
         return
-    weight = next(p for p in module.parameters() if p.is_floating_point())
     raise ValueError(f"{name} is {x.dtype} but {type(module).__name__}'s parameters are "
-                     f"{weight.dtype}: cast one to the other ({name}.to({weight.dtype}) or "
+                     f"{dtype}: cast one to the other ({name}.to({dtype}) or "
                      f"module.to({x.dtype})) or run under torch.autocast")
 
 
 def autocast_input(x: torch.Tensor, module: nn.Module) -> torch.Tensor:
-    """Under autocast on ``x``'s device, ``x`` in the dtype of ``module``'s parameters (a
-    lossless cast up from the autocast dtype; autocast casts it back down for each
-    matrix product), so a mixer's own ops, which autocast does not cover, see the
-    dtypes they were built for; otherwise ``x`` itself (:func:`check_dtype_matches` has
-    refused another dtype)."""
+    """Under autocast on ``x``'s device, ``x`` in the dtype of ``module``'s parameters
+    (from bfloat16 or float16 up to float32 the cast is exact, and autocast casts back
+    down for each matrix product), so a mixer's own ops, which autocast does not cover,
+    see the dtypes they were built for; otherwise ``x`` itself
+    (:func:`check_dtype_matches` has refused another dtype)."""
     dtype = _weight_dtype(module)
     if dtype is None or x.dtype == dtype or not torch.is_autocast_enabled(x.device.type):
         return x
