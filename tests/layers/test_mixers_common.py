@@ -436,3 +436,21 @@ def test_doc_ids_are_refused_with_a_cache_and_checked(name, causal):
         layer(_x(), doc_ids=torch.zeros(B, L + 1, dtype=torch.long))
     with pytest.raises(ValueError, match="rows must be a bool tensor"):
         layer.init_cache(B).start_document(torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("cross", ["softmax", "dba"])
+def test_cross_attention_refuses_another_dtype_in_one_line(cross):
+    """The same check on the cross-attention mixers' queries and context (issue 72 item 7:
+    the same mistake elsewhere)."""
+    from weirdnet.layers.dba import DBACrossAttention
+    from weirdnet.layers.softmax import SoftmaxCrossAttention
+
+    torch.manual_seed(0)
+    layer = {"softmax": SoftmaxCrossAttention, "dba": DBACrossAttention}[cross](
+        D, context_dim=D)
+    x64, x32 = _x(), _x().float()
+    with pytest.raises(ValueError, match=f"^x is torch.float64 but {type(layer).__name__}"):
+        layer(x64, x64)
+    with pytest.raises(ValueError, match="context"):
+        layer(x32, x64)
+    assert layer(x32, x32).shape == (B, L, D)
