@@ -30,6 +30,9 @@ CASES = [
     ("eval", ["--set", "data.dataset=listops"], "the model and the dataset do not match"),
     ("generate", ["--device", "tpu"], "is not a device name"),
     ("generate", ["--encoding", "nosuch"], "unknown text encoding 'nosuch'"),
+    ("generate", ["--seed", "99999999999999999999999"],
+     "--seed must be an int of at most 64 bits (|value| < 2^63), got 99999999999999999999999"),
+    ("generate", ["--seed", "-9223372036854775809"], "--seed must be an int of at most 64 bits"),
 ]
 if not torch.cuda.is_available():
     CASES += [("train", ["--set", "run.device=cuda"], "CUDA is not available"),
@@ -50,6 +53,25 @@ def test_bad_value_is_one_line_and_status_2(run, command, args, words, capsys):
     assert len(lines) == 1 and lines[0].startswith(f"weirdnet {command}: "), err
     assert words in lines[0]
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [
+    ["data", "build", "listops", "--n", "1", "--n-val", "0", "--n-test", "0"],
+    ["harness-tasks"],
+], ids=["data-build", "harness-tasks"])
+def test_every_seed_of_the_cli_is_checked_as_train_checks_run_seed(command, tmp_path, capsys):
+    """Issue 72 item 6: `generate --seed 99999999999999999999999` said "Overflow when
+    unpacking long long"; every --seed gets the line train gives for run.seed."""
+    out = tmp_path / "out"
+    assert main([*command, *(["--out", str(out)] if command[0] == "data" else [str(out)]),
+                 "--seed", "99999999999999999999999"]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0] == (f"weirdnet {' '.join(command[:2]) if command[0] == 'data' else command[0]}"
+                        ": --seed must be an int of at most 64 bits (|value| < 2^63), got "
+                        "99999999999999999999999")
+    assert not out.exists()
 
 
 def test_info_on_corrupted_weights_is_one_line(run, tmp_path, capsys):

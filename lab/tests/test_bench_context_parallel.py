@@ -61,3 +61,42 @@ def test_dry_run_lists_the_cells_and_bad_settings_exit_2(tmp_path):
         bad = run_cli("bench", "context-parallel", "--dry-run", *args, cwd=tmp_path)
         assert bad.returncode == 2 and message in bad.stderr, bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_what_a_worker_would_refuse_is_one_line_before_torchrun_starts(tmp_path):
+    """Issue 72 item 9: a cell every worker refuses (rotary positions need an even head
+    width; D = 66 gives two heads of 33) started torchrun, and each failed cell ended in
+    torchrun's ChildFailedError traceback.  The model and its context-parallel settings
+    are checked first, so no process starts and nothing is written."""
+    bad = run_cli("bench", "context-parallel", "--models", "weird-b-pp", "--lengths", "64",
+                  "--processes", "1", "2", "--dim", "66", "--out", str(tmp_path / "out"),
+                  cwd=tmp_path)
+    assert bad.returncode == 2, bad.stderr
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ChildFailedError" not in bad.stderr, bad.stderr
+    assert lines[0] == ("weirdnet bench context-parallel: weird-b-pp L=64 P=1 (--dim 66, "
+                        "--depth 2): rope needs an even head width, got dim=66 / heads=2 "
+                        "= 33")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_cell_reports_the_workers_error_not_torchruns_report():
+    """A failed cell's row said only "error_file: <N/A> | traceback : To enable traceback
+    see: ..." (the tail of torchrun's ChildFailedError report)."""
+    from weirdnet_lab.context_parallel.command import worker_error
+
+    output = "\n".join([
+        "Traceback (most recent call last):",
+        '  File "worker.py", line 93, in run',
+        "ValueError: rope needs an even head width, got dim=66 / heads=2 = 33",
+        "E1206 05:16:46.999000 9887 api.py:1002] failed (exitcode: 1) local_rank: 0",
+        "Traceback (most recent call last):",
+        '  File "torch/distributed/run.py", line 1032, in <module>',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "============================================================",
+        "  error_file: <N/A>",
+        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+        "============================================================"])
+    assert worker_error(output) == ("ValueError: rope needs an even head width, got dim=66 / "
+                                    "heads=2 = 33")
+    assert worker_error("killed\nexit") == "killed | exit"

@@ -38,7 +38,16 @@ def from_dict(cls: type, data: dict[str, Any], where: str = "config") -> Any:
             raise ConfigError(f"unknown key {where}.{key}{hint} "
                               f"(known: {', '.join(fields)})")
         values[key] = coerce(hints[key], value, f"{where}.{key}")
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ConfigError as error:  # the class's own checks, which know a key's name only
+        raise ConfigError(_located(str(error), where, fields)) from None
+
+
+def _located(message: str, where: str, fields) -> str:
+    """A class's check message that starts with one of its keys (``norm_eps must be
+    ...``), named by its full path (``model.backbone.norm_eps must be ...``)."""
+    return f"{where}.{message}" if message.split(" ", 1)[0] in fields else message
 
 
 def coerce(hint: Any, value: Any, where: str) -> Any:

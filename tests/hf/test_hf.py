@@ -6,9 +6,11 @@ Relation) is built once, saved the weirdnet way and exported; the tests compare 
 """
 
 import json
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -357,6 +359,85 @@ def test_importing_without_transformers_says_what_to_install():
 
 
 # ---- the documented paths run no file of the folder ------------------------------------
+
+def _edited_export(saved, tmp_path, edit):
+    """A copy of the export whose config.json ``edit`` (a function of the dict) changed."""
+    copy = shutil.copytree(saved[2], tmp_path / "edited")
+    config = json.loads((copy / "config.json").read_text())
+    edit(config)
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+def _backbone_key(key, value):
+    return lambda config: config["weirdnet"]["config"]["backbone"].__setitem__(key, value)
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("norm_eps", -1, "config.backbone.norm_eps must be a positive number"),
+    ("norm_eps", 0, "norm_eps must be a positive number"),
+    ("rope_theta", -5.0, "rope_theta must be a positive number"),
+    ("attn_dropout", 1.5, "attn_dropout must be in [0, 1)"),
+    ("init_std", -0.02, "init_std must be None or a positive number"),
+], ids=["norm-eps-negative", "norm-eps-zero", "rope-theta", "attn-dropout", "init-std"])
+def test_an_out_of_range_model_value_in_an_export_is_one_line(saved, tmp_path, key, value,
+                                                               words):
+    """Issue 72 item 3: norm_eps = -1 loaded through both loaders and gave NaN logits."""
+    copy = _edited_export(saved, tmp_path, _backbone_key(key, value))
+    for load in (AutoModelForCausalLM.from_pretrained, wm.load):
+        with pytest.raises(ValueError, match=re.escape(words)) as err:
+            load(copy)
+        assert "\n" not in str(err.value)
+
+
+def test_an_export_too_deep_for_memory_is_refused_before_building(saved, tmp_path):
+    """Issue 72 item 5: depth = 1,000,000,000 made from_pretrained build blocks for
+    minutes; the parameter count is checked before anything is built."""
+    copy = _edited_export(saved, tmp_path, _backbone_key("depth", 1_000_000_000))
+    for load in (AutoModelForCausalLM.from_pretrained, wm.load):
+        start = time.perf_counter()
+        with pytest.raises(ValueError, match="parameters do not fit in this machine's memory"):
+            load(copy)
+        assert time.perf_counter() - start < 30
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("pad_token_id", "x", "pad_token_id must be int | None, got 'x' (str)"),
+    ("pad_token_id", True, "pad_token_id must be int | None, got True (bool)"),
+    ("eos_token_id", 2.5, "eos_token_id must be int | None"),
+    ("bos_token_id", 256, "bos_token_id must be None or a token id in [0, 256)"),
+    ("pad_token_id", -1, "pad_token_id must be None or a token id in [0, 256)"),
+    ("use_cache", "yes", "use_cache must be bool"),
+    ("weirdnet", [1], "weirdnet must be dict[str, Any] | None"),
+    ("output_hidden_states", "x", "output_hidden_states must be bool | None"),
+    ("architectures", 3, "architectures must be list[str] | None"),
+    ("transformers_version", 5, "transformers_version must be str | None"),
+    ("dtype", "nonsense", "dtype must name a torch dtype"),
+    ("dtype", 5, "dtype must be str | torch.dtype | None"),
+])
+def test_a_field_of_the_wrong_type_in_an_export_is_one_line(saved, tmp_path, key, value,
+                                                             words):
+    """Issue 72 item 8: pad_token_id = "x" gave TypeError: '<' not supported; every field
+    of the config (ours and transformers') is type-checked on load."""
+    copy = _edited_export(saved, tmp_path, lambda config: config.__setitem__(key, value))
+    with pytest.raises(ValueError, match=re.escape(words)) as err:
+        AutoModelForCausalLM.from_pretrained(copy)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("key,value", [("pad_token_id", "x"), ("eos_token_id", [3, "x"]),
+                                       ("bos_token_id", -2)])
+def test_a_tampered_generation_config_is_one_line(saved, tmp_path, key, value):
+    """The export's generation_config.json is read by from_pretrained too: "x" there gave
+    the same TypeError: '<' not supported."""
+    copy = shutil.copytree(saved[2], tmp_path / "edited")
+    path = copy / "generation_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    with pytest.raises(ValueError, match=re.escape(f"{path}: {key} must be None or a token "
+                                                   "id >= 0")) as err:
+        AutoModelForCausalLM.from_pretrained(copy)
+    assert "\n" not in str(err.value)
+
 
 _MARKER = "remote-code-ran"
 

@@ -183,6 +183,29 @@ def test_bad_input_is_a_value_error(name, causal):
 
 
 @pytest.mark.parametrize("name,causal", FORMS)
+def test_an_input_of_another_dtype_than_the_layer_is_one_line(name, causal):
+    """Issue 72 item 7: a float32 layer given float64 or float16 input raised torch's
+    "expected m1 and m2 to have the same dtype" (DBA: an error about its Z) although the
+    input check lists both dtypes.  Every mixer refuses it in one line naming both
+    dtypes (as nn.Linear, it does not cast), in the full pass and when decoding; under
+    autocast any floating input runs, as autocast casts."""
+    torch.manual_seed(0)
+    layer = _make(name, causal).eval()  # float32
+    wanted = f"^x is {{}} but {type(layer).__name__}'s parameters are torch.float32"
+    for dtype in (torch.float64, torch.float16, torch.bfloat16):
+        with pytest.raises(ValueError, match=wanted.format(dtype)) as err:
+            layer(_x().to(dtype))
+        assert "\n" not in str(err.value)
+        if causal and layer.cache_type is not None:
+            with pytest.raises(ValueError, match=wanted.format(dtype)):
+                layer.step(_x()[:, 0].to(dtype), layer.init_cache(B, L))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for dtype in (torch.float32, torch.bfloat16):
+            y = layer(_x().to(dtype))
+            assert y.shape == (B, L, D) and bool(torch.isfinite(y.float()).all())
+
+
+@pytest.mark.parametrize("name,causal", FORMS)
 def test_an_empty_sequence_gives_an_empty_output(name, causal):
     """L = 0 (issue 35): every mixer returns an empty (B, 0, D) output, with or without a
     mask, and backward through it works (zero-sized gradients)."""
@@ -413,3 +436,21 @@ def test_doc_ids_are_refused_with_a_cache_and_checked(name, causal):
         layer(_x(), doc_ids=torch.zeros(B, L + 1, dtype=torch.long))
     with pytest.raises(ValueError, match="rows must be a bool tensor"):
         layer.init_cache(B).start_document(torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("cross", ["softmax", "dba"])
+def test_cross_attention_refuses_another_dtype_in_one_line(cross):
+    """The same check on the cross-attention mixers' queries and context (issue 72 item 7:
+    the same mistake elsewhere)."""
+    from weirdnet.layers.dba import DBACrossAttention
+    from weirdnet.layers.softmax import SoftmaxCrossAttention
+
+    torch.manual_seed(0)
+    layer = {"softmax": SoftmaxCrossAttention, "dba": DBACrossAttention}[cross](
+        D, context_dim=D)
+    x64, x32 = _x(), _x().float()
+    with pytest.raises(ValueError, match=f"^x is torch.float64 but {type(layer).__name__}"):
+        layer(x64, x64)
+    with pytest.raises(ValueError, match="context"):
+        layer(x32, x64)
+    assert layer(x32, x32).shape == (B, L, D)

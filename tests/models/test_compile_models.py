@@ -224,3 +224,20 @@ def test_seq2seq_generation_through_compiled_backbones():
     model.decoder.compile(fullgraph=True, backend="aot_eager")
     got = model.generate(src, 8, bos_id=1, temperature=0.0, src_mask=src_mask)
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("layer_name", ["weird", "softmax", "dba", "linformer"])
+def test_a_mixer_under_bf16_autocast_compiles_without_graph_breaks(layer_name):
+    """Issue 72 item 7: the mixers' dtype check (input against the layer's parameters,
+    any floating input under autocast) reads no tensor value: fullgraph holds, and the
+    compiled layer equals the eager one under autocast as without it."""
+    from weirdnet.layers import build
+
+    torch.manual_seed(0)
+    layer = build(layer_name, 16, causal=layer_name not in ("dba", "linformer")).eval()
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    x = torch.randn(2, L, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want, got = layer(x), compiled(x)
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    assert torch.equal(compiled(x), layer(x))

@@ -6,12 +6,17 @@ import torch
 from helpers.numerics import rel_err
 from weirdnet.models import (
     BackboneConfig,
+    ClassifierConfig,
     ConfigError,
+    LMConfig,
+    Seq2SeqConfig,
     WeirdNetClassifier,
     WeirdNetDualEncoder,
     WeirdNetLM,
     WeirdNetSeq2Seq,
 )
+from weirdnet.models.size import check_fits_in_memory, parameter_count
+from weirdnet.typed_config import from_dict
 
 CAUSAL_PATTERNS = ["B", "A", "softmax", "ps", "relation", "linear", "local", "weird,relation"]
 ENCODER_PATTERNS = ["A", "B", "dba", "relation", "linformer", "linear", "local", "ps",
@@ -384,3 +389,59 @@ def test_save_load_round_trips_the_readout(pooling, model_class, tmp_path):
     x = tokens(2, 11)
     args = (x,) if model_class is WeirdNetClassifier else (x, tokens(2, 7, seed=3))
     assert torch.equal(model(*args).logits, loaded(*args).logits)
+
+
+@pytest.mark.parametrize("key", ["norm_eps", "rope_theta", "init_std"])
+@pytest.mark.parametrize("value", [-1.0, 0.0, float("nan"), float("inf"), "x", True])
+def test_every_positive_number_of_the_backbone_is_range_checked(key, value):
+    """Issue 72 item 3: norm_eps = -1 (or 0, NaN) was accepted and gave NaN outputs."""
+    with pytest.raises(ConfigError, match=f"^{key} must be .*positive number, got"):
+        BackboneConfig(**{key: value})
+    with pytest.raises(ConfigError, match=f"^model.backbone.{key} must be"):
+        from_dict(LMConfig, {"backbone": {"causal": True, key: value}}, where="model")
+
+
+@pytest.mark.parametrize("key", ["dropout", "attn_dropout"])
+@pytest.mark.parametrize("value", [-0.1, 1.0, float("nan"), "x"])
+def test_dropouts_are_range_checked(key, value):
+    with pytest.raises(ConfigError, match=rf"^{key} must be in \[0, 1\), got"):
+        BackboneConfig(**{key: value})
+
+
+@pytest.mark.parametrize("pattern", ["A", "B", "weird,softmax,linear"])
+@pytest.mark.parametrize("depth", [1, 2, 3, 7, 10])
+def test_the_parameter_count_before_building_is_the_built_models(pattern, depth):
+    """weirdnet.models.size counts deep backbones from one and two pattern cycles (DBA
+    layers that hand Z on included)."""
+    config = LMConfig(BackboneConfig(dim=16, depth=depth, heads=2, max_len=32, causal=True,
+                                     pattern=pattern), tie_embeddings=False)
+    assert parameter_count(WeirdNetLM, config) == WeirdNetLM(config).num_parameters()
+    classifier = ClassifierConfig(BackboneConfig(dim=16, depth=depth, heads=2, max_len=32,
+                                                 pattern="dba,weird,dba"))
+    assert parameter_count(WeirdNetClassifier, classifier) == \
+        WeirdNetClassifier(classifier).num_parameters()
+    seq = Seq2SeqConfig(encoder=BackboneConfig(dim=16, depth=depth, heads=2, max_len=32),
+                        decoder=BackboneConfig(dim=16, depth=depth + 2, heads=2, max_len=32,
+                                               causal=True, pattern="B"), cross="dba")
+    assert parameter_count(WeirdNetSeq2Seq, seq) == WeirdNetSeq2Seq(seq).num_parameters()
+
+
+def test_a_model_too_large_for_memory_is_refused_at_once():
+    config = LMConfig(BackboneConfig(dim=16, depth=10**9, max_len=32, causal=True))
+    with pytest.raises(ConfigError, match=r"^[\d,]+ parameters do not fit in this machine"):
+        check_fits_in_memory(WeirdNetLM, config)
+    check_fits_in_memory(WeirdNetLM, LMConfig())
+
+
+def test_continuous_inputs_of_another_dtype_than_the_model_are_one_line():
+    """Issue 72 item 7, the same mistake in the backbone's input projection: float64
+    values into a float32 model raised torch's "mat1 and mat2 must have the same dtype"."""
+    torch.manual_seed(0)
+    model = WeirdNetClassifier({"backbone": {"dim": 16, "depth": 2, "heads": 2, "max_len": 32,
+                                             "vocab_size": None, "input_dim": 3}})
+    for dtype in (torch.float64, torch.float16):
+        with pytest.raises(ValueError, match=f"^inputs is {dtype} but Backbone's parameters "
+                                             "are torch.float32"):
+            model(torch.randn(2, 5, 3, dtype=dtype))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.isfinite(model(torch.randn(2, 5, 3, dtype=torch.bfloat16)).logits).all()

@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -239,3 +240,23 @@ def test_damaged_checkpoint_warning_is_one_clean_line(tmp_path):
     assert lines[0].startswith("weirdnet: checkpoint step-00000002 is damaged and is skipped"), \
         lines[0]
     assert "model.safetensors" in lines[0] and "Warning" not in lines[0]
+
+
+# ---- a saved config is checked before anything is built (issue 72, items 3 and 5)
+
+@pytest.mark.parametrize("key,value,words", [
+    ("norm_eps", -1.0, "config.backbone.norm_eps must be a positive number, got -1.0"),
+    ("norm_eps", 0.0, "config.backbone.norm_eps must be a positive number, got 0.0"),
+    ("depth", 1_000_000_000, "parameters do not fit in this machine's memory"),
+    ("dim", 10**12, "parameters do not fit in this machine's memory"),
+])
+def test_a_saved_config_out_of_range_is_one_line(tmp_path, key, value, words):
+    """norm_eps = -1 loaded and gave NaN logits; depth = 10^9 built blocks for minutes."""
+    models()[0].save(tmp_path)
+    path = tmp_path / "config.json"
+    document = json.loads(path.read_text())
+    document["config"]["backbone"][key] = value
+    path.write_text(json.dumps(document))
+    with pytest.raises(CheckpointError, match=re.escape(words)) as err:
+        load(tmp_path)
+    assert str(err.value).startswith(str(path)) and "\n" not in str(err.value)

@@ -54,11 +54,18 @@ def test_a_peer_beside_a_preset_says_they_exclude_each_other(tmp_path):
     ("train.steps=100000000000000000000", ("train.steps", "64 bits")),
     ("optim.lr=-inf", ("optim.lr", "finite")),
     ("model.backbone.dim=1000000000000", ("model:", "do not fit")),
+    ("model.backbone.depth=1000000000", ("model:", "parameters do not fit")),
+    ("model.backbone.norm_eps=-1", ("model.backbone.norm_eps must be a positive number",)),
+    ("model.backbone.norm_eps=0", ("model.backbone.norm_eps must be a positive number",)),
+    ("model.backbone.mixer_options.weird.n_layers=-1",
+     ("mixer_options.weird.n_layers must be a positive int",)),
 ], ids=["dim-1e20", "seed-1e23-int", "seed-1e23-float", "early-stop-nan", "early-stop-inf",
-        "steps-1e20", "lr-minus-inf", "dim-1e12"])
+        "steps-1e20", "lr-minus-inf", "dim-1e12", "depth-1e9", "norm-eps-negative",
+        "norm-eps-zero", "mixer-option"])
 def test_out_of_range_numbers_are_one_line_naming_the_key(tmp_path, assignment, needles):
     """A TypeError from torch.empty, an unnamed "Overflow when unpacking long long", or
-    silently accepted (NaN/inf early stopping, 1e20 steps)."""
+    silently accepted (NaN/inf early stopping, 1e20 steps); issue 72: norm_eps = -1 was
+    "the loss is nan at step 1; lower optim.lr", depth = 10^9 built blocks for minutes."""
     config = write_config(tmp_path)
     result = run_cli("train", str(config), "--set", assignment, "--no-progress",
                      "--set", f'run.out_dir="{tmp_path / "runs"}"', cwd=tmp_path)

@@ -59,6 +59,15 @@ def check_minimums(args: argparse.Namespace, minimum: dict[str, int]) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
 
 
+def check_seed(seed: int, name: str = "--seed") -> None:
+    """The one check of every seed the CLI takes: an int of at most 64 bits (what torch's
+    generators take), checked as a config's ``run.seed`` is, with the same line
+    (ConfigError, naming ``name``)."""
+    from weirdnet.typed_config import coerce
+
+    coerce(int, seed, name)
+
+
 def path_argument(text: str) -> Path:
     """An argparse type: a path, not empty (``Path("")`` would quietly be the current
     directory)."""

@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ._common import check_minimums, fail, path_argument
+from ._common import check_minimums, check_seed, fail, path_argument
 
 GENERATED = ("listops", "pathfinder32", "pathfinder128")
 """The synthetic LRA datasets ``data build`` writes and ``data show`` shows."""
@@ -66,6 +66,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         check_minimums(args, {"n": 1 if args.name != "listops" else 0, "n_val": 0,
                                 "n_test": 0, "seed": 0, "workers": 1, "batch_size": 1})
+        check_seed(args.seed)
         if args.name == "listops":
             written, count = _generate_listops(args)
         else:

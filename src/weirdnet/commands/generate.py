@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ._common import expected_errors, fail
+from ._common import check_seed, expected_errors, fail
 
 HELP = "generate text with a trained model"
 
@@ -83,6 +83,7 @@ def generate_texts(args: argparse.Namespace) -> list[str]:
 
     if (args.max_new_tokens is not None and args.max_new_tokens < 1) or args.num_samples < 1:
         raise ValueError("--max-new-tokens and --num-samples must be >= 1")
+    check_seed(args.seed)
     device = resolve_device(args.device, what="--device")
     encoding = args.encoding or "utf-8"
     _check_encoding(encoding)

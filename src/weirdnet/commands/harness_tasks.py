@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ._common import check_seed, fail
+
 HELP = "write offline lm_eval tasks"
 DESCRIPTION = """\
 Write two offline lm-evaluation-harness tasks into DIR (YAML + JSON lines), built from the
@@ -47,6 +49,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if args.items < 1 or args.passages < 1:
         print("weirdnet harness-tasks: --items and --passages must be >= 1", file=sys.stderr)
         return 2
+    try:
+        check_seed(args.seed)
+    except ValueError as error:
+        return fail("harness-tasks", error)
     directory = Path(args.directory)
     if directory.exists() and not directory.is_dir():
         print(f"weirdnet harness-tasks: {directory} is a file; DIR must be a folder (new or "

@@ -15,8 +15,15 @@ Special tokens are bytes (the byte tokenizer of :mod:`.tokenizer`): ``pad`` = 0 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
+import typing
+from pathlib import Path
 from typing import Any
 
+import torch
+from huggingface_hub.dataclasses import type_validator
 from transformers import PreTrainedConfig
 
 from weirdnet.models import LMConfig, WeirdNetLM
@@ -32,7 +39,7 @@ def lm_document(config: LMConfig | dict | None = None) -> dict[str, Any]:
     if config is None:
         config = LMConfig()
     elif isinstance(config, dict):
-        config = from_dict(LMConfig, config)
+        config = from_dict(LMConfig, config, where="weirdnet.config")
     return model_document(WeirdNetLM.__name__, config)
 
 
@@ -83,9 +90,11 @@ class WeirdNetConfig(PreTrainedConfig):
     pad_token_id: int | None = PAD_ID
 
     def __post_init__(self, **kwargs):
+        _check_field_types(self)
         if self.weirdnet is None:
             self.weirdnet = lm_document()
         self.weirdnet = _checked_document(self.weirdnet)
+        _check_values(self)
         super().__post_init__(**kwargs)
 
     @classmethod
@@ -119,6 +128,64 @@ class WeirdNetConfig(PreTrainedConfig):
     tie_word_embeddings = _derived("tie_word_embeddings", "tie_embeddings")
 
 
+@functools.cache
+def _field_types(cls: type) -> dict[str, tuple[Any, str]]:
+    """Every field of config class ``cls`` (``transformers``' own included): its type and
+    the type as written."""
+    hints = typing.get_type_hints(cls, localns={"torch": torch})
+    return {f.name: (hints[f.name], str(f.type)) for f in dataclasses.fields(cls)}
+
+
+def _check_field_types(config: WeirdNetConfig) -> None:
+    """ValueError (one line, naming the key) for a field of the wrong type, ours or
+    ``transformers``': its field annotations are strings, which its own check skips, so
+    a tampered ``"pad_token_id": "x"`` would otherwise fail later as a TypeError."""
+    for name, (hint, written) in _field_types(type(config)).items():
+        value = getattr(config, name)
+        try:
+            type_validator(name, value, hint)
+        except TypeError:
+            raise ValueError(f"WeirdNetConfig: {name} must be {written}, got {value!r:.80} "
+                             f"({type(value).__name__})") from None
+
+
+def _check_values(config: WeirdNetConfig) -> None:
+    """The special token ids: None or an id of the vocabulary; ``dtype`` a name of a torch
+    dtype (ValueError otherwise)."""
+    if isinstance(config.dtype, str) and not isinstance(getattr(torch, config.dtype, None),
+                                                        torch.dtype):
+        raise ValueError(f"WeirdNetConfig: dtype must name a torch dtype (e.g. "
+                         f"\"float32\"), got {config.dtype!r:.80}")
+    vocab = config.weirdnet["config"]["backbone"]["vocab_size"]
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        value = getattr(config, name)
+        if value is not None and not 0 <= value < vocab:
+            raise ValueError(f"WeirdNetConfig: {name} must be None or a token id in "
+                             f"[0, {vocab}), got {value}")
+
+
+def check_generation_file(path: Path) -> None:
+    """ValueError (one line, naming the file and key) for a special token id of
+    ``generation_config.json`` (when there is one) that is not None or an id >= 0
+    (``eos_token_id`` may also be a list of them): ``transformers`` compares them with
+    ``<`` and a tampered ``"x"`` would fail there as a TypeError."""
+    if not path.is_file():
+        return
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error})") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(document).__name__}")
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
+        value = document.get(name)
+        ids = value if name == "eos_token_id" and isinstance(value, list) else [value]
+        if value is not None and not all(isinstance(i, int) and not isinstance(i, bool)
+                                         and i >= 0 for i in ids):
+            raise ValueError(f"{path}: {name} must be None or a token id >= 0, got "
+                             f"{value!r:.80}")
+
+
 def _checked_document(document: Any) -> dict[str, Any]:
     """The document, its config checked by building it (a clear error otherwise)."""
     if not isinstance(document, dict) or document.get("model") != WeirdNetLM.__name__:
@@ -127,4 +194,4 @@ def _checked_document(document: Any) -> dict[str, Any]:
     try:
         return lm_document(document.get("config", {}))
     except ConfigError as error:
-        raise ValueError(f"WeirdNetConfig.weirdnet: {error}") from None
+        raise ValueError(f"WeirdNetConfig: {error}") from None

@@ -29,10 +29,11 @@ from weirdnet.models import Backbone, WeirdNetLM
 from weirdnet.models.generation import check_length
 from weirdnet.models.lm import lm_loss, output_head, output_logits, token_nll
 from weirdnet.models.safetensors_io import add_checksum, verify_file
+from weirdnet.models.size import check_fits_in_memory
 from weirdnet.ops.packing import doc_ids_from_positions
 
 from .cache import WeirdNetCache
-from .configuration import WeirdNetConfig
+from .configuration import WeirdNetConfig, check_generation_file
 from .remote import write_remote_code
 
 
@@ -63,6 +64,7 @@ class WeirdNetPreTrainedModel(PreTrainedModel):
             folder = Path(name) / (kwargs.get("subfolder") or "")
             for path in _weight_files(folder, kwargs.get("variant")):
                 verify_file(path)
+            check_generation_file(folder / "generation_config.json")
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
         problems = [f"{kind.replace('_', ' ')}: {sorted(map(str, keys))[:8]}"
                     for kind, keys in info.items() if keys and kind != "error_msgs"]
@@ -115,6 +117,7 @@ class WeirdNetForCausalLM(WeirdNetPreTrainedModel, GenerationMixin):
     def __init__(self, config: WeirdNetConfig):
         super().__init__(config)
         lm_config = config.lm_config
+        check_fits_in_memory(WeirdNetLM, lm_config)  # its layout: WeirdNetLM's
         self.backbone = Backbone(lm_config.backbone)
         self.head = output_head(lm_config.backbone, lm_config.tie_embeddings)
         self.post_init()

@@ -38,8 +38,9 @@ from ..ops.softmax_attention import check_dropout, check_step_mask, merge_heads,
 from .context_parallel import ContextParallel, check_can_shard
 from .ownership import check_owner, own
 
-__all__ = ["ContextParallel", "Mixer", "MultiHeadMixer", "check_positive_int", "clear_rows",
-           "resolve_heads", "select_rows"]
+__all__ = ["ContextParallel", "Mixer", "MultiHeadMixer", "autocast_input",
+           "check_dtype_matches", "check_positive_int", "clear_rows", "resolve_heads",
+           "select_rows"]
 
 
 def select_rows(index: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -55,6 +56,47 @@ def clear_rows(rows: torch.Tensor, *tensors: torch.Tensor, value=0) -> None:
     check_rows(rows, tensors[0].shape[0])
     for t in tensors:
         t[rows.to(t.device)] = value
+
+
+def _weight_dtype(module: nn.Module) -> torch.dtype | None:
+    """The dtype of ``module``'s first floating parameter, depth first (None: it has
+    none).  Read from the modules' own tables: ``parameters()`` would cost a few
+    microseconds on every decoding step."""
+    for weight in module._parameters.values():
+        if weight is not None and weight.is_floating_point():
+            return weight.dtype
+    for child in module._modules.values():
+        dtype = None if child is None else _weight_dtype(child)
+        if dtype is not None:
+            return dtype
+    return None
+
+
+def check_dtype_matches(x: torch.Tensor, module: nn.Module, name: str = "x") -> None:
+    """ValueError (one line, naming both dtypes) unless ``x`` has the dtype of
+    ``module``'s floating parameters, as the ``nn.Linear`` inside needs; under autocast
+    on ``x``'s device every floating dtype passes (:func:`autocast_input` casts it).  A
+    module without floating parameters takes any."""
+    if torch.is_autocast_enabled(x.device.type):
+        return
+    dtype = _weight_dtype(module)
+    if dtype is None or x.dtype == dtype:
+        return
+    raise ValueError(f"{name} is {x.dtype} but {type(module).__name__}'s parameters are "
+                     f"{dtype}: cast one to the other ({name}.to({dtype}) or "
+                     f"module.to({x.dtype})) or run under torch.autocast")
+
+
+def autocast_input(x: torch.Tensor, module: nn.Module) -> torch.Tensor:
+    """Under autocast on ``x``'s device, ``x`` in the dtype of ``module``'s parameters
+    (from bfloat16 or float16 up to float32 the cast is exact, and autocast casts back
+    down for each matrix product), so a mixer's own ops, which autocast does not cover,
+    see the dtypes they were built for; otherwise ``x`` itself
+    (:func:`check_dtype_matches` has refused another dtype)."""
+    if not torch.is_autocast_enabled(x.device.type):
+        return x
+    dtype = _weight_dtype(module)
+    return x if dtype is None or x.dtype == dtype else x.to(dtype)
 
 
 def check_positive_int(value, name: str, optional: bool = False) -> None:
@@ -102,6 +144,7 @@ class Mixer(nn.Module):
         continue the cached sequences and the cache advances in place.
         """
         self.check_input(x, mask)
+        x = autocast_input(x, self)
         check_doc_ids(doc_ids, x.shape[0], x.shape[1], x.device)
         if cache is None:
             if self.context_parallel is not None:
@@ -139,6 +182,7 @@ class Mixer(nn.Module):
         """x (B, L, width) floating (width defaults to ``dim``), mask None or (B, L) bool."""
         width = self.dim if width is None else width
         check_float_tensor(x, name, 3)
+        check_dtype_matches(x, self, name)
         if x.shape[-1] != width:
             raise ValueError(f"{name} must have shape (batch, length, {width}), "
                              f"got {tuple(x.shape)}")

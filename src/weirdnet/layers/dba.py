@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from ..ops.checks import check_float_tensor, check_mask
 from ..ops.dba import AuthorsWeights, bilinear_mix, compress_positions, dba_authors_attention
 from ..ops.packing import check_doc_ids
-from .base import Mixer
+from .base import Mixer, autocast_input, check_dtype_matches
 from .registry import register
 
 
@@ -292,6 +292,7 @@ class DBAuthorsAttention(Mixer):
         ``doc_ids`` (packed documents) compresses each document on its own, with the
         learned Z (a carried C belongs to one sequence: a packed backbone unpacks)."""
         self.check_input(x, mask)
+        x = autocast_input(x, self)
         if cache is not None:
             raise self.not_decodable("forward() takes no cache")
         if doc_ids is not None:
@@ -410,6 +411,7 @@ class DBACrossAttention(_DBABase):
         """(K_2, V_2), each (B, H, d_p, d): the compressed context, computed once for
         decoding with ``per_query=True`` (pass the pair as ``context`` to forward)."""
         _check_x(context, context_mask, self.context_dim, "context", "context_mask")
+        check_dtype_matches(context, self, "context")
         c = self.compress_context(context, context_mask)
         return self._per_head(c, self.proj_k.weight), self._per_head(c, self.proj_v.weight)
 
@@ -429,6 +431,7 @@ class DBACrossAttention(_DBABase):
         token gives K_2 = V_2 = 0, hence outputs b_O.  With ``per_query=True``, context
         may also be the pair from :meth:`precompute_context`."""
         _check_x(x, mask, self.dim, "x", "mask")
+        check_dtype_matches(x, self)
         if self.per_query and isinstance(context, tuple):
             if context_mask is not None:
                 raise ValueError("context_mask belongs in precompute_context() when context "

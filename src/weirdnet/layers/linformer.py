@@ -62,8 +62,10 @@ class LinformerAttention(MultiHeadMixer):
                              f"build the layer with max_len >= {x.shape[1]}")
 
     def _mix(self, q, k, v, mask):
-        return linformer_attention(q, k, v, self.proj_seq_k, self.proj_seq_v, mask=mask,
-                                   dropout_p=self.dropout_p)
+        # E and F in the dtype of the keys: under autocast the projections' outputs are
+        # in the autocast dtype, and E·K is a matrix product autocast would run in it
+        e, f = (p.to(k.dtype) for p in (self.proj_seq_k, self.proj_seq_v))
+        return linformer_attention(q, k, v, e, f, mask=mask, dropout_p=self.dropout_p)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, k={self.k}, max_len={self.max_len}"

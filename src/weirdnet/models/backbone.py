@@ -27,6 +27,7 @@ from torch.utils.checkpoint import checkpoint
 
 from weirdnet.layers.base import (  # the mixer contract's cache ownership
     ContextParallel,
+    check_dtype_matches,
     check_owner,
     clear_rows,
     own,
@@ -204,6 +205,8 @@ class Backbone(nn.Module):
                 or inputs.shape[-1] != cfg.input_dim or not inputs.is_floating_point():
             raise ValueError(f"continuous inputs must be a float tensor (batch, length, "
                              f"{cfg.input_dim}), got {_describe(inputs)}")
+        else:
+            check_dtype_matches(inputs, self, "inputs")
         if inputs.shape[1] < 1:
             raise ValueError("inputs must have at least one position")
         if inputs.shape[1] > cfg.max_len:

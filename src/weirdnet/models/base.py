@@ -22,6 +22,7 @@ from weirdnet._registry import Registry
 from weirdnet.typed_config import ConfigError, from_dict, to_dict
 
 from .safetensors_io import load_file, save_file
+from .size import check_fits_in_memory
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 HF_MODEL_TYPE = "weirdnet"
@@ -113,6 +114,7 @@ class WeirdNetModel(nn.Module):
                                   f"it with {name}.load() or weirdnet.models.load()")
         try:
             config = from_dict(target.config_class, config)
+            check_fits_in_memory(target, config)  # before building any block
         except ConfigError as error:
             raise CheckpointError(f"{directory / CONFIG_FILE}: {error}") from None
         on_meta = target.build_on_meta or torch.device(map_location).type == "meta"

@@ -60,10 +60,18 @@ def mixer_options(name: str, config: BackboneConfig) -> dict[str, Any]:
 
 
 def build_mixer(name: str, config: BackboneConfig) -> nn.Module:
-    """Mixer ``name`` of width ``config.dim``, causal as the backbone."""
+    """Mixer ``name`` of width ``config.dim``, causal as the backbone.  A value the
+    mixer refuses from ``config.mixer_options`` is named by its key there
+    (``mixer_options.weird.max_len must be ...``)."""
     options = mixer_options(name, config)
     options.pop("causal", None)
-    return factory(name)(config.dim, causal=config.causal, **options)
+    try:
+        return factory(name)(config.dim, causal=config.causal, **options)
+    except ValueError as error:
+        message = str(error)
+        if message.split(" ", 1)[0] not in config.mixer_options.get(name, {}):
+            raise
+        raise ValueError(f"mixer_options.{name}.{message}") from None
 
 
 def make_norm(config: BackboneConfig) -> nn.Module:

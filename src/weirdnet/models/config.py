@@ -124,19 +124,19 @@ class BackboneConfig:
         if not _is_count(self.short_conv):
             raise ConfigError(f"short_conv must be 0 (none) or a convolution width >= 1, got "
                               f"{self.short_conv!r}")
-        if self.init_std is not None and not 0 < self.init_std < float("inf"):
-            raise ConfigError(f"init_std must be None or a positive number, got "
-                              f"{self.init_std!r}")
-        if not self.rope_theta > 0 or self.rope_theta == float("inf"):
-            raise ConfigError(f"rope_theta must be a positive number, got {self.rope_theta!r}")
+        if self.init_std is not None:
+            _positive_number(self, "init_std", "None or a positive number")
+        for name in ("rope_theta", "norm_eps"):
+            _positive_number(self, name)
         for name in ("dropout", "attn_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+            value = getattr(self, name)
+            if not _is_number(value) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
         if not isinstance(self.mixer_options, dict) or not all(
                 isinstance(v, dict) for v in self.mixer_options.values()):
             raise ConfigError("mixer_options must map mixer names to dicts of options, got "
                               f"{self.mixer_options!r}")
-        resolve_pattern(self.pattern, self.depth)
+        pattern_mixers(self.pattern)  # the names only: depth may be anything
 
     @property
     def ffn_dim(self) -> int:
@@ -152,6 +152,18 @@ class BackboneConfig:
 def _is_count(value: Any) -> bool:
     """An int >= 0 (a bool is not one)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value: Any) -> bool:
+    """An int or a float (a bool is not one)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _positive_number(config: Any, name: str, kind: str = "a positive number") -> None:
+    """ConfigError unless ``config.name`` is a finite number > 0 (an eps, a scale)."""
+    value = getattr(config, name)
+    if not _is_number(value) or not 0 < value < float("inf"):
+        raise ConfigError(f"{name} must be {kind}, got {value!r}")
 
 
 def _positive(config: Any, name: str) -> None:

@@ -14,6 +14,7 @@ import torch.nn as nn
 from weirdnet.data.registry import get
 from weirdnet.models.backbone import Backbone
 from weirdnet.models.base import model_class
+from weirdnet.models.size import check_fits_in_memory, does_not_fit, parameter_count
 from weirdnet.train import tasks
 from weirdnet.train.config import TrainConfig
 from weirdnet.typed_config import ConfigError, from_dict
@@ -63,10 +64,15 @@ def load_datasets(config: TrainConfig) -> dict[str, Any]:
 
 
 def build_model(config: TrainConfig, info) -> nn.Module:
-    """The model for the dataset ``info`` (errors name the ``model.`` key)."""
+    """The model for the dataset ``info`` (errors name the ``model.`` key); a model whose
+    parameters cannot fit in memory is refused before anything is allocated."""
     class_name, model_config = tasks.build_model_config(config.model, info)
     cls = model_class(class_name)
     typed = from_dict(cls.config_class, model_config, where="model")
+    try:
+        check_fits_in_memory(cls, typed)
+    except ConfigError as error:
+        raise ConfigError(f"model: {error}") from None
     try:
         return cls(typed)
     except (torch.OutOfMemoryError, RuntimeError) as error:
@@ -74,18 +80,7 @@ def build_model(config: TrainConfig, info) -> nn.Module:
         if not isinstance(error, torch.OutOfMemoryError) and not (
                 "allocate" in text or "overflow" in text):
             raise
-        raise ConfigError(f"model: {_parameter_count(cls, typed)} parameters do not fit in "
-                          "this machine's memory; make the [model] sizes smaller") from None
-
-
-def _parameter_count(cls, typed_config) -> str:
-    """The parameters of ``cls(typed_config)``, counted on the meta device (no memory)."""
-    try:
-        with torch.device("meta"):
-            model = cls(typed_config)
-    except RuntimeError:  # a tensor's size overflows 64 bits
-        return "more than 2^63"
-    return f"{sum(p.numel() for p in model.parameters()):,}"
+        raise ConfigError(f"model: {does_not_fit(parameter_count(cls, typed))}") from None
 
 
 def enable_activation_checkpointing(model: nn.Module, mode: str, every: int,

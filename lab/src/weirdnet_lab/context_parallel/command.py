@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -102,7 +103,30 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
                                       ffn_chunk=FFN_CHUNK))
     if settings["steps"] < 0 or settings["dim"] < 1 or args.depth < 1:
         raise ValueError("--steps must be >= 0, --dim and --depth >= 1")
+    for cell in cells:
+        check_cell(cell)
     return cells
+
+
+def check_cell(cell: dict[str, Any]) -> None:
+    """What each worker would refuse, checked here before any process starts (a worker's
+    error would end in torchrun's own ChildFailedError traceback): the model builds (on
+    the meta device: no memory) and, for P > 1, takes the cell's ContextParallel.
+    ValueError naming the cell otherwise."""
+    import torch
+
+    from weirdnet.layers import ContextParallel
+    from weirdnet_lab.context_parallel.worker import build_model
+
+    try:
+        with torch.device("meta"):
+            model = build_model(cell["model"], cell["length"], cell["dim"], cell["depth"])
+        if cell["P"] > 1:
+            model.backbone.set_context_parallel(ContextParallel(
+                halos=cell["halos"], recompute_exchanges=cell["recompute_exchanges"]))
+    except ValueError as error:
+        raise ValueError(f"{cell['model']} L={cell['length']} P={cell['P']} "
+                         f"(--dim {cell['dim']}, --depth {cell['depth']}): {error}") from None
 
 
 def worker_command(cell: dict[str, Any], prefix: str) -> list[str]:
@@ -128,10 +152,22 @@ def run_cell(cell: dict[str, Any], timeout: float) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             return {**cell, "error": f"stopped after {timeout:.0f} s"}
         if done.returncode:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            return {**cell, "error": f"exit {done.returncode}: {' | '.join(tail)}"}
+            return {**cell, "error": f"exit {done.returncode}: "
+                                     f"{worker_error(done.stderr or done.stdout)}"}
         ranks = [json.loads(Path(f"{prefix}.{r}.json").read_text()) for r in range(cell["P"])]
     return row(cell, ranks)
+
+
+def worker_error(output: str) -> str:
+    """The cause of a failed torchrun job, read from its output: the last exception line
+    a worker printed (torchrun's own ChildFailedError report comes after it and names
+    only exit codes), else the last three lines."""
+    lines = output.strip().splitlines()
+    causes = [line for line in lines if _EXCEPTION.match(line) and "ChildFailedError" not in line]
+    return causes[-1] if causes else " | ".join(lines[-3:])
+
+
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt): ")
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
