@@ -276,3 +276,23 @@ def test_the_evaluation_of_the_last_step_does_not_stop_the_run_early(tmp_path, m
 
     summary = train(config, progress_bar=False)
     assert summary["steps"] == 5 and summary["stopped_early"] is False
+
+
+def test_eval_of_a_model_giving_non_finite_metrics_is_not_a_success(tmp_path, monkeypatch,
+                                                                     capsys):
+    """``weirdnet eval`` printed a table of nan and exited 0 (issue 72 item 2, the same
+    mistake outside the trainer): the table is printed, then one line and status 2."""
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "values.toml"
+    config.write_text(VALUES.format(infinite=""))
+    assert main(["train", str(config), "--no-progress"]) == 0
+    capsys.readouterr()
+    run_dir = tmp_path / "runs" / "values"
+    assert main(["eval", str(run_dir), "--split", "test",
+                 "--set", 'data.options={infinite = "test"}']) == 2
+    captured = capsys.readouterr()
+    assert "nan" in captured.out  # the table is still shown
+    assert _one_line(captured.err) == (f"weirdnet eval: the test loss is nan for {run_dir}/"
+                                       "best: its weights or the split's items hold "
+                                       "non-finite values"), captured.err
+    assert main(["eval", str(run_dir), "--split", "test"]) == 0  # finite data: a success

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from ._common import add_set_argument, expected_errors, fail
@@ -65,6 +66,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     from weirdnet.train.runlog import results_table
 
     print(results_table(summary))
+    non_finite = _non_finite(summary["results"])
+    if non_finite:  # printed, but never a success (issue 72 item 2)
+        return fail("eval", f"{non_finite} for {summary['model_dir']}: its weights or "
+                            "the split's items hold non-finite values")
     if summary.get("positions"):
         from weirdnet.train.positions import format_table
 
@@ -150,6 +155,15 @@ def _truncation(args: argparse.Namespace, model, data, splits: list[str], device
         tests[split] = evaluate_truncation(model, dataset, device, contexts, span,
                                            progress=f"truncation {split}", limit=args.limit)
     return tests
+
+
+def _non_finite(results: dict[str, dict[str, float]]) -> str:
+    """``"the val loss is nan"`` for the first non-finite metric of any split ("" if none)."""
+    for split, metrics in results.items():
+        for name, value in metrics.items():
+            if not math.isfinite(value):
+                return f"the {split} {name} is {value}"
+    return ""
 
 
 def _step_of(model_dir: Path) -> str:
