@@ -153,6 +153,7 @@ def _cpu_unavailable(device: torch.device) -> str | None:
 
 _TRITON_MODULE = __package__ + ".triton"
 _TRITON_CHUNK_MODULE = __package__ + ".triton_chunk"
+_TRITON_E2_MODULE = __package__ + ".triton_e2"
 _import_errors: dict[str, str] = {}  # why a Triton module did not import, once
 
 
@@ -196,6 +197,15 @@ def _triton_reason(name: str, load: Callable[[], ModuleType], module_name: str,
     return None
 
 
+def _load_triton_e2() -> ModuleType:
+    """``weird_scan.triton_e2`` (issue 73's two-pass kernels), imported on first use."""
+    return _import_triton_module(_TRITON_E2_MODULE)
+
+
+def _triton_e2_unavailable(device: torch.device) -> str | None:
+    return _triton_reason("triton-e2", _load_triton_e2, _TRITON_E2_MODULE, device)
+
+
 def _triton_unavailable(device: torch.device) -> str | None:
     return _triton_reason("triton", _load_triton, _TRITON_MODULE, device)
 
@@ -209,6 +219,10 @@ BACKENDS: dict[str, Backend] = {
     "triton": Backend("triton", _load_triton, _triton_unavailable, auto_on=("cuda",),
                       native_dtypes=True, selfcheck_on=("cuda",)),
     "torch": Backend("torch", _load_torch, _torch_unavailable, auto_on=("*",)),
+    # opt-in (issue 73): the CUDA default only once a GPU record shows it faster than
+    # "triton" at every length
+    "triton-e2": Backend("triton-e2", _load_triton_e2, _triton_e2_unavailable, auto_on=(),
+                         native_dtypes=True, selfcheck_on=("cuda",)),
     # opt-in (docs/design.md §18): never chosen automatically until a GPU run records
     # the tensor-core kernel faster than "triton" at every length
     "chunk": Backend("chunk", _load_chunk, _torch_unavailable, auto_on=()),
