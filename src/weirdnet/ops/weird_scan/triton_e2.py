@@ -262,8 +262,8 @@ def _b_plan(m, h, u, ok, logw_ptr, D, lo, k0, k1, d, dmask, STATE: tl.constexpr,
     hmax = _colmax(tl.where(ok, tl.abs(h), 0.0))
     umax = _colmax(tl.where(ok, u, 1.0))
     umin = _colmin(tl.where(ok, u, 1.0))
-    nsum = tl.zeros(mx.shape, STATE)
-    nmin = tl.zeros(mx.shape, STATE)
+    nsum = tl.full(mx.shape, 0.0, STATE)
+    nmin = tl.full(mx.shape, 0.0, STATE)
     wfine = mx == mx
     grow = 1.0
     for k in range(k0, k1):
@@ -288,7 +288,7 @@ def _segment(m, h, u, ok, seg, logw_ptr, D, lo, k0, k1, d, dmask, w, row,
              F64: tl.constexpr):
     """Levels lo+k0 .. lo+k1-1 (between two form points) by path B where it gives A's bits,
     else A.  Returns (m, h, u, took_b): with B, m is the column exponent E broadcast."""
-    took = tl.zeros((), tl.int32)
+    took = tl.full((), 0, tl.int32)
     if TRY_B:
         use, e, tiny = _b_plan(m, h, u, ok, logw_ptr, D, lo, k0, k1, d, dmask, STATE, NEG,
                                F64)
@@ -352,10 +352,10 @@ def _e2_pass_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, y1_ptr, y2_ptr,
     seg = _load_doc(doc_ptr, b, pm, ok, L, HAS_DOC)
     offs = (b * L + pm) * D + d[None, :]
     mine = ok & (w >= halo)[:, None]  # the rows this program writes
-    band_lo = band0
-    took = tl.zeros((), tl.int32)
-    nseg = tl.zeros((), tl.int32)
-    k0 = tl.zeros((), tl.int32)
+    band_lo = band0.to(tl.int64)
+    took = tl.full((), 0, tl.int32)
+    nseg = tl.full((), 0, tl.int32)
+    k0 = tl.full((), 0, tl.int32)
     while k0 < nl:
         if k0 > 0:  # form point lo + k0: outputs of positions before 2^(lo+k0), new form
             top = tl.full((), 1, tl.int64) << (lo + k0)
@@ -416,7 +416,7 @@ def _e2_extend_kernel(a_ptr, v_ptr, valid_ptr, logw_ptr, rm_ptr, rh_ptr, ru_ptr,
         x2 = tl.load(v_ptr + b * svb + tt * svt + d, mask=real, other=0).to(STATE)
         m, h, u = _token(x1, x2, real, True, STATE, NEG)
         o_out = h / u
-        done = tl.zeros((), tl.int32)
+        done = tl.full((), 0, tl.int32)
         for k in range(nlev):
             s = 1 << k
             if ((points >> k) & 1) != 0:
