@@ -14,7 +14,7 @@ from helpers.numerics import rel_err  # noqa: E402
 from helpers.scan import make_inputs, reach_mask  # noqa: E402
 from weirdnet.ops import WeirdScanCache, weird_scan, weird_scan_reference  # noqa: E402
 
-from .test_scan_triton import CUDA, DEVICE, e2, on_device  # noqa: E402
+from .test_scan_triton import CUDA, e2, on_device  # noqa: E402
 
 pytestmark = pytest.mark.slow  # the Triton interpreter
 
