@@ -81,6 +81,10 @@ MAX_BLOCK_D = 16
 NUM_WARPS = 8
 PATH_B = True  # False: every program takes path A (the property tests compare the two)
 
+# Compile options: libdevice's fma (tl.fma) without flush-to-zero, so that a subnormal
+# result stays nonzero and path B's cancellation check sees it (the interpreter has none).
+_EXACT = {} if INTERPRETED else {"enable_reflect_ftz": False}
+
 LOG2E_HI = tl.constexpr(1.4426950216293335)  # float32(log2 e); HI + LO = log2 e
 LOG2E_LO = tl.constexpr(1.9259629911266175e-08)
 
@@ -163,7 +167,7 @@ def _token(x, v, real, NATURAL: tl.constexpr, STATE: tl.constexpr, NEG: tl.const
 def _form(m, h, u, F64: tl.constexpr):
     """(log2 U, O) of a state, the same bits for every power-of-two representation of it:
     ``(m + e) + log2(fr)`` with ``u = fr 2^e``, fr in [0.5, 1).  U = 0 gives (-inf, h)."""
-    o = tl.where(u == 0, h, h / u)
+    o = tl.where(u == 0, h, tl.div_rn(h, u))
     if F64:
         bits = u.to(tl.int64, bitcast=True)
         e = ((bits >> 52) & 0x7FF) - 1022
@@ -359,7 +363,7 @@ def _e2_pass_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, y1_ptr, y2_ptr,
     while k0 < nl:
         if k0 > 0:  # form point lo + k0: outputs of positions before 2^(lo+k0), new form
             top = tl.full((), 1, tl.int64) << (lo + k0)
-            tl.store(out_ptr + offs, (h / u).to(out_ptr.dtype.element_ty),
+            tl.store(out_ptr + offs, tl.div_rn(h, u).to(out_ptr.dtype.element_ty),
                      mask=mine & (p >= band_lo) & (p < top))
             band_lo = top
             lu, o = _form(m, h, u, F64)
@@ -373,11 +377,11 @@ def _e2_pass_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, y1_ptr, y2_ptr,
         nseg += 1
         k0 = k1
     if LAST:
-        tl.store(out_ptr + offs, (h / u).to(out_ptr.dtype.element_ty),
+        tl.store(out_ptr + offs, tl.div_rn(h, u).to(out_ptr.dtype.element_ty),
                  mask=mine & (p >= band_lo))
     else:
         top = tl.full((), 1, tl.int64) << (lo + nl)
-        tl.store(out_ptr + offs, (h / u).to(out_ptr.dtype.element_ty),
+        tl.store(out_ptr + offs, tl.div_rn(h, u).to(out_ptr.dtype.element_ty),
                  mask=mine & (p >= band_lo) & (p < top))
         lu, o = _form(m, h, u, F64)
         tl.store(y1_ptr + offs, lu, mask=mine)
@@ -415,13 +419,13 @@ def _e2_extend_kernel(a_ptr, v_ptr, valid_ptr, logw_ptr, rm_ptr, rh_ptr, ru_ptr,
         x1 = tl.load(a_ptr + b * sab + tt * sat + d, mask=real, other=0).to(STATE)
         x2 = tl.load(v_ptr + b * svb + tt * svt + d, mask=real, other=0).to(STATE)
         m, h, u = _token(x1, x2, real, True, STATE, NEG)
-        o_out = h / u
+        o_out = tl.div_rn(h, u)
         done = tl.full((), 0, tl.int32)
         for k in range(nlev):
             s = 1 << k
             if ((points >> k) & 1) != 0:
                 if done == 0:
-                    o_out = h / u
+                    o_out = tl.div_rn(h, u)
                     if t < s:
                         done = 1
                 lu, o = _form(m, h, u, F64)
@@ -443,7 +447,7 @@ def _e2_extend_kernel(a_ptr, v_ptr, valid_ptr, logw_ptr, rm_ptr, rh_ptr, ru_ptr,
                 u = tl.fma(up, sp, u * ss)
                 m = big
         if done == 0:
-            o_out = h / u
+            o_out = tl.div_rn(h, u)
         tl.store(out_ptr + (b * T + tt) * D + d, o_out.to(out_ptr.dtype.element_ty), mask=dm)
 
 
@@ -522,7 +526,7 @@ def _launch(ps: _E2Pass, x, y, out, mask, doc, log_w, part: slice, rev: bool, fi
         WIN=ps.win, BLOCK_R=block_r, BLOCK_D=block_d, REV=rev, FIRST=first, LAST=ps.last,
         HAS_MASK=first and mask is not None, HAS_DOC=doc is not None, STATE=state, NEG=neg,
         TRY_B=PATH_B, STATS=stats is not None, F64=log_w.dtype == torch.float64,
-        num_warps=NUM_WARPS)
+        num_warps=NUM_WARPS, **_EXACT)
     if stats is not None:
         stats.append((ps.lo, stat))
 
@@ -590,5 +594,5 @@ def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> to
             a, v, a if valid is None else valid.contiguous(), log_w, ring_m, ring_h, ring_u,
             out, a.stride(0), a.stride(1), v.stride(0), v.stride(1), B, T, D, nlev, t0,
             points, HAS_MASK=valid is not None, BLOCK_D=block_d, STATE=state, NEG=neg,
-            F64=log_w.dtype == torch.float64, num_warps=4)
+            F64=log_w.dtype == torch.float64, num_warps=4, **_EXACT)
     return out
