@@ -28,12 +28,12 @@ def no_selfcheck(monkeypatch):
     monkeypatch.setenv("WEIRDNET_SCAN_SELFCHECK", "0")
 
 
-def both_paths(monkeypatch, a, v, log_w, mask=None):
+def both_paths(monkeypatch, a, v, log_w, mask=None, doc=None, n_causal=None):
     """(O with path B allowed, O with path A forced, B's counts {pass lo: (B, all)})."""
-    out_b, counts = e2.path_counts(a, v, log_w, mask)
+    out_b, counts = e2.path_counts(a, v, log_w, mask, doc, n_causal)
     with monkeypatch.context() as patch:
         patch.setattr(e2, "PATH_B", False)
-        out_a, counts_a = e2.path_counts(a, v, log_w, mask)
+        out_a, counts_a = e2.path_counts(a, v, log_w, mask, doc, n_causal)
     assert all(took == 0 for took, _ in counts_a.values())
     return out_b, out_a, counts
 
@@ -100,13 +100,39 @@ def test_path_b_gives_path_a_bits_on_random_tiles(monkeypatch, seed):
     v[:, ::5] = 0
     log_w = torch.randn(7, D, generator=gen).cumsum(0) * (scale / 4)
     with monkeypatch.context() as patch:
-        for name, value in (("FORM_LEVELS", (3,)), ("FORM_STEP", 3), ("ONE_PASS_LEVELS", 3),
-                            ("COARSE_LEVELS", 3), ("FINE_LEVELS", 3), ("FINE_WINDOW", 1)):
-            patch.setattr(e2, name, value)
+        small_passes(patch)
         out_b, out_a, counts = both_paths(monkeypatch, *on_device(a, v, log_w))
     assert torch.equal(out_b, out_a)
     if seed in (0, 5):
         assert sum(took for took, _ in counts.values()) > 0, counts
+
+
+def small_passes(patch):
+    """A form point every 3 levels, at most 3 levels a pass, windows of twice the halo."""
+    for name, value in (("FORM_LEVELS", (3,)), ("FORM_STEP", 3), ("ONE_PASS_LEVELS", 3),
+                        ("COARSE_LEVELS", 3), ("FINE_LEVELS", 3), ("FINE_WINDOW", 1)):
+        patch.setattr(e2, name, value)
+
+
+@pytest.mark.parametrize("n_causal", [2, 0, 1])
+def test_path_b_gives_path_a_bits_with_documents_and_both_directions(monkeypatch, n_causal):
+    """Packed documents (the gate is the same select in both paths), causal, anti-causal
+    and split channels, multi-pass tiling: bit for bit, and B is taken."""
+    gen = torch.Generator().manual_seed(n_causal)
+    B, L, D = 2, 100, 2
+    a = torch.randn(B, L, D, generator=gen) * 4
+    v = torch.randn(B, L, D, generator=gen)
+    log_w = torch.randn(7, D, generator=gen).cumsum(0)
+    doc = torch.zeros(B, L, dtype=torch.int64)
+    doc[0, 30:] += 1
+    doc[0, 64:] += 1
+    doc[1, 50:] += 1
+    with monkeypatch.context() as patch:
+        small_passes(patch)
+        out_b, out_a, counts = both_paths(monkeypatch, *on_device(a, v, log_w), None,
+                                          *on_device(doc), n_causal)
+    assert torch.equal(out_b, out_a)
+    assert sum(took for took, _ in counts.values()) > 0, counts
 
 
 @pytest.mark.parametrize("L", [1000, 1500])
