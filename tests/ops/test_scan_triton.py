@@ -1,4 +1,6 @@
-"""The Triton backend of weird_scan: exact against the float64 reference.
+"""The Triton backends of weird_scan ("triton" and issue 73's "triton-e2"): exact against
+the float64 reference.  Every test runs on both backends (the autouse ``backend`` fixture)
+except the few that test the "triton" module itself (``OLD_ONLY``).
 
 Without a GPU the kernels run on CPU tensors through the Triton interpreter: this module
 imports ``weirdnet.ops.weird_scan.triton`` with ``TRITON_INTERPRET=1`` (and restores the
@@ -33,14 +35,14 @@ CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
 
 
-def _import_kernels():
-    """``weirdnet.ops.weird_scan.triton``, built for the interpreter when there is no GPU."""
+def _import_kernels(name="weirdnet.ops.weird_scan.triton"):
+    """Kernel module ``name``, built for the interpreter when there is no GPU."""
     if CUDA:
-        return importlib.import_module("weirdnet.ops.weird_scan.triton")
+        return importlib.import_module(name)
     old = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
     try:
-        return importlib.import_module("weirdnet.ops.weird_scan.triton")
+        return importlib.import_module(name)
     finally:
         if old is None:
             del os.environ["TRITON_INTERPRET"]
@@ -49,6 +51,7 @@ def _import_kernels():
 
 
 st = _import_kernels()
+e2 = _import_kernels("weirdnet.ops.weird_scan.triton_e2")
 if not CUDA and not st.INTERPRETED:
     pytest.skip("weirdnet.ops.weird_scan.triton was imported for a GPU before this module, and "
                 "there is no GPU", allow_module_level=True)
@@ -69,14 +72,40 @@ def no_fallback(monkeypatch):
     monkeypatch.setenv(dispatch.ENV_SELFCHECK, "0")
 
 
+BACKEND = "triton"  # the backend under test (set by the ``backend`` fixture)
+# tests of the "triton" module itself, its dispatch entry and its backward's buffers
+OLD_ONLY = {"test_dispatch_auto_and_forced",
+            "test_forcing_triton_on_cpu_without_the_interpreter_is_an_error",
+            "test_without_triton_cuda_falls_back_and_forcing_names_the_cause",
+            "test_the_compile_time_script_compiles_every_kernel_for_a_gpu",
+            "test_backward_holds_dA_and_dV_only_for_the_first_pass",
+            "test_channel_chunks_at_the_gpu_benchmark_sizes"}
+
+
+@pytest.fixture(autouse=True, params=["triton", "triton-e2"])
+def backend(request, monkeypatch):
+    """Run the test on each Triton backend."""
+    if request.param != "triton" and request.node.originalname in OLD_ONLY:
+        pytest.skip("tests the 'triton' module itself")
+    monkeypatch.setitem(globals(), "BACKEND", request.param)
+    return request.param
+
+
 @pytest.fixture
 def passes(monkeypatch):
-    """Set the kernels' levels per pass (and tile size) for one test."""
+    """Set the kernels' levels per pass (and tile size) for one test.  For "triton-e2":
+    a form point every ``levels`` levels, at most ``levels`` levels in one pass, and
+    windows of twice the halo (many tiles)."""
 
     def configure(levels: int, tile_elements: int | None = None):
         monkeypatch.setattr(st, "LEVELS_PER_PASS", levels)
+        for name in ("FORM_STEP", "ONE_PASS_LEVELS", "COARSE_LEVELS", "FINE_LEVELS"):
+            monkeypatch.setattr(e2, name, levels)
+        monkeypatch.setattr(e2, "FORM_LEVELS", (levels,))
+        monkeypatch.setattr(e2, "FINE_WINDOW", 1)
         if tile_elements is not None:
             monkeypatch.setattr(st, "TILE_ELEMENTS", tile_elements)
+            monkeypatch.setattr(e2, "TILE_ELEMENTS", tile_elements)
 
     return configure
 
@@ -97,8 +126,8 @@ def reference(a, v, log_w, mask, reverse):
 
 def run(a, v, log_w, mask, reverse):
     if reverse is None:
-        return weird_scan_bidirectional(a, v, log_w, mask=mask, backend="triton")
-    return weird_scan(a, v, log_w, reverse=reverse, mask=mask, backend="triton")
+        return weird_scan_bidirectional(a, v, log_w, mask=mask, backend=BACKEND)
+    return weird_scan(a, v, log_w, reverse=reverse, mask=mask, backend=BACKEND)
 
 
 def keep_mask(mask, B, L, reverse):
@@ -118,7 +147,7 @@ def test_forward_matches_reference(passes, L, levels, reverse):
     keep = reach_mask(mask, B, L, reverse).expand_as(ref)
     for dtype, tol in [(torch.float64, 1e-12), (torch.float32, 2e-6)]:
         xs = on_device(a.to(dtype), v.to(dtype), log_w.to(dtype), mask)
-        out = weird_scan(*xs[:3], reverse=reverse, mask=xs[3], backend="triton").cpu()
+        out = weird_scan(*xs[:3], reverse=reverse, mask=xs[3], backend=BACKEND).cpu()
         assert out.dtype == dtype and out.shape == (B, L, D)
         assert torch.isfinite(out).all(), "padded or unreachable outputs must be finite"
         assert rel_err(out[keep], ref[keep]) <= tol
@@ -132,7 +161,7 @@ def test_many_channel_blocks_and_batch_rows(passes):
     ref = weird_scan_reference(a, v, log_w, mask=mask)
     keep = reach_mask(mask, B, L, False).expand_as(ref)
     out = weird_scan(*on_device(a.float(), v.float(), log_w.float()), mask=mask.to(DEVICE),
-                     backend="triton").cpu()
+                     backend=BACKEND).cpu()
     assert rel_err(out[keep], ref[keep]) <= 2e-6
 
 
@@ -173,10 +202,10 @@ def test_gradients_match_reference(passes, L, levels, reverse, dtype):
 def test_bidirectional_is_forward_then_backward_halves(passes, levels):
     passes(levels)
     a, v, log_w, mask = on_device(*make_inputs(2, 45, 9, seed=3))
-    out = weird_scan_bidirectional(a, v, log_w, mask=mask, backend="triton")
-    fwd = weird_scan(a[..., :4], v[..., :4], log_w[:, :4], mask=mask, backend="triton")
+    out = weird_scan_bidirectional(a, v, log_w, mask=mask, backend=BACKEND)
+    fwd = weird_scan(a[..., :4], v[..., :4], log_w[:, :4], mask=mask, backend=BACKEND)
     bwd = weird_scan(a[..., 4:], v[..., 4:], log_w[:, 4:], mask=mask, reverse=True,
-                     backend="triton")
+                     backend=BACKEND)
     assert torch.equal(out, torch.cat([fwd, bwd], -1))
 
 
@@ -196,7 +225,7 @@ def test_half_precision_inputs_float32_state(passes, dtype, tol, gtol, levels):
     ref_grads = torch.autograd.grad(ref.nan_to_num(), leaves, grad.double())
 
     xs = [x.detach().to(DEVICE).requires_grad_() for x in (a, v, log_w.float())]
-    out = weird_scan(*xs, mask=mask.to(DEVICE), backend="triton")
+    out = weird_scan(*xs, mask=mask.to(DEVICE), backend=BACKEND)
     assert out.dtype == dtype and torch.isfinite(out).all()
     k = keep.expand_as(ref)
     assert rel_err(out.cpu()[k], ref[k]) <= tol
@@ -215,7 +244,7 @@ def test_nan_fails_the_error_measure_and_extremes_stay_finite(passes):
     ref = weird_scan_reference(a, v, log_w, mask=mask)
     keep = reach_mask(mask, 2, 100, False).expand_as(ref)
     xs = [x.float().to(DEVICE).requires_grad_() for x in (a, v, log_w)]
-    out = weird_scan(*xs, mask=mask.to(DEVICE), backend="triton")
+    out = weird_scan(*xs, mask=mask.to(DEVICE), backend=BACKEND)
     assert torch.isfinite(out).all()
     assert rel_err(out.cpu()[keep], ref[keep]) <= 2e-6
     out.sum().backward()
@@ -228,7 +257,7 @@ def test_fully_padded_rows_are_finite_and_get_zero_gradient(passes):
     mask = torch.zeros(2, 20, dtype=torch.bool)
     mask[1, 10:] = True
     xs = [x.float().to(DEVICE).requires_grad_() for x in (a, v, log_w)]
-    out = weird_scan(*xs, mask=mask.to(DEVICE), backend="triton")
+    out = weird_scan(*xs, mask=mask.to(DEVICE), backend=BACKEND)
     assert torch.isfinite(out).all()
     assert torch.equal(out[0], torch.zeros_like(out[0]))  # no real token: O = 0
     out.sum().backward()
@@ -252,9 +281,9 @@ def test_exact_causality_float32(passes, reverse):
     v2[:, later] += 100.0
     mask2[:, later] = ~mask2[:, later]
     out1 = weird_scan(*on_device(a, v, log_w), reverse=reverse, mask=mask.to(DEVICE),
-                      backend="triton")
+                      backend=BACKEND)
     out2 = weird_scan(*on_device(a2, v2, log_w), reverse=reverse, mask=mask2.to(DEVICE),
-                      backend="triton")
+                      backend=BACKEND)
     earlier = slice(None, t) if not reverse else slice(t + 1, None)
     assert torch.equal(out1[:, earlier], out2[:, earlier])
 
@@ -265,8 +294,8 @@ def test_decoding_is_bitwise_the_full_pass(passes, levels):
     B, L, D = 3, 29, 6
     a, v, log_w, mask = make_inputs(B, L, D, seed=29)
     a, v, log_w, mask = on_device(a.float(), v.float(), log_w.float(), mask)
-    full = weird_scan(a, v, log_w, mask=mask, backend="triton")
-    cache = WeirdScanCache(log_w, B, backend="triton")  # 5 levels: up to 32 tokens
+    full = weird_scan(a, v, log_w, mask=mask, backend=BACKEND)
+    cache = WeirdScanCache(log_w, B, backend=BACKEND)  # 5 levels: up to 32 tokens
     cut = 11
     prefix = cache.extend(a[:, :cut], v[:, :cut], mask[:, :cut])
     steps = [cache.step(a[:, t], v[:, t], mask[:, t]) for t in range(cut, L)]
@@ -277,12 +306,12 @@ def test_noncontiguous_inputs_extra_levels_and_empty(passes):
     passes(2)
     a, v, log_w, mask = make_inputs(2, 30, 8, seed=5)
     a, v, log_w, mask = on_device(a.float(), v.float(), log_w.float(), mask)
-    base = weird_scan(a, v, log_w, mask=mask, backend="triton")
+    base = weird_scan(a, v, log_w, mask=mask, backend=BACKEND)
     wide = torch.cat([a, a], -1)[..., 8:]
     vt = v.transpose(0, 1).contiguous().transpose(0, 1)
     extra = torch.cat([log_w, torch.randn(3, 8, device=DEVICE)])
-    assert torch.equal(weird_scan(wide, vt, extra, mask=mask, backend="triton"), base)
-    empty = weird_scan(a[:, :0].requires_grad_(), v[:, :0], log_w, backend="triton")
+    assert torch.equal(weird_scan(wide, vt, extra, mask=mask, backend=BACKEND), base)
+    empty = weird_scan(a[:, :0].requires_grad_(), v[:, :0], log_w, backend=BACKEND)
     assert empty.shape == (2, 0, 8)
 
 
@@ -297,7 +326,7 @@ def test_autograd_saves_only_the_inputs():
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        weird_scan(a, v, log_w, mask=mask.to(DEVICE), backend="triton")
+        weird_scan(a, v, log_w, mask=mask.to(DEVICE), backend=BACKEND)
     assert sum(saved) <= 2 * B * L * D + log_w.numel() + mask.numel()
 
 
@@ -325,7 +354,7 @@ def test_forcing_triton_on_cpu_without_the_interpreter_is_an_error(monkeypatch):
     monkeypatch.setattr(st, "INTERPRETED", False)
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
         weird_scan(torch.randn(1, 4, 2), torch.randn(1, 4, 2), torch.zeros(2, 2),
-                   backend="triton")
+                   backend=BACKEND)
     with pytest.raises(ValueError, match="CUDA tensors"):
         resolved("meta", "triton")
 
@@ -366,7 +395,7 @@ def test_stability_64k_forward(passes, dtype, tol):
     a, v, log_w = paper_init_inputs(65536, D)
     want = weird_scan(a.double(), v.double(), log_w.double(), backend="cpu" if
                       cpu_kernel.available() else "torch")
-    out = weird_scan(*on_device(a.to(dtype), v.to(dtype), log_w), backend="triton")
+    out = weird_scan(*on_device(a.to(dtype), v.to(dtype), log_w), backend=BACKEND)
     assert out.dtype == dtype and torch.isfinite(out).all()
     assert rel_err(out.cpu(), want) <= tol
 
@@ -382,7 +411,7 @@ def test_stability_64k_gradients_cuda(dtype, tol):
     weird_scan(*ys, backend="torch").square().sum().backward()
     xs = [a.to(dtype).requires_grad_(), v.to(dtype).requires_grad_(),
           log_w.clone().requires_grad_()]
-    weird_scan(*xs, backend="triton").float().square().sum().backward()
+    weird_scan(*xs, backend=BACKEND).float().square().sum().backward()
     for x, y in zip(xs, ys):
         assert torch.isfinite(x.grad).all()
         assert rel_err(x.grad, y.grad) <= tol
@@ -398,11 +427,11 @@ def test_full_sizes_match_torch_backend_cuda(L, reverse):
     grad = torch.randn(B, L, D, dtype=torch.float64, device=DEVICE)
     keep = reach_mask(mask.cpu(), B, L, reverse).to(DEVICE).expand(B, L, D)
     results = {}
-    for dtype, backend in ((torch.float64, "torch"), (torch.float32, "triton")):
+    for dtype, backend in ((torch.float64, "torch"), (torch.float32, BACKEND)):
         xs = [x.to(dtype).requires_grad_() for x in (a, v, log_w)]
         out = weird_scan(*xs, reverse=reverse, mask=mask, backend=backend)
         results[backend] = (out, torch.autograd.grad(out, xs, (grad * keep).to(dtype)))
-    (out, grads), (want, want_grads) = results["triton"], results["torch"]
+    (out, grads), (want, want_grads) = results[BACKEND], results["torch"]
     assert torch.isfinite(out).all()
     assert rel_err(out[keep], want[keep]) <= 2e-5
     for got, ref in zip(grads, want_grads):
@@ -441,7 +470,7 @@ def packed_reference(a, v, log_w, mask, doc_ids, reverse, split):
     return torch.cat(halves, -1)
 
 
-def run_packed(a, v, log_w, mask, doc_ids, reverse, split, backend="triton"):
+def run_packed(a, v, log_w, mask, doc_ids, reverse, split, backend=BACKEND):
     if reverse is None:
         return weird_scan_bidirectional(a, v, log_w, mask=mask, doc_ids=doc_ids, split=split,
                                         backend=backend)
@@ -449,7 +478,7 @@ def run_packed(a, v, log_w, mask, doc_ids, reverse, split, backend="triton"):
                       backend=backend)
 
 
-def output_and_grads(xs, mask, doc_ids, reverse, split, grad, backend="triton"):
+def output_and_grads(xs, mask, doc_ids, reverse, split, grad, backend=BACKEND):
     leaves = [x.detach().requires_grad_() for x in xs]
     out = run_packed(*leaves, mask, doc_ids, reverse, split, backend)
     return out, torch.autograd.grad(out, leaves, grad.to(out.dtype))
@@ -489,7 +518,7 @@ def test_packed_documents_match_reference_and_torch(passes, L, levels, reverse):
     xs = [x.float() for x in xs]
     results = [output_and_grads(xs, *on_device(mask, doc_ids), reverse, split,
                                 grad.to(DEVICE), backend)
-               for backend in ("triton", "torch")]
+               for backend in (BACKEND, "torch")]
     (out, grads), (want, want_grads) = results
     assert torch.isfinite(out).all()
     assert rel_err(out, want) <= 1e-5
@@ -609,10 +638,10 @@ def test_channel_chunks_give_the_whole_scan_bit_for_bit(passes, monkeypatch, rev
         leaves = [x.detach().requires_grad_() for x in xs]
         if reverse is None:
             out = weird_scan_bidirectional(*leaves, mask=mask, doc_ids=doc_ids, split=split,
-                                           backend="triton")
+                                           backend=BACKEND)
         else:
             out = weird_scan(*leaves, reverse=reverse, mask=mask, doc_ids=doc_ids,
-                             backend="triton")
+                             backend=BACKEND)
         return out, torch.autograd.grad(out, leaves, grad)
 
     def peak_bytes():  # of the scan's own (B, L, *) buffers, counted while alive

@@ -75,6 +75,10 @@ class WeirdScanCache:
         if position is not None and (position.dim() != 0 or position.dtype != torch.int64
                                      or position.device != self.device):
             raise ValueError(f"position must be a 0-dim int64 tensor on {self.device}")
+        if position is not None and not dispatch.BACKENDS[self.backend].torch_steps:
+            raise ValueError(f"backend {self.backend!r} decodes in its own kernel, whose "
+                             "states the PyTorch ring step cannot continue bit for bit; "
+                             "decode it without CUDA graphs")
         self.position_tensor = position
 
     @property

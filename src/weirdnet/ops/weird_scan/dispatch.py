@@ -79,6 +79,8 @@ class Backend:
         the PyTorch backend's); otherwise natural-log ones (``H = e^m h``), so that a
         cache stepped by ``pytorch.extend_at`` (CUDA graphs) keeps the format it was
         filled in.
+    torch_steps: ``pytorch.extend_at`` continues its rings bit for bit, so a cache of it
+        can be stepped by tensor positions (``WeirdScanCache.follow``, CUDA graphs).
     """
 
     name: str
@@ -89,6 +91,7 @@ class Backend:
     byte_mask: bool = False
     selfcheck_on: tuple[str, ...] = field(default=())
     pow2_states: bool = False
+    torch_steps: bool = True
 
     def available(self, device: torch.device | str) -> bool:
         """Whether this backend can run on tensors on ``device``."""
@@ -151,6 +154,7 @@ def _cpu_unavailable(device: torch.device) -> str | None:
 
 
 _TRITON_MODULE = __package__ + ".triton"
+_TRITON_E2_MODULE = __package__ + ".triton_e2"
 _import_errors: dict[str, str] = {}  # why a Triton module did not import, once
 
 
@@ -189,6 +193,15 @@ def _triton_reason(name: str, load: Callable[[], ModuleType], module_name: str,
     return None
 
 
+def _load_triton_e2() -> ModuleType:
+    """``weird_scan.triton_e2`` (issue 73's two-pass kernels), imported on first use."""
+    return _import_triton_module(_TRITON_E2_MODULE)
+
+
+def _triton_e2_unavailable(device: torch.device) -> str | None:
+    return _triton_reason("triton-e2", _load_triton_e2, _TRITON_E2_MODULE, device)
+
+
 def _triton_unavailable(device: torch.device) -> str | None:
     return _triton_reason("triton", _load_triton, _TRITON_MODULE, device)
 
@@ -199,6 +212,12 @@ BACKENDS: dict[str, Backend] = {
                       native_dtypes=True, selfcheck_on=("cuda",)),
     "torch": Backend("torch", _load_torch, _torch_unavailable, auto_on=("*",),
                      pow2_states=True),
+    # opt-in (issue 73): the CUDA default only once a GPU record shows it faster than
+    # "triton" at every length.  Its rings hold path-A states changed in form at its own
+    # form points, so the PyTorch ring step (CUDA graphs) cannot continue them bitwise.
+    "triton-e2": Backend("triton-e2", _load_triton_e2, _triton_e2_unavailable, auto_on=(),
+                         native_dtypes=True, selfcheck_on=("cuda",), pow2_states=True,
+                         torch_steps=False),
 }
 FALLBACK = "torch"
 
