@@ -36,3 +36,21 @@ def table_rows(text: str) -> list[list[str]]:
             and not line.startswith("|---")
             and not (i + 1 < len(lines) and lines[i + 1].startswith("|---"))]
     return [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in body]
+
+
+# "The second line runs the fast tier of the tests: 1,234 tests, 8.5 CPU minutes (21 min
+# on the clock on a busy 2-core machine); `--slow` adds the slow tier's 3,456 ..."
+TEST_TIERS = re.compile(
+    r"runs the fast tier of the tests: ([\d,]+) tests, ([\d.]+) CPU minutes \((\d+) min on "
+    r"the clock on a (busy|quiet) 2-core machine\); `--slow` adds the slow tier's ([\d,]+)")
+"""The README's (and docs/index.md's) sentence on the tests: fast count, CPU minutes,
+wall minutes, busy or quiet, slow count (from lab/results/test_tiers.json)."""
+TIERS_RECORD = RESULTS / "test_tiers.json"
+
+
+def tier_claims(path: Path) -> tuple[str, ...]:
+    """The groups of :data:`TEST_TIERS` in ``path`` (line breaks read as spaces)."""
+    found = TEST_TIERS.search(" ".join(path.read_text(encoding="utf-8").split()))
+    assert found, f"{path.name} no longer says how many tests each tier has and how long " \
+                  "the fast one takes"
+    return found.groups()
