@@ -1,7 +1,7 @@
 """Run the two test tiers under line coverage, time each, and check the coverage guard
 (issue 74): one script for `.ci/run` and for a contributor.
 
-    python .ci/tiers.py [--slow-workers N] [--record] [--fast-only]
+    python .ci/tiers.py [--slow-workers N] [--record] [--fast-only] [--keep DIR]
 
 - the fast tier: the README's command, ``python -m pytest -q``, as written;
 - the slow tier: ``python -m pytest -q -m slow`` (with ``-n N --dist loadscope`` from
@@ -28,6 +28,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -204,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true",
                         help=f"write {RECORD.relative_to(ROOT)} and its .md")
     parser.add_argument("--fast-only", action="store_true", help="the fast tier alone")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep the coverage data files (DIR/fast, DIR/slow) and the "
+                             "JUnit reports (per-test times) there")
     args = parser.parse_args(argv)
     slow = SLOW + (["-n", str(args.slow_workers), "--dist", "loadscope"]
                    if args.slow_workers > 1 else [])
@@ -217,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
                              "not_run": True}
         fast_lines = covered_lines(work / "fast")
         slow_lines = covered_lines(work / "slow") if not args.fast_only else {}
+        if args.keep:
+            shutil.copytree(work, args.keep, dirs_exist_ok=True)
     figures = coverage_figures(fast_lines, slow_lines)
     print(f"--- line coverage of src/weirdnet ({figures['statements']} statements): fast "
           f"tier {figures['fast_lines']} ({figures['fast_percent']}%), both tiers "
@@ -235,9 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.fast_only:
             for key in ("both_lines", "both_percent", "fast_share_of_both"):
                 figures.pop(key)
-        write_record({"command": "python .ci/tiers.py --record"
-                      + (f" --slow-workers {args.slow_workers}" if args.slow_workers > 1
-                         else ""),
+        given = sys.argv[1:] if argv is None else argv
+        write_record({"command": " ".join(["python .ci/tiers.py", *given]),
                       "machine": machine(), "tiers": tiers, "coverage": figures})
         print(f"--- wrote {RECORD.relative_to(ROOT)} and its .md")
     return status or (0 if guard_ok else 1)
