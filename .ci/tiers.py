@@ -161,7 +161,9 @@ def machine() -> dict:
                                 cwd=ROOT, capture_output=True, text=True).stdout.strip())
     if not commit:  # an exported copy of a commit (git archive), measured outside the repo
         commit, dirty = os.environ.get("WEIRDNET_TIERS_COMMIT", "unknown"), False
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+    return {"cpu": cpu, "cores": os.cpu_count(),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "(not set)"),
+            "python": platform.python_version(),
             "torch": torch.__version__, "commit": commit + (" (with changes)" if dirty else ""),
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")}
 
@@ -188,10 +190,10 @@ def render(record: dict) -> str:
         "# The test tiers, measured",
         "",
         f"Recorded by `{record['command']}` ({m['date']}, commit {m['commit']}) on a "
-        f"{m['cores']}-core {m['cpu']}, Python {m['python']}, torch {m['torch']}; both "
-        "tiers under line coverage (pyproject.toml's `[tool.coverage.*]`, subprocesses "
-        "included). Regenerate with the same command; lab/results/test_tiers.json holds "
-        "the numbers.",
+        f"{m['cores']}-core {m['cpu']}, Python {m['python']}, torch {m['torch']}, "
+        f"OMP_NUM_THREADS {m['OMP_NUM_THREADS']}; under line coverage "
+        "(pyproject.toml's `[tool.coverage.*]`, subprocesses included). Regenerate with "
+        "the same command; lab/results/test_tiers.json holds the numbers.",
         "",
         "| tier | command | tests | passed | skipped | failed | minutes | CPU minutes | "
         "load average (start / end) |",
