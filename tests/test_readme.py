@@ -12,11 +12,22 @@ The records' folder is named once, :data:`helpers.docs.RESULTS`.
 """
 
 import bisect
+import importlib.util
+import json
 import re
 
 import pytest
 
-from helpers.docs import RESULTS, ROOT, linked_records, numbers, section, table_rows
+from helpers.docs import (
+    RESULTS,
+    ROOT,
+    TIERS_RECORD,
+    linked_records,
+    numbers,
+    section,
+    table_rows,
+    tier_claims,
+)
 
 README = ROOT / "README.md"
 
@@ -126,3 +137,28 @@ def test_every_measured_number_of_the_speed_tables_is_in_their_records():
     missing = [n for row in rows for n in (m.replace(",", "") for m in _numbers(row))
                if len(n.replace(".", "")) >= 3 and not _rounds_from(n, written)]
     assert not missing, f"numbers of docs/speed.md's table in no linked record: {missing}"
+
+
+def _tiers_script():
+    spec = importlib.util.spec_from_file_location("tiers", ROOT / ".ci" / "tiers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_test_counts_and_times_are_the_records():
+    """The README's test sentence (issue 74): the fast tier's count, CPU minutes and wall
+    minutes and the slow tier's count are those of lab/results/test_tiers.json, whose page
+    is rendered from it; the README's test command is the fast tier's command there and
+    in .ci/tiers.py, which wrote it."""
+    record = json.loads(TIERS_RECORD.read_text(encoding="utf-8"))
+    fast, slow = record["tiers"]["fast"], record["tiers"]["slow"]
+    count, cpu, wall, busy, slow_count = tier_claims(README)
+    assert int(count.replace(",", "")) == fast["tests"]
+    assert cpu == f"{fast['cpu_seconds'] / 60:.1f}"
+    assert int(wall) == round(fast["seconds"] / 60)
+    assert busy == ("busy" if fast["load_start"] > 1.5 else "quiet")
+    assert int(slow_count.replace(",", "")) == slow["tests"]
+    tiers = _tiers_script()
+    assert fast["command"] == " ".join(tiers.FAST) == "python -m pytest -q"
+    assert TIERS_RECORD.with_suffix(".md").read_text(encoding="utf-8") == tiers.render(record)

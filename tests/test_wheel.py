@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # pip builds two wheels from a copy of the tree
+
 ROOT = Path(__file__).resolve().parents[1]
 OPS = ROOT / "src" / "weirdnet" / "ops"
 # Build outputs and caches: never part of a source tree a wheel is built from.

@@ -38,6 +38,7 @@ def test_plan_and_configs(tmp_path):
         plan(["dba"], 1, 10)
 
 
+@pytest.mark.slow  # benchmark children train
 def test_smoke_sweep_records_positions_and_reports(tmp_path):
     from weirdnet.data import DataMissingError
     from weirdnet.data.text.corpora import corpus_bytes

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from helpers.train import run_cli
 from weirdnet_lab.context_parallel.report import formula_bytes, ring_bytes
 
 
+@pytest.mark.slow  # a benchmark child trains on a spawned process group
 def test_quick_run_writes_record_report_and_plot(tmp_path):
     done = run_cli("bench", "context-parallel", "--quick", "--models", "weird-a",
                    "--halos", "keep", "resend", "--out", str(tmp_path), cwd=tmp_path,

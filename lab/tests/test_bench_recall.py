@@ -205,6 +205,7 @@ def test_a_rate_is_not_run_for_a_model_another_rate_already_settled(tmp_path):
     assert "1 cells not run" in "\n".join(zoology.deviations(cells, left_out=1))
 
 
+@pytest.mark.slow  # benchmark children train
 def test_zoology_smoke_sweep_gates_its_columns(tmp_path):
     """A tiny sweep through the command line: records, and a report whose column the
     Transformer++ does not solve at this budget says so and ranks nothing."""

@@ -93,3 +93,21 @@ def shell_commands(page: str) -> list[tuple[int, int, list[str]]]:
                 found.append((number, first + start, words[:cut]))
                 words = words[cut + 1:]
     return [entry for entry in found if entry[2]]
+
+
+# "The second line runs the fast tier of the tests: 1,234 tests, 8.5 CPU minutes (21 min
+# on the clock on a busy 2-core machine); `--slow` adds the slow tier's 3,456 ..."
+TEST_TIERS = re.compile(
+    r"runs the fast tier of the tests: ([\d,]+) tests, ([\d.]+) CPU minutes \((\d+) min on "
+    r"the clock on a (busy|quiet) 2-core machine\); `--slow` adds the slow tier's ([\d,]+)")
+"""The README's (and docs/index.md's) sentence on the tests: fast count, CPU minutes,
+wall minutes, busy or quiet, slow count (from lab/results/test_tiers.json)."""
+TIERS_RECORD = RESULTS / "test_tiers.json"
+
+
+def tier_claims(path: Path) -> tuple[str, ...]:
+    """The groups of :data:`TEST_TIERS` in ``path`` (line breaks read as spaces)."""
+    found = TEST_TIERS.search(" ".join(path.read_text(encoding="utf-8").split()))
+    assert found, f"{path.name} no longer says how many tests each tier has and how long " \
+                  "the fast one takes"
+    return found.groups()

@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from weirdnet.ops import scan_backend_name
 from weirdnet.ops.weird_scan import cpu as _cpu_kernel
 
@@ -82,6 +84,7 @@ def _kernel_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()]
 
 
+@pytest.mark.slow  # a fresh process builds the scan kernel into an empty cache
 def test_missing_block_step_sources_warn_once_in_one_line(tmp_path):
     """The wheel of issue 35 lacked ops/block_step/csrc: decoding fell back silently."""
     script = ("from pathlib import Path\nfrom weirdnet.ops.block_step import cpu\n"
@@ -111,6 +114,7 @@ def test_no_compiler_warns_once_per_kernel(tmp_path):
         assert "WEIRDNET_REQUIRE_CPU_KERNEL=1" in line, line
 
 
+@pytest.mark.slow  # a fresh process builds the scan kernel into an empty cache
 def test_require_cpu_kernel_turns_the_fallback_into_an_error(tmp_path):
     script = ("from pathlib import Path\nfrom weirdnet.ops.block_step import cpu\n"
               f"cpu.SOURCE = Path({str(tmp_path / 'gone' / 'block_step.c')!r})\n" + _DECODE)

@@ -127,6 +127,7 @@ def test_two_processes_match_one(ran, case):
     _check(case, ran(2))
 
 
+@pytest.mark.slow  # the second spawn, of four processes (two stay in the fast tier)
 @pytest.mark.parametrize("case", OP_FOUR, ids=lambda c: c.name)
 def test_four_processes_match_one(ran, case):
     _check(case, ran(4))
@@ -140,6 +141,7 @@ def test_a_query_that_sees_no_real_key_gets_zero_as_on_one_process():
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.slow  # the four-process spawn
 def test_the_backward_saves_only_this_ranks_shard(ran):
     """Saved for the backward: q, k, v, out, lse and the mask of this rank's 500 positions
     (at most 1.5x q, k and v's bytes), never a tensor of more positions than the shard."""

@@ -231,6 +231,7 @@ def _received_positions(lengths, index: int) -> int:
                for _, dst, lo, hi in layout.plan(1 << k, False) if dst == index)
 
 
+@pytest.mark.slow  # a third spawn, for the memory measurement alone
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="peak RSS reset is Linux-only")
 def test_sharded_step_memory_is_one_channel_block_of_levels(tmp_path):
     """The op keeps only its inputs and the received halos (bytes exact), and a step's

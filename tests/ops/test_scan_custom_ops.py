@@ -89,6 +89,7 @@ def scan_loss(a, v, log_w, mask, g):
     return (out * g).square().sum()  # no cancellation: a relative error means something
 
 
+@pytest.mark.slow  # torch.compile with inductor (C++ code generation)
 @pytest.mark.parametrize("masked", [False, True])
 def test_compile_fullgraph_matches_eager(backend, masked, monkeypatch):
     monkeypatch.setenv("WEIRDNET_SCAN_BACKEND", backend)
@@ -122,6 +123,7 @@ def test_export_records_the_op_and_gives_the_same_output():
     assert torch.equal(program.module()(a2, v2, mask2), module(a2, v2, mask2))
 
 
+@pytest.mark.slow  # torch.compile with inductor
 def test_bad_input_errors_under_compile():
     a, v, log_w, _ = scan_inputs(9, dtype=torch.float32)
     plain = torch.compile(lambda a, v, w: weird_scan(a, v, w))
@@ -231,6 +233,7 @@ def test_selfcheck_catches_a_wrong_gradient_only():
     assert error is not None and "dA relative error" in error and "O relative" not in error
 
 
+@pytest.mark.slow  # torch.compile with inductor
 def test_compiled_decoding_equals_the_full_pass(backend):
     """The cache's step under torch.compile(fullgraph=True) runs the extend op and stays
     bitwise equal to the full causal pass; the position does not recompile every token."""

@@ -379,6 +379,7 @@ def test_nonfinite_log_w_is_refused_like_the_reference(backend, value, direction
         weird_scan_reference(a, v, log_w, reverse=bool(direction))
 
 
+@pytest.mark.slow  # torch.compile with inductor
 @NONFINITE
 def test_nonfinite_log_w_is_refused_by_the_custom_op_compiled_and_the_cache(value):
     """The custom op itself (called directly, or inside a compiled graph) and the

@@ -182,6 +182,7 @@ def test_opcheck(L, k, state, bias, dtype, packed):
     torch.library.opcheck(op.conv_backward_op, (grad, x.detach(), weight.detach(), s, doc))
 
 
+@pytest.mark.slow  # torch.compile with inductor
 def test_compile_fullgraph_matches_eager():
     x, weight, b, _ = inputs(37, 4, D=6, dtype=torch.float32, seed=7)
     grad = torch.randn(x.shape)

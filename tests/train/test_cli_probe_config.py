@@ -9,6 +9,8 @@ import pytest
 
 from helpers.train import run_cli, write_config
 
+pytestmark = pytest.mark.slow  # each test starts `weirdnet` in a fresh process (torch import)
+
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "configs" / "quickstart.toml")
 

@@ -68,6 +68,7 @@ def test_a_resumed_context_parallel_run_is_bit_identical(tmp_path):
     assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)
 
 
+@pytest.mark.slow  # `weirdnet train` in a fresh process per case
 @pytest.mark.parametrize("overrides, message", [
     (["train.context_parallel=2"], "does not divide the world size 1"),
     (["train.context_parallel=64"], "larger than the sequence length 32"),

@@ -118,6 +118,7 @@ def test_lock_names_the_holder():
         DirectoryLock(folder, "third").acquire().release()  # free again
 
 
+@pytest.mark.slow  # two `weirdnet train` processes
 @pytest.mark.parametrize("flags", [("--resume",), ("--overwrite",)])
 def test_a_second_writer_fails_at_once_naming_the_first(tmp_path, flags):
     # far more steps than the test lasts: the first writer must still be training when

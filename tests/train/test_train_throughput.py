@@ -87,6 +87,7 @@ def test_input_tokens_are_the_non_padding_positions_each_task_reads():
     assert tasks.get("recall").input_tokens(recall) == 40
 
 
+@pytest.mark.slow  # `weirdnet plot` in a fresh process per log (matplotlib)
 @pytest.mark.parametrize("log", sorted(str(p.relative_to(ROOT)) for p in (
     ROOT / "lab" / "results").rglob("*.jsonl") if '"event": "train"' in p.read_text()))
 def test_weirdnet_plot_reads_the_committed_run_logs(log, tmp_path):
