@@ -9,11 +9,12 @@ import pytest
 from weirdnet.cli import main
 from weirdnet_lab.gpu.plan import QUICK_STEPS, TIME_BOXES_S
 from weirdnet_lab.gpu.report import issue62_targets
+from weirdnet_lab.scan_cost.budgets import NEW_BACKEND
 
 
 def _kernel_rows(scan_fwd_16k: float) -> list[dict]:
     rows = []
-    for method, fwd, both, mib in (("triton-chunk", scan_fwd_16k, 3.0, 100.0),
+    for method, fwd, both, mib in ((NEW_BACKEND, scan_fwd_16k, 3.0, 100.0),
                                    ("sdpa-causal", 9.0, 33.0, 100.0)):
         for length, scale in ((1024, 0.05), (16384, 1.0), (65536, 4.0)):
             rows.append({"method": method, "L": length, "fwd_ms": fwd * scale,
@@ -54,7 +55,7 @@ def test_the_dry_run_of_the_issue62_steps_writes_records_and_targets(tmp_path):
     kernels = json.loads((out / "records" / "4-kernels.json").read_text())
     assert kernels["status"] == "ok"
     methods = {r["method"] for r in kernels["data"]["rows"]}
-    assert methods == {"triton", "triton-chunk", "chunk", "sdpa-causal"}
+    assert methods == {"triton", NEW_BACKEND, "sdpa-causal"}
     models = json.loads((out / "records" / "6-models.json").read_text())["data"]
     assert {r["mechanism"] for r in models["rows"]} >= {"weird-a", "transformerpp"}
     graph = json.loads((out / "records" / "8-decode-graph.json").read_text())["data"]

@@ -2,7 +2,9 @@
 side with SDPA causal and a copy of the same bytes, forward and forward + backward, with
 the extra memory of forward + backward, at B = 8, D = 1024, bf16.
 
-Backends: "triton", "triton-chunk", "chunk" (``weird_scan(..., backend=NAME)``; a name
+Backends: "triton" and the new kernel, ``scan_cost.budgets.NEW_BACKEND`` ("triton-e2";
+``weird_scan(..., backend=NAME)``; the "chunk" backends of issue 62 left the core in
+issue 73; a name
 the checkout's dispatcher does not know, or one unavailable on the device, is a row
 saying so, not an error), and "sdpa-causal": ``scaled_dot_product_attention`` on (B, 16,
 L, 64) with ``is_causal``, limited to FlashAttention / cuDNN on CUDA."""
@@ -14,8 +16,9 @@ import contextlib
 import torch
 
 from weirdnet_lab.harness.timing import median_ms, synchronize, time_step
+from weirdnet_lab.scan_cost.budgets import NEW_BACKEND
 
-SCAN_BACKENDS = ("triton", "triton-chunk", "chunk")
+SCAN_BACKENDS = ("triton", NEW_BACKEND)
 
 
 def _unknown(name: str, device) -> str | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from weirdnet_lab.scan_cost.budgets import NEW_BACKEND
+
 from .plan import COPY_TARGET, COPY_TARGET_FROM_L, DRY_RUN_NOTE
 
 
@@ -59,12 +61,12 @@ def _verdict(text: str, value, passed) -> str:
 
 def issue62_targets(records: list[dict]) -> list[str]:
     """Issue 62's targets with PASS/FAIL from the kernels, models and decode-graph
-    records (the scan rows of the "triton-chunk" backend: the new kernel)."""
+    records (the scan rows of the new kernel, ``scan_cost.budgets.NEW_BACKEND``)."""
     by = {r["step"]: r.get("data") or {} for r in records}
     out = []
     if "kernels" in by:
         k = by["kernels"]
-        new, sdpa = "triton-chunk", "sdpa-causal"
+        new, sdpa = NEW_BACKEND, "sdpa-causal"
         f16, f64 = _row(k, new, 16384).get("fwd_ms"), _row(k, new, 65536).get("fwd_ms")
         b16, b1 = _row(k, new, 16384).get("fwdbwd_ms"), _row(k, new, 1024).get("fwdbwd_ms")
         s16, s1 = _row(k, sdpa, 16384).get("fwdbwd_ms"), _row(k, sdpa, 1024).get("fwdbwd_ms")
