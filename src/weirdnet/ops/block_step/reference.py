@@ -22,8 +22,11 @@ def block_step_reference(weights: BlockWeights, x: torch.Tensor, ring_m: torch.T
     w = weights
     h = F.layer_norm(x, (w.dim,), w.norm_mix_weight, w.norm_mix_bias, w.eps_mix)
     a, v = F.linear(h, w.a_weight, w.a_bias), F.linear(h, w.v_weight, w.v_bias)
-    o = scan_torch.extend(a[:, None], v[:, None], w.log_w, None, ring_m, ring_h, ring_u,
-                          levels_of_ring(ring_m), t0)[:, 0]
+    # the C step's rings hold natural-log states (H = e^m h), not the PyTorch backend's
+    # powers of two: its own step's operations (pytorch.extend_at, pow2_scale=False)
+    o = scan_torch.extend_at(a[:, None], v[:, None], w.log_w, None, ring_m, ring_h, ring_u,
+                             levels_of_ring(ring_m), torch.tensor(t0),
+                             pow2_scale=False)[:, 0]
     x = x + F.linear(o, w.o_weight, w.o_bias)
     h = F.layer_norm(x, (w.dim,), w.norm_ffn_weight, w.norm_ffn_bias, w.eps_ffn)
     h = F.linear(h, w.inner_weight, w.inner_bias)

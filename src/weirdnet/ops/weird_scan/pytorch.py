@@ -268,7 +268,8 @@ def _bwd_chunk(a, v, g, log_w, mask, doc, nlev: int):
 
 
 def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> torch.Tensor:
-    """Decode tokens t0 .. t0+T-1; same ring layout and contract as the C kernel.
+    """Decode tokens t0 .. t0+T-1; the C kernel's ring layout and contract, its states in
+    powers of two (H = 2^m h, path A; the C kernel's rings hold H = e^m h).
 
     a, v: (B, T, D); valid: (B, T) bool or None; ring_*: (2^nlev - 1, B, D), where level k
     owns rows [2^k - 1, 2^(k+1) - 1) and row (2^k - 1) + (t mod 2^k) holds position t's
