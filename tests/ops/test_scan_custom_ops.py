@@ -143,7 +143,8 @@ def test_bad_input_errors_under_compile():
 
 def test_table_and_choice_rule(monkeypatch):
     monkeypatch.delenv("WEIRDNET_SCAN_BACKEND", raising=False)
-    assert set(dispatch.BACKENDS) == {"cpu", "torch", "triton"}
+    assert set(dispatch.BACKENDS) == {"cpu", "torch", "triton", "triton-e2"}
+    assert dispatch.BACKENDS["triton-e2"].auto_on == ()  # opt-in until a GPU record
     cpu = torch.device("cpu")
     auto = dispatch.resolve(cpu).name
     assert auto == ("cpu" if dispatch.BACKENDS["cpu"].available(cpu) else "torch")
