@@ -7,6 +7,8 @@ parameter gradients; refusal cases return the ValueError's message.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -72,12 +74,30 @@ def shard(x, case: ModelCase, index: int):
 
 
 def single(case: ModelCase):
-    """(output, {name: grad}) of the model on one process, the whole sequence."""
+    """(output, {name: grad}) of the model on one process, the whole sequence, its scans
+    on the PyTorch backend: the arithmetic every shard's scan runs (the C kernel's
+    natural-log rescales differ from its powers of two in the last bits, which a deep
+    float32 model's gradients carry to about 1e-5)."""
     model = _mode(build(case), case)
     tokens, mask, docs, grad = inputs(case)
-    out = model(tokens, mask, doc_ids=docs)
-    (out * grad).sum().backward()
+    with _scan_backend("torch"):
+        out = model(tokens, mask, doc_ids=docs)
+        (out * grad).sum().backward()
     return out.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+@contextlib.contextmanager
+def _scan_backend(name: str):
+    """WEIRDNET_SCAN_BACKEND=name inside the block, as it was after."""
+    old = os.environ.get("WEIRDNET_SCAN_BACKEND")
+    os.environ["WEIRDNET_SCAN_BACKEND"] = name
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["WEIRDNET_SCAN_BACKEND"]
+        else:
+            os.environ["WEIRDNET_SCAN_BACKEND"] = old
 
 
 def _run(case: ModelCase, group, index: int):
