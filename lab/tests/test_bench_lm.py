@@ -215,12 +215,8 @@ def test_every_model_is_matched_to_the_reference_within_five_percent():
     their feed-forward width (Mamba and Mamba-2: their number of layers); the count
     leaves out the embedding tables, whose size follows the context."""
     from weirdnet_lab import matching
-    from weirdnet_lab.lm.command import (
-        MECHANISMS,
-        REFERENCE_MODEL,
-        model_table,
-        reference_parameters,
-    )
+    from weirdnet_lab.lm.command import MECHANISMS
+    from weirdnet_lab.lm.models import REFERENCE_MODEL, model_table, reference_parameters
 
     target = reference_parameters()
     assert target == matching.count(REFERENCE_MODEL)
