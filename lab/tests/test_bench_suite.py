@@ -162,7 +162,7 @@ def test_trivial_baselines():
     import numpy as np
 
     from weirdnet.data.text.lm import ByteLMDataset
-    from weirdnet_lab.suite.baselines import bar, describe, learned, trivial_baseline
+    from weirdnet_lab.sweep.baselines import bar, describe, learned, trivial_baseline
 
     class Labelled:
         def __init__(self, labels):

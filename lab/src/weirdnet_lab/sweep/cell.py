@@ -148,7 +148,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     from weirdnet.train.trainer import Trainer
     from weirdnet_lab.harness.machine import machine_info
     from weirdnet_lab.harness.memory import PeakMemory
-    from weirdnet_lab.suite.baselines import trivial_baseline
+    from weirdnet_lab.sweep.baselines import trivial_baseline
     from weirdnet_lab.sweep.store import run_matches
 
     config = TrainConfig.from_dict(spec["config"])
@@ -187,7 +187,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     if stages:
         record["stages"] = stages
     if spec["cell"].get("positions"):  # bits per byte by context length (bench context)
-        from weirdnet_lab.context.evaluate import context_measurements
+        from weirdnet_lab.sweep.context_eval import context_measurements
 
         record.update(context_measurements(run_dir, config, spec["cell"]["positions"],
                                            trainer.processes.device))

@@ -1,6 +1,6 @@
 """The evaluation a context cell adds to its record after training (the sweep engine's
-cell child calls :func:`context_measurements` when the cell asks for it): test bits per
-byte by context length at each window of the cell's ``positions`` request, and the
+cell child, :mod:`.cell`, calls :func:`context_measurements` when the cell asks for it):
+test bits per byte by context length at each window of the cell's ``positions`` request, and the
 truncation test (the same bytes scored with less context visible)."""
 
 from __future__ import annotations
