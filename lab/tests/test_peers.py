@@ -11,8 +11,8 @@ import torch.nn.functional as F
 transformers = pytest.importorskip("transformers")
 
 from weirdnet.cli import main  # noqa: E402
-from weirdnet.models import PeerLM, load  # noqa: E402
-from weirdnet.typed_config import ConfigError  # noqa: E402
+from weirdnet.models import ConfigError, load  # noqa: E402
+from weirdnet_lab.peers import PeerLM  # noqa: E402
 
 CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM",
            "mamba2": "Mamba2ForCausalLM", "rwkv": "RwkvForCausalLM",
@@ -165,12 +165,11 @@ def test_a_peer_on_a_task_that_is_not_a_causal_lm_is_refused(tmp_path, capsys):
     assert "peer models are causal LMs" in capsys.readouterr().err
 
 
-def test_info_describes_a_saved_peer_with_its_tied_weights_counted_once(tmp_path):
-    from weirdnet.models.info import describe_target
-
+def test_info_describes_a_saved_peer_with_its_tied_weights_counted_once(tmp_path, capsys):
     model = _peer("mamba")
     model.save(tmp_path / "m")
-    text = describe_target(str(tmp_path / "m"))
+    assert main(["info", str(tmp_path / "m")]) == 0
+    text = capsys.readouterr().out
     assert "peer     MambaForCausalLM from transformers: D=32, 2 layers" in text
     assert f"parameters  {model.num_parameters():,}" in text and "layers: MambaBlock" in text
 
