@@ -15,29 +15,18 @@ def context_measurements(run_dir: Path, config, request: dict[str, Any], device
     the window as a string: the best model's test bits per byte in the buckets
     ``request["bounds"]``, rows of :func:`weirdnet.train.positions.evaluate_positions`) and,
     when ``request["truncation"]`` names contexts and a span, ``truncation_bpc``
-    (:func:`weirdnet.train.positions.evaluate_truncation`)."""
-    from weirdnet.train.distributed import Processes
-    from weirdnet.train.positions import evaluate_positions, evaluate_truncation
-    from weirdnet.train.trained import load_trained
+    (:func:`weirdnet.train.positions.evaluate_truncation`): the core's
+    :func:`weirdnet.train.evaluate_trained.evaluate_trained` on the cell's test split."""
+    from weirdnet.train.evaluate_trained import evaluate_trained
 
-    model = load_trained(run_dir, device)[0]
-    curves = {}
-    for context in request["contexts"]:
-        dataset = _test_split(config, int(context))
-        curves[str(context)] = evaluate_positions(model, dataset, 1, Processes(device=device),
-                                                  request["bounds"])[1]
-    out: dict[str, Any] = {"positions_bpc": curves}
-    truncation = request.get("truncation")
-    if truncation:
-        contexts, span = truncation["contexts"], int(truncation["span"])
-        dataset = _test_split(config, max(contexts) + span)
-        out["truncation_bpc"] = evaluate_truncation(model, dataset, device, contexts, span)
+    truncation = request.get("truncation") or {}
+    found = evaluate_trained(run_dir, config.data, config.data.test_split, device,
+                             windows=[int(c) for c in request["contexts"]],
+                             bounds=request["bounds"],
+                             truncation=truncation.get("contexts") or (),
+                             span=int(truncation.get("span", 0)))
+    out: dict[str, Any] = {"positions_bpc": {str(window): rows for window, rows
+                                             in found["positions"].items()}}
+    if "truncation" in found:
+        out["truncation_bpc"] = found["truncation"]
     return out
-
-
-def _test_split(config, window: int):
-    """The cell's test split read in windows of ``window`` bytes, in order."""
-    from weirdnet.train.setup import eval_dataset
-
-    return eval_dataset(config.data, config.data.test_split, seq_len=window,
-                        random_crops=False)
