@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from helpers.train import run_cli
-from weirdnet.train.config import TrainConfig, check
+from weirdnet.train import TrainConfig, check
 from weirdnet_lab.suite import numbers
 from weirdnet_lab.suite.budgets import BUDGETS, get_budget
 from weirdnet_lab.suite.cells import Cell

@@ -177,8 +177,7 @@ def test_info_describes_a_saved_peer_with_its_tied_weights_counted_once(tmp_path
 def test_mambas_decay_rate_and_skip_are_left_out_of_weight_decay():
     """mamba_ssm trains A_log and D without weight decay; the peer carries that mark and
     the trainer's optimiser honours it (Mamba's A_log is a matrix)."""
-    from weirdnet.train.config import TrainConfig
-    from weirdnet.train.setup import make_optimizer
+    from weirdnet.train import TrainConfig, make_optimizer
 
     model = _peer("mamba")
     marked = {n for n, p in model.named_parameters() if getattr(p, "_no_weight_decay", False)}
@@ -216,7 +215,7 @@ def test_a_recurrent_peers_cached_greedy_decoding_is_its_full_pass(name, dim):
 def test_activation_checkpointing_of_a_peer_gives_the_same_gradients(name):
     """``train.activation_checkpointing`` reaches a peer through transformers' own
     switch; the gradients are those of the plain pass."""
-    from weirdnet.train.setup import enable_activation_checkpointing
+    from weirdnet.train import enable_activation_checkpointing
 
     model = _peer(name).double().train()
     ids = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(0))

@@ -240,7 +240,7 @@ def _layer_step_us(mixer, context: int, device, batch: int, repeats: int = 20) -
 
 
 def _mixer_of(model, name: str):
-    from weirdnet.layers.registry import factory
+    from weirdnet.layers import factory
 
     cls = factory(name)
     return next((b.mixer for b in model.backbone.blocks if type(b.mixer) is cls), None)

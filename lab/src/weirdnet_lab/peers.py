@@ -81,10 +81,12 @@ from weirdnet.models import (
     ConfigError,
     LMOutput,
     WeirdNetModel,
+    lm_loss,
+    positions_at,
     register_model,
+    selected_output,
     swiglu_width,
 )
-from weirdnet.models.lm import lm_loss, positions_at, selected_output
 from weirdnet.ops import check_doc_ids, per_document
 
 _MAPPED = frozenset({"dim", "depth", "vocab_size", "max_len", "norm_eps", "causal"})

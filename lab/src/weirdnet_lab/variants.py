@@ -68,7 +68,7 @@ class Variant:
         if self.peer:
             return False
         # deferred: the layers import torch, and the command line reads this module
-        from weirdnet.layers.registry import has_causal_form
+        from weirdnet.layers import has_causal_form
         from weirdnet.models import pattern_mixers
 
         return not all(has_causal_form(name) for name in pattern_mixers(self.pattern))

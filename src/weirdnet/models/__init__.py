@@ -9,10 +9,11 @@ from .backbone import Backbone, BackboneCache
 from .base import CheckpointError, WeirdNetModel, load, register_model
 from .blocks import Block, FeedForward
 from .config import BackboneConfig, resolve_pattern
-from .lm import LMConfig, LMOutput, WeirdNetLM
+from .lm import LMConfig, LMOutput, WeirdNetLM, lm_loss, positions_at, selected_output, token_nll
 
 __all__ = ["Backbone", "BackboneCache", "BackboneConfig", "Block", "CheckpointError",
            "ConfigError", "FeedForward", "LMConfig", "LMOutput", "WeirdNetLM", "WeirdNetModel",
+           "lm_loss", "positions_at", "selected_output", "token_nll",
            "load", "register_model", "resolve_pattern"]
 from .classifier import (  # noqa: E402
     ClassifierConfig,

@@ -34,6 +34,7 @@ from .weird_scan.context_parallel import (
     weird_scan_bidirectional_context_parallel,
     weird_scan_context_parallel,
 )
+from .weird_scan.halo import count_sent_bytes
 
 __all__ = [
     "dba_attention",
@@ -60,6 +61,7 @@ __all__ = [
     "softmax_attention_reference",
     "WeirdScanCache",
     "check_doc_ids",
+    "count_sent_bytes",
     "levels_needed",
     "per_document",
     "scan_backend_name",

@@ -16,8 +16,8 @@ def context_measurements(run_dir: Path, config, request: dict[str, Any], device
     ``request["bounds"]``, rows of :func:`weirdnet.train.positions.evaluate_positions`) and,
     when ``request["truncation"]`` names contexts and a span, ``truncation_bpc``
     (:func:`weirdnet.train.positions.evaluate_truncation`): the core's
-    :func:`weirdnet.train.evaluate_trained.evaluate_trained` on the cell's test split."""
-    from weirdnet.train.evaluate_trained import evaluate_trained
+    :func:`weirdnet.train.trained_eval.evaluate_trained` on the cell's test split."""
+    from weirdnet.train import evaluate_trained
 
     truncation = request.get("truncation") or {}
     found = evaluate_trained(run_dir, config.data, config.data.test_split, device,
