@@ -9,7 +9,7 @@ import json
 import pytest
 
 from helpers.train import run_cli
-from weirdnet.train.config import TrainConfig
+from weirdnet.train import TrainConfig
 from weirdnet_lab.context.command import plan
 
 

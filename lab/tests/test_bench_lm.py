@@ -140,7 +140,7 @@ def test_timed_runs_evaluate_on_a_doubling_grid_unless_their_context_has_even_ru
     """A context's timed runs take the evaluation spacing of the runs stored there (those
     made before ``train.eval_spacing`` are even, and keep their config hashes), else the
     doubling grid; the report compares them at the last step every run evaluated."""
-    from weirdnet.train.config import eval_due
+    from weirdnet.train import eval_due
     from weirdnet_lab.lm.command import calibration_cells, stored_spacing, timed_cells
     from weirdnet_lab.lm.report import last_common_step
     from weirdnet_lab.sweep.store import CellStore
@@ -215,12 +215,8 @@ def test_every_model_is_matched_to_the_reference_within_five_percent():
     their feed-forward width (Mamba and Mamba-2: their number of layers); the count
     leaves out the embedding tables, whose size follows the context."""
     from weirdnet_lab import matching
-    from weirdnet_lab.lm.command import (
-        MECHANISMS,
-        REFERENCE_MODEL,
-        model_table,
-        reference_parameters,
-    )
+    from weirdnet_lab.lm.command import MECHANISMS
+    from weirdnet_lab.lm.models import REFERENCE_MODEL, model_table, reference_parameters
 
     target = reference_parameters()
     assert target == matching.count(REFERENCE_MODEL)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers.train import run_cli
-from weirdnet.train.config import TrainConfig
+from weirdnet.train import TrainConfig
 from weirdnet_lab.recall.command import causal_mechanisms, plan
 from weirdnet_lab.sweep.intervals import mean_interval, t95, wilson
 

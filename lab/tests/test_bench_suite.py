@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from helpers.train import run_cli
-from weirdnet.train.config import TrainConfig, check
+from weirdnet.train import TrainConfig, check
 from weirdnet_lab.suite import numbers
 from weirdnet_lab.suite.budgets import BUDGETS, get_budget
 from weirdnet_lab.suite.cells import Cell
@@ -162,7 +162,7 @@ def test_trivial_baselines():
     import numpy as np
 
     from weirdnet.data.text.lm import ByteLMDataset
-    from weirdnet_lab.suite.baselines import bar, describe, learned, trivial_baseline
+    from weirdnet_lab.sweep.baselines import bar, describe, learned, trivial_baseline
 
     class Labelled:
         def __init__(self, labels):

@@ -1,8 +1,9 @@
 """The lab is built on the library's public API only: every module of ``weirdnet`` it
-imports is one the API reference lists (a ``::: weirdnet...`` line of docs/api/*.md), and
-no name it imports or reads from one is private (``_x``).  Read from the source, no
-imports run; lab/src, lab/benchmarks and lab/tests are checked, except the kernel
-scripts of :data:`KERNEL_TOOLS`."""
+imports is one of the public modules (the list in docs/api/index.md, the one place that
+names them: :func:`public_modules`), and no name it imports or reads from one is private
+(``_x``).  Read from the source, no imports run; lab/src, lab/benchmarks and lab/tests are
+checked, except the kernel scripts of :data:`KERNEL_TOOLS` and the uses of
+:data:`NOT_YET_PUBLIC`."""
 
 from __future__ import annotations
 
@@ -22,6 +23,30 @@ Triton constants, the tile specification) by design."""
 LAB_FILES = sorted(p for folder in ("src", "benchmarks", "tests")
                    for p in (REPO / "lab" / folder).rglob("*.py")
                    if not (folder == "benchmarks" and p.name in KERNEL_TOOLS))
+
+
+NOT_YET_PUBLIC = {
+    "weirdnet.data.lra.listops": "suite/shortcuts.py: ListOps' operators and vocabulary",
+    "weirdnet.data.sources.packages": "a lab test: the corpora's source packages",
+    "weirdnet.data.text.corpora": "a lab test: corpus_bytes",
+    "weirdnet.data.text.lm": "a lab test: ByteLMDataset",
+    "weirdnet.models.graph_decode": "bench decode: CUDA-graph decoding (its own package "
+                                    "under issue 75 section 1)",
+    "weirdnet.ops.weird_scan": "bench gpu: the scan's kernels by backend",
+    "weirdnet.ops.short_conv": "lab/benchmarks/short_conv_ab.py: the fused C kernel",
+}
+"""Modules the lab still reaches beyond the public list, and where: the list may only
+shrink (:func:`test_what_is_not_yet_public_is_still_used` fails on an entry no longer
+used)."""
+
+
+def public_modules() -> list[str]:
+    """The public modules: the lines of the ``text`` block under "The public modules" in
+    docs/api/index.md."""
+    page = (API_PAGES / "index.md").read_text(encoding="utf-8")
+    block = re.search(r"^## The public modules\n.*?^```text\n(.*?)^```", page, re.M | re.S)
+    assert block, "docs/api/index.md lost its list of the public modules"
+    return block.group(1).split()
 
 
 def documented_modules() -> set[str]:
@@ -81,12 +106,26 @@ def test_the_api_reference_lists_modules():
 
 @pytest.mark.parametrize("path", LAB_FILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_the_lab_uses_only_the_public_api(path):
-    modules = documented_modules()
+    modules = set(public_modules()) | set(NOT_YET_PUBLIC)
     bad = [f"line {line}: {module}" + (f".{name}" if name else "")
            for line, module, name in core_uses(path)
            if module not in modules or (name is not None and _private(name))]
-    assert not bad, (f"{path.relative_to(REPO)} uses what the API reference (docs/api) does "
-                     f"not list, or a private name: {bad}")
+    assert not bad, (f"{path.relative_to(REPO)} uses what is not in the list of public "
+                     f"modules (docs/api/index.md), or a private name: {bad}")
+
+
+def test_the_public_modules_are_about_a_dozen_and_each_is_documented():
+    public = public_modules()
+    assert 8 <= len(public) <= 13 and len(set(public)) == len(public), public
+    assert all(_is_module(name) for name in public), public
+    assert set(public) <= documented_modules()
+
+
+def test_what_is_not_yet_public_is_still_used():
+    used = {module for path in LAB_FILES for _, module, _ in core_uses(path)}
+    assert not set(NOT_YET_PUBLIC) - used, "remove these from NOT_YET_PUBLIC: " + \
+        ", ".join(sorted(set(NOT_YET_PUBLIC) - used))
+    assert not set(NOT_YET_PUBLIC) & set(public_modules())
 
 
 def test_the_checker_catches_a_private_name_and_an_unlisted_module(tmp_path):
@@ -95,7 +134,7 @@ def test_the_checker_catches_a_private_name_and_an_unlisted_module(tmp_path):
     bad.write_text("from weirdnet.utils import _secret\nimport weirdnet.typed_config\n"
                    "from weirdnet.models import backbone\nbackbone._extend\n")
     uses = core_uses(bad)
-    modules = documented_modules()
+    modules = public_modules()
     assert (1, "weirdnet.utils", "_secret") in uses and _private("_secret")
     assert (2, "weirdnet.typed_config", None) in uses
     assert "weirdnet.typed_config" not in modules

@@ -13,9 +13,9 @@ import torch.nn.functional as F
 pytest.importorskip("transformers")
 
 from weirdnet.cli import main  # noqa: E402
-from weirdnet.models import PeerLM, load  # noqa: E402
-from weirdnet.models.peers import FLA_INSTALL, FLA_PEERS  # noqa: E402
+from weirdnet.models import load  # noqa: E402
 from weirdnet_lab import matching  # noqa: E402
+from weirdnet_lab.peers import FLA_INSTALL, FLA_PEERS, PeerLM  # noqa: E402
 
 CLASSES = {"fla-gated-deltanet": "GatedDeltaNetForCausalLM",
            "fla-mamba2": "Mamba2ForCausalLM"}

@@ -9,7 +9,7 @@ from helpers.context_parallel import spawn
 from helpers.context_parallel_models import BASE, ModelCase, run_model_cases, single
 from helpers.numerics import rel_err
 from weirdnet.ops.ring_attention import ring_sent_bytes
-from weirdnet.ops.weird_scan.context_parallel_cost import halo_values, step_values
+from weirdnet_lab.context_parallel.cost import halo_values, step_values
 
 A = dict(pattern="A")
 B_ROPE_CONV = dict(pattern="B", positions="rope", short_conv=4)

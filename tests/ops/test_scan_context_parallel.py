@@ -2,8 +2,9 @@
 
 Outputs, dA and dV equal the single-process ``"torch"`` backend's bitwise; everything,
 d log_w's sum over the group included, is within 1e-12 (float64) of the reference; the
-bytes each rank sends are those of ``context_parallel_cost.halo_values``.  One spawn per
-group size runs every case (helpers/context_parallel.py).
+bytes each rank sends are those of the lab's cost model
+(``weirdnet_lab.context_parallel.cost.halo_values``).  One spawn per group size runs every
+case (helpers/context_parallel.py).
 """
 
 import sys
@@ -20,12 +21,12 @@ from weirdnet.ops import (
     weird_scan_reference,
 )
 from weirdnet.ops.checks import levels_needed
-from weirdnet.ops.weird_scan.context_parallel_cost import (
+from weirdnet.ops.weird_scan.halo import ShardLayout
+from weirdnet_lab.context_parallel.cost import (  # the lab's cost model
     halo_values,
     halo_values_equal,
     step_values,
 )
-from weirdnet.ops.weird_scan.halo import ShardLayout
 
 TWO = [
     Case("L2", (1, 1)),

@@ -10,9 +10,10 @@ enforces it).  The lab holds the benchmarks, the papers' reported numbers and th
 claims, and the sweeps that train many models; its records are under ``lab/results``.
 
 - :mod:`.harness`: how the lab measures: a fresh child process per measurement
-  (``child``, ``children``), timing (``timing.time_step``), peak memory (``memory``,
-  ``memchild``), the machine and versions of a record (``machine``), the output folder
-  (``output``: one writer, nothing half-written), progress lines, allocator settings.
+  (``child``, ``children``), timing (``timing.time_step``), peak memory (``memory``;
+  its child job is ``opbench.memchild``), the machine and versions of a record
+  (``machine``), the output folder (``output``: one writer, nothing half-written),
+  progress lines, allocator settings.
 - :mod:`.sweep`: the sweep engine the suite, ``bench lm`` and ``bench recall`` share:
   cell records and their state (``store``), running the missing cells (``engine``), the
   training child of one cell (``cell``), intervals and report writing.

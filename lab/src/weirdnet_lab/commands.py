@@ -23,3 +23,8 @@ COMMANDS = {
     "scan-cost": "weirdnet_lab.scan_cost",
 }
 """Every benchmark, in ``weirdnet bench --help`` order: its module."""
+
+MODEL_MODULES = ("weirdnet_lab.peers",)
+"""The lab's model classes (``PeerLM``: the ``transformers`` and fla peers), which
+weirdnet's model table imports through this entry point on its first lookup
+(:func:`weirdnet.models.base.plugin_model_modules`)."""

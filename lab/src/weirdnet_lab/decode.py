@@ -194,7 +194,7 @@ def _build(name: str, context: int, device):
     if name in PRESETS:
         return build_preset(name, device=device)
     from weirdnet_lab import matching
-    from weirdnet_lab.lm.command import MODEL
+    from weirdnet_lab.lm.models import MODEL
 
     table = matching.matched_variant(name, MODEL)[0]
     with torch.device(device):
@@ -210,7 +210,7 @@ def _check_models(models: list[str]) -> None:
         if name in PRESETS:
             continue
         from weirdnet_lab import matching
-        from weirdnet_lab.lm.command import MODEL
+        from weirdnet_lab.lm.models import MODEL
 
         try:
             matching.matched_variant(name, MODEL)
@@ -240,7 +240,7 @@ def _layer_step_us(mixer, context: int, device, batch: int, repeats: int = 20) -
 
 
 def _mixer_of(model, name: str):
-    from weirdnet.layers.registry import factory
+    from weirdnet.layers import factory
 
     cls = factory(name)
     return next((b.mixer for b in model.backbone.blocks if type(b.mixer) is cls), None)

@@ -37,7 +37,8 @@ def knob(model: dict[str, Any]) -> str:
 def build(model: dict[str, Any], max_len: int = 64, vocab_size: int = 256):
     """The language model of a ``model`` table (a byte vocabulary by default; the
     embedding tables are not counted, so their sizes do not change a count)."""
-    from weirdnet.models import PeerLM, WeirdNetLM
+    from weirdnet.models import WeirdNetLM
+    from weirdnet_lab.peers import PeerLM
 
     backbone = {**model["backbone"], "vocab_size": vocab_size, "max_len": max_len,
                 "causal": True}

@@ -185,7 +185,7 @@ def _build_lm(spec: dict[str, Any], device):
     experiments.matching`), its step and its batches of random bytes."""
     import torch
 
-    from weirdnet.train.setup import enable_activation_checkpointing
+    from weirdnet.train import enable_activation_checkpointing
     from weirdnet_lab import matching
 
     table = matching.matched_variant(spec["mechanism"], _widths(spec))[0]

@@ -38,7 +38,7 @@ class Variant:
       causal).  Language modelling has no readout.
     - ``backbone``: other backbone keys it sets (the Transformer++ options).
     - ``peer``: a ``transformers`` model instead of a weirdnet backbone (a key of
-      :data:`weirdnet.models.PEERS`; causal LM tasks only), with ``peer_options`` (keys
+      :data:`weirdnet_lab.peers.PEERS`; causal LM tasks only), with ``peer_options`` (keys
       of its ``transformers`` config) and ``depth_factor`` (its layers per layer of the
       weirdnet models it is compared with: 2 for Mamba and Mamba-2, whose one block
       stands for attention and feed-forward).
@@ -68,7 +68,7 @@ class Variant:
         if self.peer:
             return False
         # deferred: the layers import torch, and the command line reads this module
-        from weirdnet.layers.registry import has_causal_form
+        from weirdnet.layers import has_causal_form
         from weirdnet.models import pattern_mixers
 
         return not all(has_causal_form(name) for name in pattern_mixers(self.pattern))
@@ -88,7 +88,7 @@ class Variant:
         has them; a weirdnet model takes every key."""
         if not self.peer:
             return {"backbone": {**widths, **self.backbone_overrides("lm")}}
-        from weirdnet.models import PEERS
+        from weirdnet_lab.peers import PEERS
 
         reads = PEERS[self.peer][1]
         return self.peer_model(

@@ -75,8 +75,6 @@ def generate_texts(args: argparse.Namespace) -> list[str]:
     """The prompt plus each sampled continuation, decoded to text."""
     import torch
 
-    from weirdnet.models.lm import WeirdNetLM
-    from weirdnet.models.peers import PeerLM
     from weirdnet.models.seq2seq import WeirdNetSeq2Seq
     from weirdnet.train.distributed import resolve_device
     from weirdnet.train.trained import load_trained
@@ -91,7 +89,7 @@ def generate_texts(args: argparse.Namespace) -> list[str]:
     info = info or {}
     encoding = args.encoding or info.get("encoding") or "utf-8"
     _check_encoding(encoding)
-    if not isinstance(model, WeirdNetLM | PeerLM | WeirdNetSeq2Seq):
+    if not callable(getattr(model, "generate", None)):  # an LM (a plugin's too), seq2seq
         raise ValueError(f"{model_dir} holds a {type(model).__name__}; generate needs a "
                          "language model (WeirdNetLM, PeerLM) or a WeirdNetSeq2Seq")
     vocab = (model.config.decoder if isinstance(model, WeirdNetSeq2Seq)

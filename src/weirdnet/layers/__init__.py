@@ -6,7 +6,7 @@ from .dba import DBACrossAttention, DBAttention, DBAuthorsAttention
 from .linear import LinearAttention, LinearAttentionCache
 from .linformer import LinformerAttention
 from .local import LocalAttention, LocalAttentionCache
-from .registry import available, build, register
+from .registry import available, build, factory, has_causal_form, register
 from .relation import Relation, RelationCache
 from .softmax import (
     CrossAttentionContext,
@@ -39,5 +39,7 @@ __all__ = [
     "WeirdAttentionCache",
     "available",
     "build",
+    "factory",
+    "has_causal_form",
     "register",
 ]

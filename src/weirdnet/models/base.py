@@ -21,6 +21,7 @@ from weirdnet._atomic import write_atomic
 from weirdnet._registry import Registry
 from weirdnet.typed_config import ConfigError, from_dict, to_dict
 
+from .backbone import Backbone
 from .safetensors_io import load_file, save_file
 from .size import check_fits_in_memory
 
@@ -29,15 +30,41 @@ HF_MODEL_TYPE = "weirdnet"
 """The ``model_type`` of a Hugging Face ``config.json`` written by :mod:`weirdnet.hf`; it
 holds the document of :meth:`WeirdNetModel.document` under the key ``weirdnet``, so one
 folder loads both with ``weirdnet.models.load`` and with ``from_pretrained``."""
-MODELS: Registry[type[WeirdNetModel]] = Registry("model class", (
+PLUGIN_GROUP = "weirdnet.commands"
+"""The entry-point group through which another distribution adds to weirdnet (the same
+group whose commands the command line reads): a module its entry point loads may list
+``MODEL_MODULES``, the modules whose ``@register_model`` classes join :data:`MODELS`
+(the lab's ``transformers`` and fla peers, ``PeerLM``)."""
+
+
+def plugin_model_modules() -> tuple[str, ...]:
+    """The ``MODEL_MODULES`` of every installed distribution's :data:`PLUGIN_GROUP`
+    entry point, in entry-point name order."""
+    from importlib.metadata import entry_points
+
+    points = sorted(entry_points(group=PLUGIN_GROUP), key=lambda point: point.name)
+    return tuple(name for point in points for name in getattr(point.load(), "MODEL_MODULES", ()))
+
+
+class _ModelTable(Registry):
+    """The registry of model classes: on the first lookup, the built-in modules and then
+    the plugins' (:func:`plugin_model_modules`) are imported."""
+
+    def _load(self) -> None:
+        if not self._loaded:
+            self.modules += plugin_model_modules()
+        super()._load()
+
+
+MODELS: Registry[type[WeirdNetModel]] = _ModelTable("model class", (
     "weirdnet.models.lm",          # WeirdNetLM
     "weirdnet.models.classifier",  # WeirdNetClassifier, WeirdNetDualEncoder
     "weirdnet.models.seq2seq",     # WeirdNetSeq2Seq
-    "weirdnet.models.peers",       # PeerLM
 ), error=KeyError)
 """Every model class a saved ``config.json`` may name.  The modules listed hold the
-built-in ones (``@register_model`` on each class), imported on the first lookup.  A new
-model module goes in this list."""
+built-in ones (``@register_model`` on each class), imported on the first lookup, with
+those the installed plugins list (:data:`PLUGIN_GROUP`).  A new built-in model module
+goes in this list."""
 
 
 def register_model(cls: type[WeirdNetModel]) -> type[WeirdNetModel]:
@@ -129,6 +156,18 @@ class WeirdNetModel(nn.Module):
     def after_load(self) -> None:
         """Called by :meth:`load` once the weights are in (e.g. to share tied weights
         again); nothing by default."""
+
+    def set_activation_checkpointing(self, mode: str, every: int = 1,
+                                     ffn_chunk: int = 0) -> None:
+        """``train.activation_checkpointing`` (``mode``: "none", "blocks" or "every_k",
+        with ``every``) and ``train.ffn_chunk``: by default on every backbone of the
+        model (an encoder-decoder has two; see
+        :meth:`Backbone.set_activation_checkpointing
+        <weirdnet.models.Backbone.set_activation_checkpointing>`).  A model with other
+        blocks (the lab's ``transformers`` peers) implements its own."""
+        for module in self.modules():
+            if isinstance(module, Backbone):
+                module.set_activation_checkpointing(mode, every, ffn_chunk)
 
 
 def model_document(model: str, config) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from .linear_attention import (
 )
 from .linformer import linformer_attention, linformer_reference
 from .local_attention import local_attention, local_attention_reference
+from .packing import check_doc_ids, per_document
 from .relation import relation_mix, relation_mix_continue, relation_reference
 from .sequence_shards import sharded_checkpoint_context
 from .short_conv import short_conv, short_conv_reference
@@ -33,6 +34,7 @@ from .weird_scan.context_parallel import (
     weird_scan_bidirectional_context_parallel,
     weird_scan_context_parallel,
 )
+from .weird_scan.halo import count_sent_bytes
 
 __all__ = [
     "dba_attention",
@@ -58,7 +60,10 @@ __all__ = [
     "softmax_attention",
     "softmax_attention_reference",
     "WeirdScanCache",
+    "check_doc_ids",
+    "count_sent_bytes",
     "levels_needed",
+    "per_document",
     "scan_backend_name",
     "sharded_checkpoint_context",
     "weird_scan",

@@ -12,7 +12,6 @@ import torch
 import torch.nn as nn
 
 from weirdnet.data.registry import get
-from weirdnet.models.backbone import Backbone
 from weirdnet.models.base import model_class
 from weirdnet.models.size import check_fits_in_memory, does_not_fit, parameter_count
 from weirdnet.train import tasks
@@ -85,28 +84,12 @@ def build_model(config: TrainConfig, info) -> nn.Module:
 
 def enable_activation_checkpointing(model: nn.Module, mode: str, every: int,
                                     ffn_chunk: int = 0) -> None:
-    """``train.activation_checkpointing`` (and ``train.ffn_chunk``) on every backbone of
-    ``model`` (an encoder-decoder has two); a ``transformers`` peer through its own
-    ``gradient_checkpointing_enable`` (every ``every``-th layer for "every_k")."""
+    """``train.activation_checkpointing`` (and ``train.ffn_chunk``) through the model's
+    own :meth:`~weirdnet.models.WeirdNetModel.set_activation_checkpointing` (nothing to do
+    when both are off)."""
     if mode == "none" and not ffn_chunk:
         return
-    peer = getattr(model, "peer", None)
-    if peer is not None and ffn_chunk:
-        raise ConfigError("train.ffn_chunk applies to weirdnet backbones; a transformers peer "
-                          "has its own blocks: set it to 0")
-    if peer is not None and mode == "none":
-        return
-    if peer is not None and hasattr(peer, "activation_checkpointing_enable"):
-        if not getattr(peer, "supports_gradient_checkpointing", False):
-            raise ConfigError(f"train.activation_checkpointing: the {type(peer).__name__} "
-                              "peer does not support it; set it to \"none\"")
-        peer.activation_checkpointing_enable(
-            activation_checkpointing_kwargs={"use_reentrant": False},
-            every_n_layers=every if mode == "every_k" else 1)
-        return
-    for module in model.modules():
-        if isinstance(module, Backbone):
-            module.set_activation_checkpointing(mode, every, ffn_chunk)
+    model.set_activation_checkpointing(mode, every, ffn_chunk)
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:

@@ -106,7 +106,7 @@ class ContextCell:
 
     def config_dict(self, work_dir: Path) -> dict[str, Any]:
         """The cell's training config (a dict ``TrainConfig.from_dict`` takes)."""
-        from weirdnet_lab.lm.command import model_table
+        from weirdnet_lab.lm.models import model_table
 
         model = model_table(self.variant.name)[0]
         model = {**model, "backbone": {**model["backbone"],

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from weirdnet.train.positions import short_bytes, span_label, truncation_rows
+from weirdnet.train import short_bytes, span_label, truncation_rows
 from weirdnet_lab.context.settings import BOUNDS, CORPUS
 from weirdnet_lab.opbench.report import markdown_table
 from weirdnet_lab.sweep import writing

@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from weirdnet.ops.weird_scan.context_parallel_cost import ring_values, step_values
+from weirdnet_lab.context_parallel.cost import ring_values, step_values
 from weirdnet_lab.opbench.report import markdown_table
 from weirdnet_lab.sweep import writing
 

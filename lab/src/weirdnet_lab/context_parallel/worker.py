@@ -19,7 +19,7 @@ Writes ``OUT_PREFIX.<rank>.json``: the shard's length, the RSS before the first 
 mmap threshold fixed at 1 MiB so freed large blocks go back to the system), each step's
 seconds (rank 0 waits for the group at the end of a step), and the halo bytes this rank
 sent in the first step (forward, backward and the halos a "resend" backward sends
-again; :func:`weirdnet.ops.weird_scan.halo.count_sent_bytes`
+again; :func:`weirdnet.ops.count_sent_bytes`
 counts the scan's and the short convolution's point-to-point messages), the number of
 Weird-attention layers and the scan's channels.
 """
@@ -56,7 +56,7 @@ def _step(model, opt, tokens, length: int, group_size: int) -> None:
     import torch
     import torch.distributed as dist
 
-    from weirdnet.models.lm import token_nll
+    from weirdnet.models import token_nll
 
     # the logits are not kept past the loss (the trainer's tasks do the same): the
     # backward needs only the cross-entropy's own saved tensors
@@ -81,8 +81,8 @@ def run(spec: dict, prefix: str) -> None:
     import torch.distributed as dist
 
     from weirdnet.layers import ContextParallel, WeirdAttention
-    from weirdnet.ops.weird_scan.halo import count_sent_bytes
-    from weirdnet.train.context_parallel import SequenceShards, shard_batch
+    from weirdnet.ops import count_sent_bytes
+    from weirdnet.train import SequenceShards, shard_batch
     from weirdnet_lab.harness.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
 
     torch.set_num_threads(1)

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 JOBS = {
-    "memory": "weirdnet_lab.harness.memchild:measure",    # peak extra memory of one fwd+bwd
+    "memory": "weirdnet_lab.opbench.memchild:measure",    # peak extra memory of one fwd+bwd
     "speed": "weirdnet_lab.speed:measure",         # a model's training steps/s, memory
     "compile": "weirdnet_lab.compile:measure",     # eager or compiled training steps/s
     "cell": "weirdnet_lab.sweep.cell:run_cell_and_record",  # one suite cell

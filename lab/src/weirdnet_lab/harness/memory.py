@@ -1,11 +1,12 @@
 """Peak extra memory of one forward+backward.
 
-CPU: measured in a fresh child process per (suite, method, shape) (:mod:`._memchild`), which
-applies the allocator setting of :mod:`.alloc` before importing torch, allocates the
-inputs and ``grad_out``, records its resident set size (RSS, ``/proc/self/statm``) as the
-baseline, runs forward+backward once and reads its peak RSS.  Extra = peak - baseline.
-A fresh process makes the number independent of what ran before; with freed memory kept
-in the heap, peak RSS is the true high-water mark.
+CPU: measured in a fresh child process per (suite, method, shape)
+(:mod:`weirdnet_lab.opbench.memchild`), which applies the allocator setting of
+:mod:`.alloc` before importing torch, allocates the inputs and ``grad_out``, records its
+resident set size (RSS, ``/proc/self/statm``) as the baseline, runs forward+backward once
+and reads its peak RSS.  Extra = peak - baseline.  A fresh process makes the number
+independent of what ran before; with freed memory kept in the heap, peak RSS is the true
+high-water mark.
 
 Peak RSS is ``VmHWM`` of ``/proc/self/status`` (the high-water mark of this process's own
 address space), reset to the current RSS right after the baseline is taken (writing ``5``

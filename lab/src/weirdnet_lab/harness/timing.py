@@ -7,11 +7,9 @@ report the rate of the training itself instead, read from the run's log
 (:func:`weirdnet_lab.sweep.cell.median_rates`): the steps/s of a real run, with
 its data and evaluations around it.
 
-What is timed for a :class:`~weirdnet_lab.opbench.methods.Case`:
-
-- forward: ``case.forward()`` under ``torch.no_grad()`` (inference forward).
-- forward+backward: grads of all inputs reset to None, ``case.forward()`` with autograd,
-  then ``out.backward(case.grad_out)``.
+The steps of an operator benchmark's :class:`~weirdnet_lab.opbench.methods.Case` (its
+forward, its forward+backward) are built by :func:`weirdnet_lab.opbench.methods.forward_step`
+and :func:`~weirdnet_lab.opbench.methods.forward_backward_step`.
 
 On CUDA the device is synchronised before reading the clock.
 """
@@ -24,35 +22,11 @@ from collections.abc import Callable
 
 import torch
 
-from weirdnet_lab.opbench.methods import Case
-
 
 def synchronize(device: torch.device) -> None:
     """Wait for queued kernels on ``device`` (no-op on CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def forward_step(case: Case) -> Callable[[], None]:
-    """One inference forward of ``case`` (no autograd graph)."""
-
-    def step() -> None:
-        with torch.no_grad():
-            case.forward()
-
-    return step
-
-
-def forward_backward_step(case: Case) -> Callable[[], None]:
-    """One forward+backward of ``case``; gradients are reset first, not accumulated."""
-
-    def step() -> None:
-        for t in case.inputs:
-            t.grad = None
-        out = case.forward()
-        out.backward(case.grad_out)
-
-    return step
 
 
 def time_step(

@@ -52,8 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet.data import DataMissingError
-from weirdnet_lab import matching
 from weirdnet_lab.harness import output
+from weirdnet_lab.lm.models import model_table, reference_parameters
 from weirdnet_lab.lm.settings import MIN_STEPS
 from weirdnet_lab.sweep.engine import add_jobs_argument
 from weirdnet_lab.sweep.store import CellStore
@@ -67,11 +67,6 @@ BYTES_PER_STEP = 16_384
 CALIBRATION_STEPS = 30
 DEFAULT_MINUTES = 10.0
 CORPUS = "wiki-xml"
-MODEL = {"dim": 128, "depth": 4, "d_ff": 512, "heads": 4, "dropout": 0.0}
-"""The sizes every model starts from before its parameters are matched."""
-REFERENCE_MODEL = matching.reference(MODEL)
-"""The model whose non-embedding parameters every model matches: the GPT-2-style
-Transformer at :data:`MODEL`."""
 
 HELP = "byte-level LMs at equal CPU-minutes or equal steps: bits per byte, peers included"
 
@@ -99,17 +94,6 @@ class Scale:
 
 
 QUICK = Scale(bytes_per_step=1024, calibration_steps=5, eval_batches=1, final_eval_batches=2)
-
-
-def reference_parameters() -> int:
-    """Non-embedding parameters of :data:`REFERENCE_MODEL`."""
-    return matching.matched_variant("softmax", MODEL)[2]
-
-
-def model_table(name: str) -> tuple[dict[str, Any], int]:
-    """(the ``model`` table of mechanism ``name``, matched to the reference; its
-    non-embedding parameters).  ValueError when it cannot be matched within 5%."""
-    return matching.matched_variant(name, MODEL)[:2]
 
 
 @dataclass(frozen=True)

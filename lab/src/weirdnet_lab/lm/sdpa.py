@@ -45,7 +45,7 @@ def record_if_cuda(results_dir: Path, names: list[str], contexts: list[int]) -> 
     import torch
 
     from weirdnet.utils import write_atomic
-    from weirdnet_lab.lm.command import model_table
+    from weirdnet_lab.lm.models import model_table
 
     if REFERENCE not in names or not torch.cuda.is_available():
         return

@@ -62,6 +62,28 @@ class Case:
         return sum(t.numel() * t.element_size() for t in (*self.inputs, self.grad_out))
 
 
+def forward_step(case: Case) -> Callable[[], None]:
+    """One inference forward of ``case`` (no autograd graph)."""
+
+    def step() -> None:
+        with torch.no_grad():
+            case.forward()
+
+    return step
+
+
+def forward_backward_step(case: Case) -> Callable[[], None]:
+    """One forward+backward of ``case``; gradients are reset first, not accumulated."""
+
+    def step() -> None:
+        for t in case.inputs:
+            t.grad = None
+        out = case.forward()
+        out.backward(case.grad_out)
+
+    return step
+
+
 @dataclass(frozen=True)
 class Method:
     """A compared method: CLI ``name``, table ``label`` and a ``build`` function.

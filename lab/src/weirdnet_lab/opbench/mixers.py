@@ -95,10 +95,10 @@ def raw_of(name: str) -> str:
 
 @functools.cache
 def _constructor_parameters(mixer: str) -> frozenset[str]:
-    from weirdnet.layers import registry
+    from weirdnet.layers import factory
 
     try:
-        return frozenset(inspect.signature(registry.factory(mixer)).parameters)
+        return frozenset(inspect.signature(factory(mixer)).parameters)
     except (TypeError, ValueError):
         return frozenset()
 

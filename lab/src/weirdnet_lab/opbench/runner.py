@@ -232,15 +232,16 @@ def _time_length(config: Config, suite: OpBench, names: list[str], L: int, progr
     """
     import torch
 
-    from weirdnet_lab.harness import memory, timing
+    from weirdnet_lab.harness import memory
+    from weirdnet_lab.opbench.methods import forward_backward_step, forward_step
 
     device = torch.device(config.device)
     prepared = [_prepare_row(config, suite, name, L, progress) for name in names]
     rows = [row for row, _ in prepared]
     live = [(row, case) for row, case in prepared if case is not None]
     try:
-        for key, make_step in (("fwd", timing.forward_step),
-                               ("fwdbwd", timing.forward_backward_step)):
+        for key, make_step in (("fwd", forward_step),
+                               ("fwdbwd", forward_backward_step)):
             label = "fwd" if key == "fwd" else "fwd+bwd"
             steps = []
             for row, case in live:
@@ -255,7 +256,7 @@ def _time_length(config: Config, suite: OpBench, names: list[str], L: int, progr
                     for t in case.inputs:  # the baseline must not hold the last grads
                         t.grad = None
                     row["memory"] = memory.measure_cuda(
-                        timing.forward_backward_step(case), device)
+                        forward_backward_step(case), device)
                     row["mem_mib"] = row["memory"]["extra_mib"]
     finally:
         live = prepared = steps = None  # free the inputs before the next length

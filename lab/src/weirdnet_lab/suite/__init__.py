@@ -5,8 +5,8 @@ papers' reported numbers and their claims.
 - :mod:`.budgets`: smoke / laptop / cpu / gpu / paper: sizes and steps per task;
 - :mod:`.plan` and :mod:`.cells`: which (task, variant, seed) cells a table needs, and each
   one's training config;
-- :mod:`.numbers`: the numbers the papers report (never ours); :mod:`.baselines`: what a
-  model that ignores its input scores;
+- :mod:`.numbers`: the numbers the papers report (never ours);
+  :mod:`weirdnet_lab.sweep.baselines`: what a model that ignores its input scores;
 - :mod:`.report`, :mod:`.document`, :mod:`.claims`, :mod:`.figure`: the Markdown tables,
   the claim checks and Fig. 6;
 - :mod:`.command`: the command line.

@@ -189,7 +189,7 @@ def _test_text(task: Task, run: dict[str, Any]) -> str:
 def _decided_lines(budget: Budget, results: Results) -> list[str]:
     """Per task run: its trivial baseline, the Transformer's score, the bar, and whether
     this budget decides anything on it; then the tasks the budget leaves out, and why."""
-    from weirdnet_lab.suite.baselines import bar, describe, is_accuracy
+    from weirdnet_lab.sweep.baselines import bar, describe, is_accuracy
 
     lines = ["A task decides comparisons only where the Transformer clearly learns it: test "
              "accuracy at least 10 points above the best trivial baseline on the items read "

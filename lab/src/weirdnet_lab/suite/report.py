@@ -15,8 +15,8 @@ from typing import Any
 
 from weirdnet_lab.opbench.report import markdown_table
 from weirdnet_lab.suite import numbers
-from weirdnet_lab.suite.baselines import best, learned
 from weirdnet_lab.suite.tasks import get_task
+from weirdnet_lab.sweep.baselines import best, learned
 from weirdnet_lab.sweep.intervals import Z95, accuracy_interval, mean_interval
 from weirdnet_lab.variants import VARIANTS
 
@@ -98,8 +98,9 @@ class Results:
 
     def baselines(self, task: str) -> list[dict[str, Any]]:
         """The task's trivial baselines: the one its Transformer records state (majority
-        class or unigram entropy, :mod:`.baselines`), then its stored ones (:mod:`.shortcuts`:
-        the majority class where no record states it, and the shortcuts)."""
+        class or unigram entropy, :mod:`weirdnet_lab.sweep.baselines`), then its stored
+        ones (:mod:`.shortcuts`: the majority class where no record states it, and the
+        shortcuts)."""
         stated = next((r["baseline"] for r in self.done(task, "softmax") if r.get("baseline")),
                       None)
         found = [stated] if stated else []

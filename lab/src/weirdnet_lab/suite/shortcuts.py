@@ -203,7 +203,7 @@ def compute_record(records: list[dict[str, Any]], task: str) -> dict[str, Any]:
 
     from weirdnet.data import get
     from weirdnet_lab.harness.machine import code_version, machine_info
-    from weirdnet_lab.suite.baselines import trivial_baseline
+    from weirdnet_lab.sweep.baselines import trivial_baseline
     from weirdnet_lab.sweep.store import config_hash
 
     started = time.perf_counter()

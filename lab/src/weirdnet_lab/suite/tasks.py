@@ -75,6 +75,6 @@ def get_task(name: str) -> Task:
 def configs_dir() -> Path:
     """The configs the suite builds on: the ones shipped in the package
     (``$WEIRDNET_CONFIGS`` overrides; see :mod:`weirdnet.train.named_configs`)."""
-    from weirdnet.train.named_configs import config_dir
+    from weirdnet.train import config_dir
 
     return config_dir()

@@ -133,7 +133,7 @@ def median_rates(log_file: Path, batch_size: int) -> dict[str, float | None]:
 def evaluations(log_file: Path) -> list[dict[str, Any]]:
     """The periodic validation evaluations of a run log: ``{"step", "metrics"}`` by step
     (a resumed run's redone evaluations counted once, as ``weirdnet plot`` reads them)."""
-    from weirdnet.train.plot import read_log
+    from weirdnet.train import read_log
 
     return [{"step": step, "metrics": metrics}
             for step, metrics in read_log(log_file).evals.get("val", [])]
@@ -144,11 +144,10 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     allocator = reuse_freed_memory()
     import torch
 
-    from weirdnet.train.config import TrainConfig
-    from weirdnet.train.trainer import Trainer
+    from weirdnet.train import TrainConfig, Trainer
     from weirdnet_lab.harness.machine import machine_info
     from weirdnet_lab.harness.memory import PeakMemory
-    from weirdnet_lab.suite.baselines import trivial_baseline
+    from weirdnet_lab.sweep.baselines import trivial_baseline
     from weirdnet_lab.sweep.store import run_matches
 
     config = TrainConfig.from_dict(spec["config"])
@@ -187,7 +186,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     if stages:
         record["stages"] = stages
     if spec["cell"].get("positions"):  # bits per byte by context length (bench context)
-        from weirdnet_lab.context.evaluate import context_measurements
+        from weirdnet_lab.sweep.context_eval import context_measurements
 
         record.update(context_measurements(run_dir, config, spec["cell"]["positions"],
                                            trainer.processes.device))
@@ -198,8 +197,7 @@ def train_stage(config_dict: dict[str, Any], fresh: bool) -> dict[str, Any]:
     """Train one curriculum stage of a cell (resumed where its run holds checkpoints of
     this config, unless ``fresh``; a finished one is left as it is) and return what the
     cell's record keeps of it."""
-    from weirdnet.train.config import TrainConfig
-    from weirdnet.train.trainer import Trainer
+    from weirdnet.train import TrainConfig, Trainer
     from weirdnet_lab.sweep.store import config_hash, run_matches
 
     config = TrainConfig.from_dict(config_dict)

@@ -4,7 +4,7 @@ Counts are *values per batch row and channel*; bytes = values x B x D x itemsize
 Positions are in scan order (the anti-causal scan reverses the shards' order).
 
     halo_values          (a) the log-step scan with distributed halos, implemented in
-                         context_parallel.py: exact per rank, any shard lengths
+                         weirdnet.ops.weird_scan.context_parallel: exact per rank, any shard lengths
     step_values          (a) per training step, for halos="keep" or "resend"
     halo_values_equal    (a) in closed form for P equal shards of S = 2^c positions
     chunk_values         (b) the chunk factorization (not implemented; its derivation)
@@ -14,7 +14,7 @@ Positions are in scan order (the anti-causal scan reverses the shards' order).
 
 from __future__ import annotations
 
-from ..checks import levels_needed
+from weirdnet.ops import levels_needed
 
 STATE = 3  # (m, h, u) or the adjoint's (bm, b1, b2): values per position and channel
 

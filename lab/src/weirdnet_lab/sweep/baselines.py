@@ -1,10 +1,10 @@
 """What a model that ignores its input scores on a test split, and whether a trained model
 clearly beat it: the bar a budget must clear before its numbers rank anything.
 
-- classification and retrieval: the majority class's share of the split (accuracy, %),
-  and the shortcut classifiers of :mod:`.shortcuts` (the first operator of ListOps, a
-  linear probe on order-free features); a model has learned the task when its accuracy
-  is at least ``ACCURACY_MARGIN`` points above the best of them;
+- classification and retrieval: the majority class's share of the split (accuracy, %), and
+  the shortcut classifiers of :mod:`weirdnet_lab.suite.shortcuts` (the first operator of
+  ListOps, a linear probe on order-free features); a model has learned the task when its
+  accuracy is at least ``ACCURACY_MARGIN`` points above the best of them;
 - lm: the unigram entropy of the split's bytes (bits per byte, the best a model that
   ignores context can do); learned when the model's bits per byte are at least
   ``BPB_MARGIN`` below it.

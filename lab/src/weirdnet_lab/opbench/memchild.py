@@ -1,17 +1,19 @@
-"""The ``memory`` job of :mod:`.child`: the peak extra CPU memory of one forward+backward.
+"""The ``memory`` job of :mod:`weirdnet_lab.harness.child`: the peak extra CPU memory of
+one forward+backward.
 
 Spec: ``suite`` (operator benchmark), ``method``, ``batch``, ``length``, ``dim``,
-``head_dim``, ``dtype``, ``threads``, ``seed``.  Order of events (see :mod:`.memory`):
+``head_dim``, ``dtype``, ``threads``, ``seed``.  Order of events (see
+:mod:`weirdnet_lab.harness.memory`):
 
-1. allocator setting (:mod:`.child` applies it before torch is imported, so every tensor
-   is served from the heap);
+1. allocator setting (:mod:`weirdnet_lab.harness.child` applies it before torch is
+   imported, so every tensor is served from the heap);
 2. one forward+backward on a tiny shape, to load kernels, thread pools and autograd state
    whose one-off memory is not the method's per-call cost (skipped if it fails: the
    real measurement then reports any error);
 3. the real inputs and ``grad_out`` (nothing larger is built): baseline = current RSS;
    the peak RSS is reset to it, and checked to be no higher than it;
 4. one forward+backward; extra = peak RSS - baseline (peak RSS: ``VmHWM``, see
-   :mod:`.memory` for why not ``ru_maxrss``).
+   :mod:`weirdnet_lab.harness.memory` for why not ``ru_maxrss``).
 """
 
 from __future__ import annotations
@@ -33,8 +35,7 @@ def measure(spec: dict) -> dict:
     import torch
 
     from weirdnet_lab.harness.memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
-    from weirdnet_lab.harness.timing import forward_backward_step
-    from weirdnet_lab.opbench.methods import Shape
+    from weirdnet_lab.opbench.methods import Shape, forward_backward_step
     from weirdnet_lab.opbench.spec import get_opbench
 
     if args.threads > 0:

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 transformers = pytest.importorskip("transformers")
 
 from weirdnet.cli import main  # noqa: E402
-from weirdnet.models import PeerLM, load  # noqa: E402
-from weirdnet.typed_config import ConfigError  # noqa: E402
+from weirdnet.models import ConfigError, load  # noqa: E402
+from weirdnet_lab.peers import PeerLM  # noqa: E402
 
 CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM",
            "mamba2": "Mamba2ForCausalLM", "rwkv": "RwkvForCausalLM",
@@ -165,12 +165,11 @@ def test_a_peer_on_a_task_that_is_not_a_causal_lm_is_refused(tmp_path, capsys):
     assert "peer models are causal LMs" in capsys.readouterr().err
 
 
-def test_info_describes_a_saved_peer_with_its_tied_weights_counted_once(tmp_path):
-    from weirdnet.models.info import describe_target
-
+def test_info_describes_a_saved_peer_with_its_tied_weights_counted_once(tmp_path, capsys):
     model = _peer("mamba")
     model.save(tmp_path / "m")
-    text = describe_target(str(tmp_path / "m"))
+    assert main(["info", str(tmp_path / "m")]) == 0
+    text = capsys.readouterr().out
     assert "peer     MambaForCausalLM from transformers: D=32, 2 layers" in text
     assert f"parameters  {model.num_parameters():,}" in text and "layers: MambaBlock" in text
 
@@ -178,8 +177,7 @@ def test_info_describes_a_saved_peer_with_its_tied_weights_counted_once(tmp_path
 def test_mambas_decay_rate_and_skip_are_left_out_of_weight_decay():
     """mamba_ssm trains A_log and D without weight decay; the peer carries that mark and
     the trainer's optimiser honours it (Mamba's A_log is a matrix)."""
-    from weirdnet.train.config import TrainConfig
-    from weirdnet.train.setup import make_optimizer
+    from weirdnet.train import TrainConfig, make_optimizer
 
     model = _peer("mamba")
     marked = {n for n, p in model.named_parameters() if getattr(p, "_no_weight_decay", False)}
@@ -217,7 +215,7 @@ def test_a_recurrent_peers_cached_greedy_decoding_is_its_full_pass(name, dim):
 def test_activation_checkpointing_of_a_peer_gives_the_same_gradients(name):
     """``train.activation_checkpointing`` reaches a peer through transformers' own
     switch; the gradients are those of the plain pass."""
-    from weirdnet.train.setup import enable_activation_checkpointing
+    from weirdnet.train import enable_activation_checkpointing
 
     model = _peer(name).double().train()
     ids = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(0))

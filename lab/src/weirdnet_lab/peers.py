@@ -1,5 +1,7 @@
 """Peers from ``transformers`` and flash-linear-attention, trained by weirdnet's own
-trainer, data, loss and scorer.
+trainer, data, loss and scorer: the lab's models for comparisons, which join weirdnet's
+model table (``model.peer`` in a training config, ``weirdnet.models.load``) through the
+lab's entry point (:data:`weirdnet_lab.commands.MODEL_MODULES`).
 
 :class:`PeerLM` wraps a ``transformers`` causal LM built from its own config class (never
 re-implemented): ``peer = "llama" | "mamba" | "mamba2" | "rwkv" | "qwen3-next" |
@@ -74,13 +76,18 @@ from typing import Any
 
 import torch
 
-from weirdnet.ops.packing import check_doc_ids, per_document
-from weirdnet.typed_config import ConfigError
-
-from .base import WeirdNetModel, register_model
-from .config import BackboneConfig
-from .lm import LMOutput, lm_loss, positions_at, selected_output
-from .presets import swiglu_width
+from weirdnet.models import (
+    BackboneConfig,
+    ConfigError,
+    LMOutput,
+    WeirdNetModel,
+    lm_loss,
+    positions_at,
+    register_model,
+    selected_output,
+    swiglu_width,
+)
+from weirdnet.ops import check_doc_ids, per_document
 
 _MAPPED = frozenset({"dim", "depth", "vocab_size", "max_len", "norm_eps", "causal"})
 """The backbone keys every peer reads (causal: a peer is always a causal LM)."""
@@ -344,6 +351,25 @@ class PeerLM(WeirdNetModel):
         """Tie the embeddings again (a load onto the meta device assigns each tensor)."""
         self.peer.tie_weights()
 
+    def set_activation_checkpointing(self, mode: str, every: int = 1,
+                                     ffn_chunk: int = 0) -> None:
+        """``train.activation_checkpointing`` through the peer's own
+        ``activation_checkpointing_enable`` (every ``every``-th layer for "every_k",
+        non-reentrant); "none" leaves it as it is.  ``ffn_chunk`` (a weirdnet backbone's)
+        must be 0: a peer has its own blocks."""
+        peer = self.peer
+        if ffn_chunk:
+            raise ConfigError("train.ffn_chunk applies to weirdnet backbones; a transformers "
+                              "peer has its own blocks: set it to 0")
+        if mode == "none" or not hasattr(peer, "activation_checkpointing_enable"):
+            return
+        if not getattr(peer, "supports_gradient_checkpointing", False):
+            raise ConfigError(f"train.activation_checkpointing: the {type(peer).__name__} "
+                              "peer does not support it; set it to \"none\"")
+        peer.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False},
+            every_n_layers=every if mode == "every_k" else 1)
+
     def forward(self, input_ids: torch.Tensor, targets: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, doc_ids: torch.Tensor | None = None, *,
                 logits_at: torch.Tensor | None = None) -> LMOutput:
@@ -353,7 +379,7 @@ class PeerLM(WeirdNetModel):
         ``logits_at`` (B, L) bool: logits (N, V) and the loss only at those positions, as
         :meth:`WeirdNetLM.forward <weirdnet.models.WeirdNetLM.forward>` (a peer computes
         every position's logits and then selects).  Returns
-        :class:`~weirdnet.models.lm.LMOutput`."""
+        :class:`~weirdnet.models.LMOutput`."""
         if input_ids.dim() != 2 or input_ids.is_floating_point():
             raise ValueError(f"input_ids must be integer ids (batch, length), got "
                              f"{input_ids.dtype} {tuple(input_ids.shape)}")
