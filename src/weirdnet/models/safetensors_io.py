@@ -1,13 +1,14 @@
-"""Reading and writing the safetensors format with torch alone (no pickle).
+"""safetensors files (the ``safetensors`` library writes and reads the format; no pickle),
+with a checksum.
 
 Layout: an 8-byte little-endian header size N, a JSON header of N bytes mapping each name
-to ``{"dtype", "shape", "data_offsets": [begin, end]}`` (offsets into the data section)
-plus an optional ``"__metadata__"`` of strings, then the raw little-endian data.  Files
-written here are readable by the ``safetensors`` package and vice versa.  We add the
-SHA-256 of the data section to the metadata (``weirdnet.sha256``) and check it on load, so
-a flipped byte is an error rather than silently wrong weights; :func:`add_checksum` adds it
-to a file another writer made (a Hugging Face export) and :func:`verify_file` checks a file
-before another reader loads it.
+to ``{"dtype", "shape", "data_offsets"}`` plus an optional ``"__metadata__"`` of strings,
+then the raw data.  We add the SHA-256 of the data section to the metadata
+(``weirdnet.sha256``) and check it on load, so a flipped byte is an error rather than
+silently wrong weights; :func:`add_checksum` adds it to a file another writer made (a
+Hugging Face export) and :func:`verify_file` checks a file before another reader loads
+it.  Every damage (short, truncated, bad JSON, bad entry, checksum) is a
+:class:`SafetensorsError` naming the file.
 """
 
 from __future__ import annotations
@@ -19,15 +20,12 @@ import struct
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as _decode
+from safetensors.torch import save as _encode
 
 from weirdnet._atomic import write_atomic
 
-DTYPES = {
-    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
-    torch.uint8: "U8", torch.bool: "BOOL",
-}
-_BY_NAME = {name: dtype for dtype, name in DTYPES.items()}
 _CHECKSUM_KEY = "weirdnet.sha256"
 _MAX_HEADER = 100 * 2**20
 
@@ -36,39 +34,36 @@ class SafetensorsError(ValueError):
     """A file that is not valid safetensors, is truncated, or fails its checksum."""
 
 
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
-
-
 def save_file(tensors: dict[str, torch.Tensor], path: str | os.PathLike,
               metadata: dict[str, str] | None = None) -> None:
-    """Write ``tensors`` to ``path`` atomically (a temporary file, then a rename)."""
-    header: dict = {}
-    chunks, offset = [], 0
-    for name in sorted(tensors):
-        tensor = tensors[name]
-        if tensor.dtype not in DTYPES:
-            raise TypeError(f"{name}: dtype {tensor.dtype} has no safetensors code")
-        data = _tensor_bytes(tensor)
-        header[name] = {"dtype": DTYPES[tensor.dtype], "shape": list(tensor.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
-    digest = hashlib.sha256()
-    for chunk in chunks:
-        digest.update(chunk)
-    meta = dict(metadata or {})
-    meta[_CHECKSUM_KEY] = digest.hexdigest()
-    header["__metadata__"] = meta
-    write_atomic(path, [*_pack_header(header), *chunks])
+    """Write ``tensors`` (any device; tied ones as separate copies) to ``path`` with the
+    checksum of their data, atomically (a temporary file, then a rename)."""
+    raw = _encode(_separate(tensors), metadata=dict(metadata or {}))
+    header, start = read_header(raw, str(path))
+    write_atomic(path, _with_checksum(header, memoryview(raw)[start:]))
 
 
-def _pack_header(header: dict) -> list[bytes]:
-    """The size field and the JSON header, padded with spaces so the data is 8-aligned."""
+def _separate(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Contiguous CPU tensors, none sharing memory with another (the library refuses
+    shared ones: tied weights are written once per name, as they are read back)."""
+    out, seen = {}, set()
+    for name, tensor in tensors.items():
+        flat = tensor.detach().to("cpu").contiguous()
+        key = flat.untyped_storage().data_ptr()
+        out[name] = flat.clone() if flat.numel() and key in seen else flat
+        seen.add(key)
+    return out
+
+
+def _with_checksum(header: dict, data: memoryview) -> list:
+    """The file's pieces (size field, JSON header padded with spaces so the data stays
+    8-aligned, data) with the SHA-256 of ``data`` in the header's metadata."""
+    meta = dict(header.get("__metadata__") or {})
+    meta[_CHECKSUM_KEY] = hashlib.sha256(data).hexdigest()
+    header = {**header, "__metadata__": meta}
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    return [struct.pack("<Q", len(text)), text]
+    return [struct.pack("<Q", len(text)), text, data]
 
 
 def add_checksum(path: str | os.PathLike) -> None:
@@ -77,11 +72,7 @@ def add_checksum(path: str | os.PathLike) -> None:
     and their bytes are unchanged.  The file is rewritten atomically."""
     raw = Path(path).read_bytes()
     header, start = read_header(raw, str(path))
-    data = memoryview(raw)[start:]
-    meta = dict(header.get("__metadata__") or {})
-    meta[_CHECKSUM_KEY] = hashlib.sha256(data).hexdigest()
-    header["__metadata__"] = meta
-    write_atomic(path, [*_pack_header(header), data])
+    write_atomic(path, _with_checksum(header, memoryview(raw)[start:]))
 
 
 def verify_file(path: str | os.PathLike) -> bool:
@@ -129,38 +120,17 @@ def read_header(raw: bytes, path: str) -> tuple[dict, int]:
 
 def load_file(path: str | os.PathLike, device: str | torch.device = "cpu"
               ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """``(tensors, metadata)`` from a safetensors file, every entry and the checksum
-    (when present) verified."""
+    """``(tensors, metadata)`` from a safetensors file (tensors in name order), the
+    checksum (when present) and every entry verified."""
     path = str(path)
     raw = Path(path).read_bytes()
     header, start = read_header(raw, path)
-    metadata = header.pop("__metadata__", None) or {}
-    data = raw[start:]
+    metadata = header.get("__metadata__") or {}
     expected = metadata.get(_CHECKSUM_KEY)
-    if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+    if expected is not None and hashlib.sha256(memoryview(raw)[start:]).hexdigest() != expected:
         raise SafetensorsError(_mismatch(path))
-    buffer = bytearray(data)
-    tensors = {name: _entry(name, spec, buffer, path).to(device)
-               for name, spec in header.items()}
-    return tensors, metadata
-
-
-def _entry(name: str, spec, buffer: bytearray, path: str) -> torch.Tensor:
     try:
-        dtype = _BY_NAME[spec["dtype"]]
-        shape = [int(n) for n in spec["shape"]]
-        begin, end = (int(n) for n in spec["data_offsets"])
-    except (KeyError, TypeError, ValueError):
-        raise SafetensorsError(f"{path}: malformed header entry for {name!r}: {spec!r}") from None
-    count = 1
-    for n in shape:
-        count *= n
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    if not 0 <= begin <= end <= len(buffer) or end - begin != count * itemsize:
-        raise SafetensorsError(f"{path}: entry {name!r} has offsets [{begin}, {end}) that do "
-                               f"not match its shape {shape} and dtype {spec['dtype']} within "
-                               f"{len(buffer)} data bytes; the file is truncated or corrupted")
-    if count == 0:
-        return torch.empty(shape, dtype=dtype)
-    flat = torch.frombuffer(buffer, dtype=torch.uint8, count=end - begin, offset=begin)
-    return flat.view(dtype).reshape(shape).clone()
+        tensors = _decode(raw)
+    except (SafetensorError, ValueError, TypeError) as error:
+        raise SafetensorsError(f"{path}: {error}; the file is truncated or corrupted") from None
+    return {name: tensors[name].to(device) for name in sorted(tensors)}, metadata
