@@ -63,6 +63,8 @@ def run_tier(name: str, command: list[str], work: Path) -> dict:
     junit = work / f"{name}.xml"
     env = {**os.environ, "COVERAGE_PROCESS_START": str(ROOT / "pyproject.toml"),
            "COVERAGE_FILE": str(data / ".coverage")}
+    if "-n" in command:  # one thread a worker: N workers share N cores (unless set)
+        env.setdefault("OMP_NUM_THREADS", "1")
     args = [sys.executable if command[0] == "python" else command[0], *command[1:],
             "-p", "no:cacheprovider", f"--junitxml={junit}"]
     print(f"--- {name} tier: {' '.join(command)}", flush=True)
