@@ -96,6 +96,17 @@ LOG2E_LO = tl.constexpr(1.9259629911266175e-08)
 
 
 @triton.jit
+def _div(h, u):
+    """h / u rounded to nearest: tl.div_rn in float32 (plain ``/`` compiles to an
+    approximate division there), ``/`` in float64 (IEEE already; div_rn takes fp32 only)."""
+    if h.dtype == tl.float64:
+        q = h / u
+    else:
+        q = tl.div_rn(h, u)
+    return q
+
+
+@triton.jit
 def _max2(a, b):
     return tl.maximum(a, b)
 
@@ -168,7 +179,7 @@ def _token(x, v, real, NATURAL: tl.constexpr, STATE: tl.constexpr, NEG: tl.const
 def _form(m, h, u, F64: tl.constexpr):
     """(log2 U, O) of a state, the same bits for every power-of-two representation of it:
     ``(m + e) + log2(fr)`` with ``u = fr 2^e``, fr in [0.5, 1).  U = 0 gives (-inf, h)."""
-    o = tl.where(u == 0, h, tl.div_rn(h, u))
+    o = tl.where(u == 0, h, _div(h, u))
     if F64:
         bits = u.to(tl.int64, bitcast=True)
         e = ((bits >> 52) & 0x7FF) - 1022
@@ -364,7 +375,7 @@ def _e2_pass_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, y1_ptr, y2_ptr,
     while k0 < nl:
         if k0 > 0:  # form point lo + k0: outputs of positions before 2^(lo+k0), new form
             top = tl.full((), 1, tl.int64) << (lo + k0)
-            tl.store(out_ptr + offs, tl.div_rn(h, u).to(out_ptr.dtype.element_ty),
+            tl.store(out_ptr + offs, _div(h, u).to(out_ptr.dtype.element_ty),
                      mask=mine & (p >= band_lo) & (p < top))
             band_lo = top
             lu, o = _form(m, h, u, F64)
@@ -378,11 +389,11 @@ def _e2_pass_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, y1_ptr, y2_ptr,
         nseg += 1
         k0 = k1
     if LAST:
-        tl.store(out_ptr + offs, tl.div_rn(h, u).to(out_ptr.dtype.element_ty),
+        tl.store(out_ptr + offs, _div(h, u).to(out_ptr.dtype.element_ty),
                  mask=mine & (p >= band_lo))
     else:
         top = tl.full((), 1, tl.int64) << (lo + nl)
-        tl.store(out_ptr + offs, tl.div_rn(h, u).to(out_ptr.dtype.element_ty),
+        tl.store(out_ptr + offs, _div(h, u).to(out_ptr.dtype.element_ty),
                  mask=mine & (p >= band_lo) & (p < top))
         lu, o = _form(m, h, u, F64)
         tl.store(y1_ptr + offs, lu, mask=mine)
@@ -420,13 +431,13 @@ def _e2_extend_kernel(a_ptr, v_ptr, valid_ptr, logw_ptr, rm_ptr, rh_ptr, ru_ptr,
         x1 = tl.load(a_ptr + b * sab + tt * sat + d, mask=real, other=0).to(STATE)
         x2 = tl.load(v_ptr + b * svb + tt * svt + d, mask=real, other=0).to(STATE)
         m, h, u = _token(x1, x2, real, True, STATE, NEG)
-        o_out = tl.div_rn(h, u)
+        o_out = _div(h, u)
         done = tl.full((), 0, tl.int32)
         for k in range(nlev):
             s = 1 << k
             if ((points >> k) & 1) != 0:
                 if done == 0:
-                    o_out = tl.div_rn(h, u)
+                    o_out = _div(h, u)
                     if t < s:
                         done = 1
                 lu, o = _form(m, h, u, F64)
@@ -448,7 +459,7 @@ def _e2_extend_kernel(a_ptr, v_ptr, valid_ptr, logw_ptr, rm_ptr, rh_ptr, ru_ptr,
                 u = tl.fma(up, sp, u * ss)
                 m = big
         if done == 0:
-            o_out = tl.div_rn(h, u)
+            o_out = _div(h, u)
         tl.store(out_ptr + (b * T + tt) * D + d, o_out.to(out_ptr.dtype.element_ty), mask=dm)
 
 
