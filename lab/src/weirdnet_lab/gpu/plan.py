@@ -43,9 +43,14 @@ DRY_RUN_NOTE = "CPU dry run: no GPU numbers"
 GPU_TESTS = {"full": ("tests/ops/test_scan_triton.py", "tests/ops/test_scan_nonfinite.py"),
              "quick": ("tests/ops/test_scan_triton.py",)}
 """The test files whose cases run on CUDA when it is there (relative to the checkout)."""
-DRY_RUN_TESTS = ("tests/ops/test_scan_triton.py::test_forward_matches_reference[True-37-2]",
-                 "tests/ops/test_scan_triton.py::test_gradients_match_reference[37-2-False-dtype11]",
-                 "tests/ops/test_scan_triton.py::test_decoding_is_bitwise_the_full_pass[2]")
+DRY_RUN_TESTS = tuple(
+    f"tests/ops/test_scan_triton.py::{test}" for test in (
+        "test_forward_matches_reference[triton-True-37-2]",
+        "test_gradients_match_reference[triton-37-2-False-dtype11]",
+        "test_decoding_is_bitwise_the_full_pass[triton-2]",
+        # the new kernel (its backward is "triton"'s)
+        "test_forward_matches_reference[triton-e2-True-37-2]",
+        "test_decoding_is_bitwise_the_full_pass[triton-e2-2]"))
 """A few Triton kernels under the interpreter at tiny sizes (about 10 s on a CPU)."""
 
 SCAN = {"full": {"lengths": (1024, 2048, 4096, 8192, 16384, 32768, 65536)},
