@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 from ._common import add_set_argument, expected_errors, fail
@@ -159,10 +158,12 @@ def _truncation(args: argparse.Namespace, model, data, splits: list[str], device
 
 def _non_finite(results: dict[str, dict[str, float]]) -> str:
     """``"the val loss is nan"`` for the first non-finite metric of any split ("" if none)."""
+    from weirdnet.train.evaluation import non_finite
+
     for split, metrics in results.items():
-        for name, value in metrics.items():
-            if not math.isfinite(value):
-                return f"the {split} {name} is {value}"
+        found = non_finite(metrics)
+        if found is not None:
+            return f"the {split} {found[0]} is {found[1]}"
     return ""
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from contextlib import nullcontext
 
@@ -14,6 +15,13 @@ from weirdnet._signals import STOP
 from weirdnet.train import distributed as dist_util
 from weirdnet.train import tasks
 from weirdnet.train.loading import EvalBatches
+
+
+def non_finite(metrics: dict[str, float]) -> tuple[str, float] | None:
+    """The first metric of an evaluation that is NaN or infinite, as (name, value); None
+    when all are finite.  Such an evaluation is never a success nor a best model."""
+    return next(((name, value) for name, value in metrics.items()
+                 if not math.isfinite(value)), None)
 
 
 def evaluate(model: nn.Module, dataset, info, batch_size: int,

@@ -41,7 +41,7 @@ from weirdnet.train import checkpoint as ckpt
 from weirdnet.train import context_parallel, data_fingerprint, tasks
 from weirdnet.train import distributed as dist_util
 from weirdnet.train.config import TrainConfig, eval_due
-from weirdnet.train.evaluation import evaluate
+from weirdnet.train.evaluation import evaluate, non_finite
 from weirdnet.train.loading import ResumableSampler, train_loader
 from weirdnet.train.rundir import RunDirError, check_run_dir, claim_run_dir
 from weirdnet.train.runlog import RunLog, results_table, scope_text
@@ -785,9 +785,9 @@ _EXTEND_NOTES = {
 def _check_finite(metrics: dict[str, float], split: str, where: str, hint: str) -> None:
     """RunError naming the first non-finite metric of an evaluation of ``split``: a model
     whose evaluation is NaN or infinite is never the best model nor a result."""
-    for name, value in metrics.items():
-        if not math.isfinite(value):
-            raise RunError(f"the {split} {name} is {value} {where}; {hint}")
+    found = non_finite(metrics)
+    if found is not None:
+        raise RunError(f"the {split} {found[0]} is {found[1]} {where}; {hint}")
 
 
 def _metrics_text(metrics: dict[str, float]) -> str:
