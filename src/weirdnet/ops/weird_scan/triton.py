@@ -579,18 +579,32 @@ def fwd(a, v, log_w, mask, doc, n_causal: int, nlev: int) -> torch.Tensor:
 
 
 def _fwd_whole(a, v, log_w, mask, doc, n_causal: int, nlev: int) -> torch.Tensor:
-    B, L, D = a.shape
-    out = torch.empty((B, L, D), dtype=a.dtype, device=a.device)
+    mask = None if mask is None else mask.contiguous()
+
+    def launch(ps, x, y, out, part, rev, first, last):
+        _launch_fwd(ps, x, y, mask, doc, log_w, part, rev, first, last)
+
+    return run_passes(a, v, log_w.dtype, plan(a.shape[1], nlev), n_causal, launch)
+
+
+def run_passes(a, v, state_dtype: torch.dtype, passes: list, n_causal: int,
+               launch) -> torch.Tensor:
+    """The forward's pass loop, shared by the Triton backends: O (B, L, D) in ``a``'s dtype.
+
+    Pass i reads the previous pass's intermediate (A, V for the first), writes a new
+    float intermediate of ``state_dtype`` (two (B, L, D) tensors), the last one O itself;
+    ``launch(ps, x, y, out, part, rev, first, last)`` runs pass ``ps`` on one channel part
+    (:func:`weird_scan.pytorch._parts`: the causal and anti-causal channels)."""
+    out = torch.empty(a.shape, dtype=a.dtype, device=a.device)
     if out.numel() == 0:
         return out
-    passes, mask = plan(L, nlev), None if mask is None else mask.contiguous()
     x = (a, v)
     with _device(a):
         for i, ps in enumerate(passes):
             last = i == len(passes) - 1
-            y = (out, out) if last else _buffers(a, log_w.dtype, 2)
-            for part, rev in _parts(D, n_causal):
-                _launch_fwd(ps, x, y, mask, doc, log_w, part, rev, i == 0, last)
+            y = (out, out) if last else _buffers(a, state_dtype, 2)
+            for part, rev in _parts(a.shape[2], n_causal):
+                launch(ps, x, y, out, part, rev, i == 0, last)
             x = y
     return out
 

@@ -56,10 +56,8 @@ import triton
 import triton.language as tl
 
 from . import triton as _old
-from .pytorch import _parts
 from .triton import (  # shared helpers of the "triton" backend (not its kernels)
     INTERPRETED,
-    _buffers,
     _device,
     _geometry,
     _in_chunks,
@@ -549,19 +547,12 @@ def fwd(a, v, log_w, mask, doc, n_causal: int, nlev: int) -> torch.Tensor:
 
 
 def _fwd_whole(a, v, log_w, mask, doc, n_causal: int, nlev: int, stats=None):
-    B, L, D = a.shape
-    out = torch.empty((B, L, D), dtype=a.dtype, device=a.device)
-    if out.numel() == 0:
-        return out
-    passes, mask = plan(L, nlev), None if mask is None else mask.contiguous()
-    x = (a, v)
-    with _device(a):
-        for i, ps in enumerate(passes):
-            y = (out, out) if ps.last else _buffers(a, log_w.dtype, 2)
-            for part, rev in _parts(D, n_causal):
-                _launch(ps, x, y, out, mask, doc, log_w, part, rev, i == 0, stats)
-            x = y
-    return out
+    mask = None if mask is None else mask.contiguous()
+
+    def launch(ps, x, y, out, part, rev, first, last):
+        _launch(ps, x, y, out, mask, doc, log_w, part, rev, first, stats)
+
+    return _old.run_passes(a, v, log_w.dtype, plan(a.shape[1], nlev), n_causal, launch)
 
 
 def path_counts(a, v, log_w, mask=None, doc=None, n_causal: int | None = None):
