@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers.train import run_cli, subprocess_env, weirdnet_cmd
-from weirdnet.train import list_checkpoints
+from weirdnet.run import list_checkpoints
 from weirdnet_lab.suite.budgets import get_budget
 from weirdnet_lab.suite.cells import Cell
 from weirdnet_lab.suite.tasks import get_task
@@ -273,7 +273,7 @@ def test_a_stop_signal_while_a_child_starts_reports_it_started(monkeypatch):
     import os
     import sys
 
-    from weirdnet.utils import STOP, Interrupted
+    from weirdnet.run import STOP, Interrupted
     from weirdnet_lab.harness import children
 
     original = children._Child.__init__

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from weirdnet.config.typed import from_dict, to_dict
 from weirdnet.data.common import BYTE_VOCAB, SHIFTED_BYTE_VOCAB
 from weirdnet.data.lra.listops import listops_info
 from weirdnet.data.lra.pathfinder import pathfinder_info
@@ -28,7 +29,6 @@ from weirdnet.models.presets import get_preset
 from weirdnet.train.config import TrainConfig, load_config, overlay_names, read_toml
 from weirdnet.train.named_configs import resolve
 from weirdnet.train.tasks import build_model_config
-from weirdnet.typed_config import from_dict, to_dict
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 FILES = sorted(CONFIGS.rglob("*.toml"))

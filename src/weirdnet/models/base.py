@@ -17,12 +17,12 @@ import torch
 import torch.nn as nn
 
 from weirdnet import __version__
-from weirdnet._atomic import write_atomic
-from weirdnet._registry import Registry
-from weirdnet.typed_config import ConfigError, from_dict, to_dict
+from weirdnet.config.registry import Registry
+from weirdnet.config.typed import ConfigError, from_dict, to_dict
+from weirdnet.run.atomic import write_atomic
+from weirdnet.run.safetensors_io import load_file, save_file
 
 from .backbone import Backbone
-from .safetensors_io import load_file, save_file
 from .size import check_fits_in_memory
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"

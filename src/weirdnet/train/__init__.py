@@ -9,7 +9,7 @@
   weirdnet: a trained LM's bits per byte by context length, and its truncation test.
 - :mod:`weirdnet.train.weights`: a trained model's weights into a new one
   (``train.init_from``), checked tensor by tensor.
-- :mod:`weirdnet.train.checkpoint`: atomic checkpoints, resume, fallback on corruption.
+- :mod:`weirdnet.train.intervals`: Student's t intervals on a mean.
 - :mod:`weirdnet.train.tasks`: per task (lm, classification, retrieval, seq2seq) the model,
   the loss of a batch and the evaluation metrics.
 - :mod:`weirdnet.train.plot`: learning curves from a run's ``log.jsonl``.
@@ -20,7 +20,7 @@ import importlib
 _PUBLIC = {
     "config": ("TrainConfig", "check", "eval_due", "merge", "read_toml"),
     "trainer": ("Trainer",),
-    "checkpoint": ("TRAIN_CONFIG", "list_checkpoints"),
+    "intervals": ("Z95", "mean_interval", "t95"),
     "plot": ("read_log",),
     "named_configs": ("config_dir",),
     "positions": ("short_bytes", "span_label", "truncation_rows"),

@@ -46,10 +46,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from weirdnet._tables import merge
+from weirdnet.config.tables import merge
+from weirdnet.config.typed import ConfigError, from_dict
 from weirdnet.data.registry import check_options, check_root, entry
-from weirdnet.train.rundir import RunDirError, check_run_name
-from weirdnet.typed_config import ConfigError, from_dict
+from weirdnet.run.rundir import RunDirError, check_run_name
 
 __all__ = ["ConfigError", "DataConfig", "OptimConfig", "RunConfig", "ScheduleConfig",
            "TrainConfig", "TrainSection", "apply_overrides", "load_config", "parse_value",

@@ -10,8 +10,8 @@ from contextlib import nullcontext
 import torch.nn as nn
 from tqdm.auto import tqdm
 
-from weirdnet._faults import fault_point
-from weirdnet._signals import STOP
+from weirdnet.run.faults import fault_point
+from weirdnet.run.signals import STOP
 from weirdnet.train import distributed as dist_util
 from weirdnet.train import tasks
 from weirdnet.train.loading import EvalBatches
@@ -32,7 +32,7 @@ def evaluate(model: nn.Module, dataset, info, batch_size: int,
     :class:`~weirdnet.train.loading.EvalBatches`); ``autocast()`` wraps each forward.
     ``progress``: the label of a progress bar on stderr (main process; None = no bar).
     A single process stops between batches when a stop signal has arrived
-    (:data:`weirdnet._signals.STOP`).  The model is in eval mode meanwhile; its mode is
+    (:data:`weirdnet.run.signals.STOP`).  The model is in eval mode meanwhile; its mode is
     restored afterwards.  ``pad_multiple``: batches are padded to a multiple of it
     (``data.pad_multiple``)."""
     sums = evaluation_sums(model, dataset, info, batch_size, processes, limit, autocast,

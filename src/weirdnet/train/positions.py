@@ -193,7 +193,7 @@ def truncation_rows(bpc: dict[str, list[float]], contexts: Sequence[int]
     windows in the same order at every context): each context's mean, its difference from
     the longest context and that difference's 95% t interval over windows (each window
     paired with itself)."""
-    from weirdnet._intervals import mean_interval
+    from weirdnet.train.intervals import mean_interval
 
     contexts = sorted(int(c) for c in contexts)
     longest = bpc[str(contexts[-1])]

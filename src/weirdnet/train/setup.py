@@ -11,12 +11,12 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from weirdnet.config.typed import ConfigError, from_dict
 from weirdnet.data.registry import get
 from weirdnet.models.base import model_class
 from weirdnet.models.size import check_fits_in_memory, does_not_fit, parameter_count
 from weirdnet.train import tasks
 from weirdnet.train.config import TrainConfig
-from weirdnet.typed_config import ConfigError, from_dict
 
 
 class RunError(RuntimeError):

@@ -5,12 +5,12 @@ datasets (``weirdnet.data.get``), the model (:mod:`weirdnet.train.tasks`), AdamW
 the schedule, then runs the optimizer steps with gradient accumulation, clipping and
 autocast, evaluates every ``eval_every`` steps (or on the doubling grid of
 ``eval_spacing``), keeps the best model in ``RUN/best``,
-checkpoints (:mod:`weirdnet.train.checkpoint`), and finally evaluates the best model on
+checkpoints (:mod:`weirdnet.run.checkpoint`), and finally evaluates the best model on
 the evaluation and test splits and prints a results table.  Only rank 0 logs and writes.
 
 Files of a run ``RUN = out_dir/name``: ``train_config.json``, ``data_fingerprint.json``
 (what the data were read from: :mod:`weirdnet.train.data_fingerprint`), ``log.jsonl``
-(events, see :mod:`weirdnet.train.runlog`), ``checkpoints/step-*``, ``best/``,
+(events, see :mod:`weirdnet.run.runlog`), ``checkpoints/step-*``, ``best/``,
 ``results.json``, ``tensorboard/`` (optional).
 """
 
@@ -32,19 +32,20 @@ import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
 
-from weirdnet._atomic import write_atomic
-from weirdnet._faults import fault_point
-from weirdnet._signals import STOP, Interrupted, signal_name
+from weirdnet.config.typed import ConfigError
 from weirdnet.models.base import WEIGHTS_FILE
-from weirdnet.models.safetensors_io import load_file
-from weirdnet.train import checkpoint as ckpt
+from weirdnet.run import checkpoint as ckpt
+from weirdnet.run.atomic import write_atomic
+from weirdnet.run.faults import fault_point
+from weirdnet.run.rundir import RunDirError, check_run_dir, claim_run_dir
+from weirdnet.run.runlog import RunLog, results_table, scope_text
+from weirdnet.run.safetensors_io import load_file
+from weirdnet.run.signals import STOP, Interrupted, signal_name
 from weirdnet.train import context_parallel, data_fingerprint, tasks
 from weirdnet.train import distributed as dist_util
 from weirdnet.train.config import TrainConfig, eval_due
 from weirdnet.train.evaluation import evaluate, non_finite
 from weirdnet.train.loading import ResumableSampler, train_loader
-from weirdnet.train.rundir import RunDirError, check_run_dir, claim_run_dir
-from weirdnet.train.runlog import RunLog, results_table, scope_text
 from weirdnet.train.schedule import extend_phases, phased_multiplier
 from weirdnet.train.setup import (
     RunError,
@@ -57,7 +58,6 @@ from weirdnet.train.setup import (
     seed_everything,
 )
 from weirdnet.train.weights import check_state_fits, load_initial_weights
-from weirdnet.typed_config import ConfigError
 
 __all__ = ["Progress", "RunError", "evaluate", "train"]
 
@@ -581,7 +581,7 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """Train to ``train.steps`` (or early stop), then evaluate the best model; returns
         the results (also in ``RUN/results.json``).  SIGINT/SIGTERM stop it at the next
-        safe point with a checkpoint: :class:`~weirdnet._signals.Interrupted` says what
+        safe point with a checkpoint: :class:`~weirdnet.run.signals.Interrupted` says what
         was kept."""
         complete = self._completed_summary()
         if complete is not None:
@@ -886,7 +886,7 @@ def train(config: TrainConfig, *, resume: bool = False, overwrite: bool = False,
 @contextmanager
 def _disk_full_is_an_error(run_dir: Path) -> Iterator[None]:
     """A full disk anywhere in the run (the log, a run file) is a one-line
-    :class:`~weirdnet.train.checkpoint.DiskFullError` naming what could not be written."""
+    :class:`~weirdnet.run.checkpoint.DiskFullError` naming what could not be written."""
     try:
         yield
     except OSError as error:

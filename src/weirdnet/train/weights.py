@@ -8,10 +8,10 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from weirdnet.config.typed import ConfigError
 from weirdnet.models.base import WEIGHTS_FILE
-from weirdnet.models.safetensors_io import load_file
-from weirdnet.train import checkpoint as ckpt
-from weirdnet.typed_config import ConfigError
+from weirdnet.run import checkpoint as ckpt
+from weirdnet.run.safetensors_io import load_file
 
 
 def load_initial_weights(model: nn.Module, source: Path) -> Path:

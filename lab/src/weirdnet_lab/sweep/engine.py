@@ -19,7 +19,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from weirdnet.utils import Interrupted
+from weirdnet.run import Interrupted
 from weirdnet_lab.harness import output
 from weirdnet_lab.sweep.store import CellStore, config_hash
 
@@ -236,7 +236,7 @@ def cell_env(jobs: int) -> dict[str, str] | None:
 def _kept(cells: list, configs: dict[str, dict], store: CellStore, running: list,
           command: list[str]) -> str:
     """What an interrupted suite kept, and the command that continues it (one line)."""
-    from weirdnet.train import list_checkpoints
+    from weirdnet.run import list_checkpoints
 
     done = sum(store.state(c, configs[c.key]) == "done" for c in cells)
     parts = []

@@ -38,7 +38,8 @@ def run_matches(run_dir: Path, config: dict[str, Any]) -> bool:
     """Whether ``run_dir`` holds checkpoints trained with ``config`` (compared as the
     trainer writes it, ``train_config.json`` of the newest checkpoint).  A run left by
     an older config of the cell must start afresh, never be resumed into the new one."""
-    from weirdnet.train import TRAIN_CONFIG, TrainConfig, list_checkpoints
+    from weirdnet.run import TRAIN_CONFIG, list_checkpoints
+    from weirdnet.train import TrainConfig
 
     saved = list_checkpoints(run_dir)
     if not saved:
@@ -85,7 +86,7 @@ class CellStore:
             if record.get("config_hash") != config_hash(config):
                 return "stale"
             return "done" if record.get("status") == "done" else "failed"
-        from weirdnet.train import list_checkpoints
+        from weirdnet.run import list_checkpoints
 
         if run_matches(self.run_dir(cell), config):
             return "interrupted"
@@ -108,7 +109,7 @@ class CellStore:
 
     def write(self, cell: SweepCell, record: dict[str, Any]) -> Path:
         """Store ``record`` for ``cell`` atomically; returns its path."""
-        from weirdnet.utils import write_atomic
+        from weirdnet.run import write_atomic
 
         self.cells_dir.mkdir(parents=True, exist_ok=True)
         return write_atomic(self.record_path(cell), json.dumps(record, indent=2) + "\n")

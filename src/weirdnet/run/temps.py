@@ -5,7 +5,7 @@ it stands for (``KIND`` is ``tmp``: being written, ``old``: the previous ``NAME`
 new one takes its place, ``del``: being deleted; ``PID`` the writer's process, ``TOKEN``
 8 random hex digits), and it holds a marker file :data:`MARKER` whose text names that
 exact folder (``weirdnet temporary .NAME.KIND-PID-TOKEN``).  A file is written as one
-entry of such a folder and renamed out of it (:func:`weirdnet._atomic.write_atomic`).
+entry of such a folder and renamed out of it (:func:`weirdnet.run.atomic.write_atomic`).
 
 :func:`is_ours` is the proof: the name matches, it is a real folder (not a symlink), its
 marker is a plain file with that text, and the process that made it is no longer running.
@@ -163,7 +163,7 @@ def remove(folder: Path) -> None:
 def discard(folder: Path) -> None:
     """Rename the real folder ``folder`` to a ``del`` temporary of ours, then delete it:
     a kill mid-way never leaves a half-deleted folder under its real name."""
-    from weirdnet._faults import fault_point
+    from weirdnet.run.faults import fault_point
 
     doomed = mark(folder, "del")
     os.rename(folder, doomed)

@@ -10,10 +10,10 @@ A checkpoint is a directory ``RUN/checkpoints/step-00001200/``:
   needs to know of its data (vocabulary, text encoding, special ids);
 - ``manifest.json``: the SHA-256 of every other file, written last.
 
-It is written into a temporary directory of weirdnet's own (:mod:`weirdnet._temps`) which
+It is written into a temporary directory of weirdnet's own (:mod:`weirdnet.run.temps`) which
 is renamed into place, so a crash leaves either no checkpoint or a complete one (the
 leftovers of a killed writer are removed, or put back, when the run is next opened:
-:func:`weirdnet.train.rundir.clean_stale`).  :func:`load_latest` verifies the manifest; a
+:func:`weirdnet.run.rundir.clean_stale`).  :func:`load_latest` verifies the manifest; a
 damaged checkpoint is reported and the one before it is used.
 ``RUN/best/`` (the best model so far) is replaced the same way.
 """
@@ -35,12 +35,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from weirdnet import _temps
-from weirdnet._atomic import write_atomic
-from weirdnet._faults import fault_point
-from weirdnet._warnings import WeirdnetWarning, warn
 from weirdnet.models.base import WEIGHTS_FILE, CheckpointError
-from weirdnet.models.safetensors_io import load_file
+from weirdnet.run import temps as _temps
+from weirdnet.run.atomic import write_atomic
+from weirdnet.run.faults import fault_point
+from weirdnet.run.safetensors_io import load_file
+from weirdnet.run.warnings import WeirdnetWarning, warn
 
 __all__ = ["DISK_FULL", "CheckpointError", "DamagedCheckpointWarning", "DiskFullError",
            "capture_rng", "list_checkpoints", "load_latest", "read_checkpoint", "restore_rng",
@@ -52,7 +52,7 @@ TRAIN_CONFIG, DATA_INFO = "train_config.json", "data_info.json"
 
 
 class DamagedCheckpointWarning(WeirdnetWarning):
-    """A damaged checkpoint was skipped (printed as one line: see :mod:`weirdnet._warnings`)."""
+    """A damaged checkpoint was skipped (printed as one line: see :mod:`weirdnet.run.warnings`)."""
 
 
 def _sha256(path: Path) -> str:
@@ -66,7 +66,7 @@ def _sha256(path: Path) -> str:
 def save_directory(target: Path, write_files: Callable[[Path], None],
                    needed: int | None = None) -> Path:
     """Write a directory atomically: ``write_files(tmp)`` fills a temporary sibling of
-    weirdnet's own (:mod:`weirdnet._temps`), a manifest of checksums is added, then it
+    weirdnet's own (:mod:`weirdnet.run.temps`), a manifest of checksums is added, then it
     replaces ``target`` (the old one is renamed to an ``old`` temporary first, and put
     back if the new one cannot take its place).  A full disk is a :class:`DiskFullError`
     naming the folder and ``needed`` (bytes; default: what was written when it filled)."""
@@ -153,7 +153,7 @@ def save_checkpoint(run_dir: Path, step: int, write_model: Callable[[Path], None
                     model_bytes: int = 0) -> Path:
     """Write ``RUN/checkpoints/step-<step>`` (``write_model(dir)`` writes the model, of
     about ``model_bytes``, and the run's description files) and delete all but the newest
-    ``keep_last``, each renamed to a temporary first (:func:`weirdnet._temps.discard`)."""
+    ``keep_last``, each renamed to a temporary first (:func:`weirdnet.run.temps.discard`)."""
     buffer = io.BytesIO()
     torch.save(trainer_state, buffer)
     state = buffer.getvalue()

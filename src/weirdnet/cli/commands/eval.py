@@ -62,7 +62,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         summary = evaluate_target(args)
     except expected_errors() as error:
         return fail("eval", error)
-    from weirdnet.train.runlog import results_table
+    from weirdnet.run.runlog import results_table
 
     print(results_table(summary))
     non_finite = _non_finite(summary["results"])

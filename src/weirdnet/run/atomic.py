@@ -70,11 +70,11 @@ def obstacle(parts: Iterable[Path]) -> tuple[Path, str] | None:
 
 def write_atomic(path: str | os.PathLike, data: str | bytes | Iterable[bytes]) -> Path:
     """Write ``data`` (text as UTF-8, bytes, or an iterable of byte chunks) to ``path``:
-    into a temporary folder of weirdnet's own beside it (:func:`weirdnet._temps.make`, so
+    into a temporary folder of weirdnet's own beside it (:func:`weirdnet.run.temps.make`, so
     that a crash's leftover is recognised), flushed, then moved onto ``path`` (``os.replace``)
     (a symlink at ``path`` is replaced, never followed); creates the parent folder.  The
     file's mode is 0666 less the umask.  Returns the path."""
-    from weirdnet import _temps
+    from weirdnet.run import temps as _temps
 
     path = Path(path)
     chunks = [data.encode()] if isinstance(data, str) else [data] if isinstance(

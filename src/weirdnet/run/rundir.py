@@ -12,11 +12,11 @@ A run directory ``RUN = run.out_dir/run.name`` holds only files that weirdnet wr
   (``best/``, ``checkpoints/step-*/``, ``tensorboard/`` included), is one weirdnet writes
   (:func:`foreign_entries`); it removes those entries one by one, never the directory of
   someone else;
-- an advisory lock (:class:`weirdnet._lock.DirectoryLock`) is held for the whole run, so a
+- an advisory lock (:class:`weirdnet.run.lock.DirectoryLock`) is held for the whole run, so a
   second writer fails at once with the holder's PID;
 - leftovers of a crash are removed, and a ``best/`` or checkpoint caught between its two
   renames is put back: only temporaries weirdnet can prove it made
-  (:func:`weirdnet._temps.is_ours`: exact name with a PID, marker inside), never a user's
+  (:func:`weirdnet.run.temps.is_ours`: exact name with a PID, marker inside), never a user's
   file that merely looks like one;
 - resuming and overwriting exclude each other (:func:`check_flags`).
 
@@ -33,9 +33,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from weirdnet import _temps
-from weirdnet._atomic import obstacle
-from weirdnet._lock import LOCK_FILE, DirectoryBusyError, DirectoryLock
+from weirdnet.run import temps as _temps
+from weirdnet.run.atomic import obstacle
+from weirdnet.run.lock import LOCK_FILE, DirectoryBusyError, DirectoryLock
 
 __all__ = ["MODEL_DIR_FILES", "RUN_FILES", "Claim", "RunDirError", "check_flags", "check_out_dir",
            "check_run_dir", "check_run_name", "claim_run_dir",
@@ -76,7 +76,7 @@ def is_run_dir(path: Path) -> bool:
 
 
 def _is_own_temp(path: Path) -> bool:
-    """A crash's leftover temporary of weirdnet's (see :mod:`weirdnet._temps`)."""
+    """A crash's leftover temporary of weirdnet's (see :mod:`weirdnet.run.temps`)."""
     return _temps.is_ours(path) or _temps.is_empty_leftover(path)
 
 
@@ -99,7 +99,7 @@ def foreign_entries(path: Path) -> list[str]:
     (those of :data:`MODEL_DIR_FILES`, ``trainer.pt``/``metrics.json`` and whatever the
     folder's manifest lists); in ``tensorboard/`` only ``events.out.tfevents.*`` files;
     anywhere, the temporaries of an interrupted write that are provably weirdnet's
-    (:mod:`weirdnet._temps`)."""
+    (:mod:`weirdnet.run.temps`)."""
     path = Path(path)
     found: list[str] = []
     for entry in path.iterdir():
@@ -339,7 +339,7 @@ def _remove_run(run_dir: Path) -> None:
 def clean_stale(run_dir: Path) -> list[str]:
     """Repair what a killed writer left (the caller holds the run's lock): put back a
     directory caught between the two renames of ``save_directory``, delete the
-    temporaries that are provably weirdnet's (:func:`weirdnet._temps.is_ours`; anything
+    temporaries that are provably weirdnet's (:func:`weirdnet.run.temps.is_ours`; anything
     else, however it is named, stays), drop a marker left in a folder renamed into
     place.  Returns what it did, one phrase each."""
     done: list[str] = []
