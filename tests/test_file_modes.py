@@ -11,7 +11,7 @@ import torch
 
 from weirdnet.models import WeirdNetLM
 from weirdnet.run import checkpoint as ckpt
-from weirdnet.run.atomic import write_atomic, write_png
+from weirdnet.run.files import write_atomic, write_png
 
 UMASKS = [0o022, 0o002, 0o077]
 

@@ -11,7 +11,7 @@ from weirdnet.data.common import (
     seeded_split,
     split_fractions,
 )
-from weirdnet.run.atomic import write_atomic
+from weirdnet.run.files import write_atomic
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ from helpers.train import run_cli, subprocess_env, weirdnet_cmd, write_config
 from weirdnet.cli import main
 from weirdnet.config.typed import ConfigError
 from weirdnet.models.base import CheckpointError
-from weirdnet.run.lock import DirectoryBusyError, DirectoryLock
+from weirdnet.run.files import DirectoryBusyError, DirectoryLock
 from weirdnet.run.rundir import clean_stale, foreign_entries
 from weirdnet.train.config import load_config
 from weirdnet.train.schedule import extend_phases, phased_multiplier

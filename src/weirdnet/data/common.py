@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from weirdnet.data.registry import DataMissingError, data_root
-from weirdnet.run.atomic import write_atomic
+from weirdnet.run.files import write_atomic
 
 __all__ = ["BYTE_VOCAB", "SHIFTED_BYTE_VOCAB", "byte_tokens", "cache_path",
            "cached_bytes", "check_option", "contiguous_bounds", "require_path",

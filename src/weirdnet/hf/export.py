@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 from weirdnet.models import WeirdNetLM
-from weirdnet.run.atomic import make_temp_dir, obstacle, write_atomic
+from weirdnet.run.files import make_temp_dir, obstacle, write_atomic
 from weirdnet.train.trained import load_trained
 
 from .modeling import WeirdNetForCausalLM

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from weirdnet.run.atomic import apply_umask
+from weirdnet.run.files import apply_umask
 from weirdnet.run.warnings import WeirdnetWarning, warn
 
 FLAGS = [

@@ -1,8 +1,7 @@
 """A run's files and its process: what a command writes and how it stops.
 
-- :mod:`weirdnet.run.atomic`, :mod:`weirdnet.run.temps`, :mod:`weirdnet.run.lock`: a file
-  is either the old one or the complete new one (a temporary of weirdnet's own, then a
-  rename); one writer per folder.
+- :mod:`weirdnet.run.files`: a file is either the old one or the complete new one (a
+  temporary of weirdnet's own, then a rename); one writer per folder.
 - :mod:`weirdnet.run.rundir`: the run directory (``out_dir/name``): checked, claimed,
   cleaned of a killed writer's leftovers.
 - :mod:`weirdnet.run.checkpoint`, :mod:`weirdnet.run.safetensors_io`: checkpoints and
@@ -16,8 +15,7 @@
 import importlib
 
 _PUBLIC = {
-    "atomic": ("write_atomic", "write_png"),
-    "lock": ("DirectoryBusyError", "DirectoryLock"),
+    "files": ("DirectoryBusyError", "DirectoryLock", "write_atomic", "write_png"),
     "signals": ("STOP", "Interrupted", "signal_name"),
     "checkpoint": ("TRAIN_CONFIG", "list_checkpoints"),
 }

@@ -10,7 +10,7 @@ A checkpoint is a directory ``RUN/checkpoints/step-00001200/``:
   needs to know of its data (vocabulary, text encoding, special ids);
 - ``manifest.json``: the SHA-256 of every other file, written last.
 
-It is written into a temporary directory of weirdnet's own (:mod:`weirdnet.run.temps`) which
+It is written into a temporary directory of weirdnet's own (:mod:`weirdnet.run.files`) which
 is renamed into place, so a crash leaves either no checkpoint or a complete one (the
 leftovers of a killed writer are removed, or put back, when the run is next opened:
 :func:`weirdnet.run.rundir.clean_stale`).  :func:`load_latest` verifies the manifest; a
@@ -35,10 +35,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from weirdnet.models.base import WEIGHTS_FILE, CheckpointError
-from weirdnet.run import temps as _temps
-from weirdnet.run.atomic import write_atomic
 from weirdnet.run.faults import fault_point
+from weirdnet.run.files import (
+    TEMP_MARKER,
+    discard,
+    make_temp,
+    mark_temp,
+    remove_temp,
+    unmark_temp,
+    write_atomic,
+)
 from weirdnet.run.safetensors_io import load_file
 from weirdnet.run.warnings import WeirdnetWarning, warn
 
@@ -47,8 +53,14 @@ __all__ = ["DISK_FULL", "CheckpointError", "DamagedCheckpointWarning", "DiskFull
            "save_checkpoint", "save_directory"]
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+WEIGHTS_FILE = "model.safetensors"
+"""A saved model's weights (beside its ``config.json``: :mod:`weirdnet.models.base`)."""
 MANIFEST, TRAINER_STATE = "manifest.json", "trainer.pt"
 TRAIN_CONFIG, DATA_INFO = "train_config.json", "data_info.json"
+
+
+class CheckpointError(ValueError):
+    """A saved model that is missing, corrupted or does not match its class or config."""
 
 
 class DamagedCheckpointWarning(WeirdnetWarning):
@@ -66,36 +78,36 @@ def _sha256(path: Path) -> str:
 def save_directory(target: Path, write_files: Callable[[Path], None],
                    needed: int | None = None) -> Path:
     """Write a directory atomically: ``write_files(tmp)`` fills a temporary sibling of
-    weirdnet's own (:mod:`weirdnet.run.temps`), a manifest of checksums is added, then it
+    weirdnet's own (:mod:`weirdnet.run.files`), a manifest of checksums is added, then it
     replaces ``target`` (the old one is renamed to an ``old`` temporary first, and put
     back if the new one cannot take its place).  A full disk is a :class:`DiskFullError`
     naming the folder and ``needed`` (bytes; default: what was written when it filled)."""
     target = Path(target)
-    tmp = _temps.make(target.parent, target.name)
+    tmp = make_temp(target.parent, target.name)
     old = None
     try:
         write_files(tmp)
         files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())
-                 if p.is_file() and p.name != _temps.MARKER}
+                 if p.is_file() and p.name != TEMP_MARKER}
         write_atomic(tmp / MANIFEST, json.dumps({"files": files}, indent=1) + "\n")
         fault_point("checkpoint-write")
         if target.is_dir() and not target.is_symlink():
-            old = _temps.mark(target, "old")
+            old = mark_temp(target, "old")
             target.rename(old)
             fault_point("checkpoint-rename")
         tmp.rename(target)
-        _temps.unmark(target)
+        unmark_temp(target)
     except BaseException as error:
         written = _tree_bytes(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and not os.path.lexists(target):
             old.rename(target)  # the new one never took its place: the old one stays
-            _temps.unmark(target)
+            unmark_temp(target)
         if isinstance(error, OSError) and error.errno in DISK_FULL:
             raise DiskFullError(target, needed or written) from None
         raise
     if old is not None:
-        _temps.remove(old)
+        remove_temp(old)
     return target
 
 
@@ -153,7 +165,7 @@ def save_checkpoint(run_dir: Path, step: int, write_model: Callable[[Path], None
                     model_bytes: int = 0) -> Path:
     """Write ``RUN/checkpoints/step-<step>`` (``write_model(dir)`` writes the model, of
     about ``model_bytes``, and the run's description files) and delete all but the newest
-    ``keep_last``, each renamed to a temporary first (:func:`weirdnet.run.temps.discard`)."""
+    ``keep_last``, each renamed to a temporary first (:func:`weirdnet.run.files.discard`)."""
     buffer = io.BytesIO()
     torch.save(trainer_state, buffer)
     state = buffer.getvalue()
@@ -165,7 +177,7 @@ def save_checkpoint(run_dir: Path, step: int, write_model: Callable[[Path], None
     path = save_directory(Path(run_dir) / "checkpoints" / f"step-{step:08d}", write_files,
                           needed=model_bytes + len(state) if model_bytes else None)
     for old in list_checkpoints(run_dir)[:-keep_last]:
-        _temps.discard(old)
+        discard(old)
     return path
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet.data.sources.fingerprint import file_sha256
-from weirdnet.run.atomic import write_atomic
+from weirdnet.run.files import write_atomic
 
 __all__ = ["FILE", "data_change", "read_record", "record", "write_record"]
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from weirdnet.run.atomic import write_png
+from weirdnet.run.files import write_png
 
 LOG_NAME = "log.jsonl"
 PLOT_NAME = "curves.png"

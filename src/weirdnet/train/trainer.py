@@ -35,8 +35,8 @@ from tqdm.auto import tqdm
 from weirdnet.config.typed import ConfigError
 from weirdnet.models.base import WEIGHTS_FILE
 from weirdnet.run import checkpoint as ckpt
-from weirdnet.run.atomic import write_atomic
 from weirdnet.run.faults import fault_point
+from weirdnet.run.files import write_atomic
 from weirdnet.run.rundir import RunDirError, check_run_dir, claim_run_dir
 from weirdnet.run.runlog import RunLog, results_table, scope_text
 from weirdnet.run.safetensors_io import load_file

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from weirdnet.run.atomic import obstacle
+from weirdnet.run.files import obstacle
 
 
 def fail(command: str, error: BaseException | str) -> int:

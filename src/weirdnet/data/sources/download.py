@@ -47,7 +47,7 @@ from weirdnet.data.sources.packages import (
     Package,
     packages_dir,
 )
-from weirdnet.run.atomic import apply_umask
+from weirdnet.run.files import apply_umask
 
 __all__ = ["DATASET_SOURCES", "DownloadError", "REMOTE_FILES", "RemoteFile", "download",
            "download_names", "fetch"]
