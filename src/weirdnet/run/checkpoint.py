@@ -28,7 +28,8 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +49,10 @@ from weirdnet.run.files import (
 from weirdnet.run.safetensors_io import load_file
 from weirdnet.run.warnings import WeirdnetWarning, warn
 
-__all__ = ["DISK_FULL", "CheckpointError", "DamagedCheckpointWarning", "DiskFullError",
-           "capture_rng", "list_checkpoints", "load_latest", "read_checkpoint", "restore_rng",
-           "save_checkpoint", "save_directory"]
+__all__ = ["DISK_FULL", "WEIGHTS_FILE", "CheckpointError", "DamagedCheckpointWarning",
+           "DiskFullError", "capture_rng", "check_state_fits", "disk_full_is_an_error",
+           "list_checkpoints", "load_latest", "read_checkpoint", "restore_rng",
+           "save_checkpoint", "save_directory", "seed_everything"]
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 WEIGHTS_FILE = "model.safetensors"
@@ -261,3 +263,39 @@ def restore_rng(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def check_state_fits(model: torch.nn.Module, state: dict[str, torch.Tensor], directory: Path,
+                      changed: str = "was model.* changed since?") -> None:
+    """Raise :class:`CheckpointError` naming the tensors that differ in name or shape
+    between ``model`` and a checkpoint's ``state``."""
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in state.items()}
+    problems = [f"{k}: checkpoint {found[k]}, model {expected[k]}"
+                for k in sorted(expected.keys() & found.keys()) if expected[k] != found[k]]
+    problems += [f"{k} missing from the checkpoint" for k in sorted(expected.keys() - found.keys())]
+    problems += [f"{k} not in the model" for k in sorted(found.keys() - expected.keys())]
+    if problems:
+        more = f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""
+        raise CheckpointError(
+            f"{directory} does not fit the model of this config ({changed}): "
+            f"{'; '.join(problems[:4])}{more}")
+
+
+@contextmanager
+def disk_full_is_an_error(run_dir: Path) -> Iterator[None]:
+    """A full disk anywhere in the run (the log, a run file) is a one-line
+    :class:`DiskFullError` naming what could not be written."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in DISK_FULL:
+            raise
+        raise DiskFullError(Path(error.filename or run_dir / "log.jsonl")) from None

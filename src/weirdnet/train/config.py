@@ -343,7 +343,7 @@ def _check_data(data: DataConfig) -> None:
 
 DEVICES = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 """``run.device`` names; whether this machine has the device is checked when the run starts
-(:func:`weirdnet.train.distributed.resolve_device`)."""
+(:func:`weirdnet.run.processes.resolve_device`)."""
 
 
 def _check_device(key: str, value: str) -> None:

@@ -25,8 +25,7 @@ import torch.distributed as dist
 from weirdnet.config.typed import ConfigError
 from weirdnet.layers.context_parallel import ContextParallel
 from weirdnet.models.lm import token_nll
-
-from .distributed import Processes
+from weirdnet.run.processes import Processes
 
 
 @dataclass

@@ -96,7 +96,7 @@ def evaluate_positions(model, dataset, batch_size: int, processes,
     """(the split's metrics, as :func:`~weirdnet.train.evaluation.evaluate` gives them;
     bits per byte in each bucket of context length) of ``model`` on ``dataset`` (an LM
     split), in one pass of the trainer's evaluation (the first ``limit`` windows, 0 =
-    all; ``processes``: a :class:`~weirdnet.train.distributed.Processes`)."""
+    all; ``processes``: a :class:`~weirdnet.run.processes.Processes`)."""
     from functools import partial
 
     from .evaluation import evaluation_sums
