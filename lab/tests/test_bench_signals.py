@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers.train import run_cli, subprocess_env, weirdnet_cmd
-from weirdnet.run import list_checkpoints
+from weirdnet.train import list_checkpoints
 from weirdnet_lab.suite.budgets import get_budget
 from weirdnet_lab.suite.cells import Cell
 from weirdnet_lab.suite.tasks import get_task

@@ -12,20 +12,8 @@
   reliability tests, the terminal's line, one-line warnings.
 """
 
-import importlib
+from .files import DirectoryBusyError, DirectoryLock, write_atomic, write_png
+from .signals import STOP, Interrupted, signal_name
 
-_PUBLIC = {
-    "files": ("DirectoryBusyError", "DirectoryLock", "write_atomic", "write_png"),
-    "signals": ("STOP", "Interrupted", "signal_name"),
-    "checkpoint": ("TRAIN_CONFIG", "list_checkpoints"),
-}
-"""The names code built on weirdnet takes from ``weirdnet.run``, by the module that
-defines each; imported on first use (``import weirdnet.run`` imports no torch)."""
-_HOME = {name: module for module, names in _PUBLIC.items() for name in names}
-__all__ = sorted(_HOME)
-
-
-def __getattr__(name: str):
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+__all__ = ["STOP", "DirectoryBusyError", "DirectoryLock", "Interrupted", "signal_name",
+           "write_atomic", "write_png"]

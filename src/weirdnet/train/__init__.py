@@ -18,7 +18,7 @@
 import importlib
 
 _PUBLIC = {
-    "config": ("TrainConfig", "check", "eval_due", "merge", "read_toml"),
+    "config": ("TrainConfig", "check", "eval_due"),
     "trainer": ("Trainer",),
     "intervals": ("Z95", "mean_interval", "t95"),
     "plot": ("read_log",),
@@ -27,9 +27,11 @@ _PUBLIC = {
     "context_parallel": ("SequenceShards", "shard_batch"),
     "trained_eval": ("evaluate_trained",),
     "setup": ("enable_activation_checkpointing", "make_optimizer"),
+    "weirdnet.run.checkpoint": ("TRAIN_CONFIG", "list_checkpoints"),
 }
 """The names code built on weirdnet takes from ``weirdnet.train``, by the module that
-defines each; imported on first use (``import weirdnet.train`` stays cheap: no torch)."""
+defines each (of this package, or named in full); imported on first use
+(``import weirdnet.train`` stays cheap: no torch)."""
 _HOME = {name: module for module, names in _PUBLIC.items() for name in names}
 __all__ = sorted(_HOME)
 
@@ -37,4 +39,6 @@ __all__ = sorted(_HOME)
 def __getattr__(name: str):
     if name not in _HOME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    module = _HOME[name]
+    module = module if module.startswith("weirdnet.") else f"{__name__}.{module}"
+    return getattr(importlib.import_module(module), name)

@@ -236,7 +236,7 @@ def cell_env(jobs: int) -> dict[str, str] | None:
 def _kept(cells: list, configs: dict[str, dict], store: CellStore, running: list,
           command: list[str]) -> str:
     """What an interrupted suite kept, and the command that continues it (one line)."""
-    from weirdnet.run import list_checkpoints
+    from weirdnet.train import list_checkpoints
 
     done = sum(store.state(c, configs[c.key]) == "done" for c in cells)
     parts = []

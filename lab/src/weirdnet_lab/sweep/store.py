@@ -38,8 +38,7 @@ def run_matches(run_dir: Path, config: dict[str, Any]) -> bool:
     """Whether ``run_dir`` holds checkpoints trained with ``config`` (compared as the
     trainer writes it, ``train_config.json`` of the newest checkpoint).  A run left by
     an older config of the cell must start afresh, never be resumed into the new one."""
-    from weirdnet.run import TRAIN_CONFIG, list_checkpoints
-    from weirdnet.train import TrainConfig
+    from weirdnet.train import TRAIN_CONFIG, TrainConfig, list_checkpoints
 
     saved = list_checkpoints(run_dir)
     if not saved:
@@ -86,7 +85,7 @@ class CellStore:
             if record.get("config_hash") != config_hash(config):
                 return "stale"
             return "done" if record.get("status") == "done" else "failed"
-        from weirdnet.run import list_checkpoints
+        from weirdnet.train import list_checkpoints
 
         if run_matches(self.run_dir(cell), config):
             return "interrupted"
