@@ -6,8 +6,8 @@ import os
 import pytest
 import torch
 
-from weirdnet._atomic import current_umask
 from weirdnet.ops.weird_scan import cpu as _cpu_kernel
+from weirdnet.run.files import current_umask
 
 # CI sets WEIRDNET_REQUIRE_CPU_KERNEL=1 so a kernel that fails to build is a failure,
 # not a skip; elsewhere a machine without a C compiler skips the "cpu" backend.

@@ -192,7 +192,7 @@ def _help_examples():
     the help text (max_new_tokens: the default when not given)."""
     import shlex
 
-    from weirdnet.commands.generate import DESCRIPTION
+    from weirdnet.cli.commands.generate import DESCRIPTION
 
     text = DESCRIPTION.replace("\\\n", " ")
     for line in text.splitlines():

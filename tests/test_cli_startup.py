@@ -166,7 +166,7 @@ def test_the_stop_line_starts_a_line_of_its_own_after_an_open_progress_bar(monke
     from tqdm import tqdm
 
     from weirdnet import cli
-    from weirdnet._signals import Interrupted
+    from weirdnet.run.signals import Interrupted
 
     def stopped(argv, where):
         where[0] = "weirdnet export-hf"
@@ -186,7 +186,7 @@ def test_the_stop_line_starts_a_line_of_its_own_after_a_bar_that_cannot_close(mo
     from tqdm import tqdm
 
     from weirdnet import cli
-    from weirdnet._signals import Interrupted
+    from weirdnet.run.signals import Interrupted
 
     bars = []
 
@@ -213,7 +213,7 @@ def test_the_stop_line_starts_a_line_of_its_own_after_a_bar_tqdm_no_longer_lists
     from tqdm's list of bars (CI: export-hf stopped at 2 s, "Writing model shards:   0%|"
     and the stop message on one line): the line is ended all the same."""
     from weirdnet import cli
-    from weirdnet._signals import Interrupted
+    from weirdnet.run.signals import Interrupted
 
     def stopped(argv, where):
         where[0] = "weirdnet export-hf"
@@ -239,7 +239,7 @@ def test_main_called_from_code_puts_its_stderr_back(monkeypatch):
 def test_the_line_end_tracker_writes_through_and_knows_where_the_cursor_is():
     import io
 
-    from weirdnet._line_end import LineEndTracker, end_the_line
+    from weirdnet.run.line_end import LineEndTracker, end_the_line
 
     stream = io.StringIO()
     tracker = LineEndTracker(stream)

@@ -408,7 +408,7 @@ def test_every_documented_page_runs(page, after_readme, tmp_path, capsys):
 def test_the_listops_build_help_states_the_size_it_writes(tmp_path, capsys):
     """``weirdnet data build listops --help`` gives the size of LRA's 100K samples and per
     sample (issue 72: 660 MB came unannounced); 300 samples, built, agree within 10%."""
-    from weirdnet.commands.data_build import DESCRIPTION
+    from weirdnet.cli.commands.data_build import DESCRIPTION
 
     text = " ".join(DESCRIPTION.split())
     stated = re.search(r"The defaults write (\d+) MB \(about ([\d.]+) KB a sample", text)

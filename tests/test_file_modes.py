@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from weirdnet._atomic import write_atomic, write_png
 from weirdnet.models import WeirdNetLM
-from weirdnet.train import checkpoint as ckpt
+from weirdnet.run import checkpoint as ckpt
+from weirdnet.run.files import write_atomic, write_png
 
 UMASKS = [0o022, 0o002, 0o077]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "weirdnet"
-CORE = ("ops", "layers", "models", "data", "train", "hf", "commands")
+CORE = ("config", "run", "ops", "layers", "models", "data", "train", "hf", "cli")
 LAB = "weirdnet_lab"  # lab/src/weirdnet_lab: the weirdnet-lab distribution
 
 

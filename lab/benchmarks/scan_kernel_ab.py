@@ -28,7 +28,7 @@ import torch
 
 from weirdnet.ops import cbuild
 from weirdnet.ops.weird_scan import cpu
-from weirdnet.utils import write_atomic
+from weirdnet.run import write_atomic
 from weirdnet_lab.harness.alloc import reuse_freed_memory
 from weirdnet_lab.harness.machine import cpu_model
 

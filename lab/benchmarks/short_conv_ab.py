@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from weirdnet.ops.short_conv import short_conv
-from weirdnet.utils import write_atomic
+from weirdnet.run import write_atomic
 from weirdnet_lab.harness.machine import cpu_model
 
 PATHS = ("torch", "cpu")  # conv1d, the C kernel

@@ -110,7 +110,7 @@ def measure(kernels, arch: int) -> list[tuple[str, str, float, int]]:
 
 
 def main() -> int:
-    from weirdnet.utils import write_atomic
+    from weirdnet.run import write_atomic
     from weirdnet_lab.harness.machine import cpu_model, git_commit
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

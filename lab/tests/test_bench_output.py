@@ -17,7 +17,7 @@ import pytest
 
 from helpers.train import run_cli
 from weirdnet.cli import main
-from weirdnet.utils import DirectoryLock, Interrupted
+from weirdnet.run import DirectoryLock, Interrupted
 from weirdnet_lab.harness import children, output
 
 REPO = Path(__file__).resolve().parents[2]

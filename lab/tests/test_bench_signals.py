@@ -273,7 +273,7 @@ def test_a_stop_signal_while_a_child_starts_reports_it_started(monkeypatch):
     import os
     import sys
 
-    from weirdnet.utils import STOP, Interrupted
+    from weirdnet.run import STOP, Interrupted
     from weirdnet_lab.harness import children
 
     original = children._Child.__init__

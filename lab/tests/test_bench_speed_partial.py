@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from weirdnet import cli
-from weirdnet.utils import Interrupted
+from weirdnet.run import Interrupted
 from weirdnet_lab import speed
 
 ARGS = ["bench", "speed", "--lengths", "64", "128", "--mechanisms", "weird-a,dba",

@@ -11,7 +11,7 @@ import torch
 
 from weirdnet import __version__
 from weirdnet.cli import main
-from weirdnet.utils import write_atomic
+from weirdnet.run import write_atomic
 from weirdnet_lab.opbench import analysis
 from weirdnet_lab.opbench.scan import DEFAULT_METHODS, LOG_W
 

@@ -101,7 +101,7 @@ def core_uses(path: Path) -> list[tuple[int, str, str | None]]:
 
 def test_the_api_reference_lists_modules():
     modules = documented_modules()
-    assert {"weirdnet", "weirdnet.utils", "weirdnet.models", "weirdnet.train.trainer"} <= modules
+    assert {"weirdnet", "weirdnet.run", "weirdnet.models", "weirdnet.train.trainer"} <= modules
 
 
 @pytest.mark.parametrize("path", LAB_FILES, ids=lambda p: str(p.relative_to(REPO)))
@@ -131,11 +131,11 @@ def test_what_is_not_yet_public_is_still_used():
 def test_the_checker_catches_a_private_name_and_an_unlisted_module(tmp_path):
     """The rules above, on a file that breaks each."""
     bad = tmp_path / "bad.py"
-    bad.write_text("from weirdnet.utils import _secret\nimport weirdnet.typed_config\n"
+    bad.write_text("from weirdnet.run import _secret\nimport weirdnet.config.typed\n"
                    "from weirdnet.models import backbone\nbackbone._extend\n")
     uses = core_uses(bad)
     modules = public_modules()
-    assert (1, "weirdnet.utils", "_secret") in uses and _private("_secret")
-    assert (2, "weirdnet.typed_config", None) in uses
-    assert "weirdnet.typed_config" not in modules
+    assert (1, "weirdnet.run", "_secret") in uses and _private("_secret")
+    assert (2, "weirdnet.config.typed", None) in uses
+    assert "weirdnet.config.typed" not in modules
     assert (4, "weirdnet.models.backbone", "_extend") in uses

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-from weirdnet._atomic import write_atomic
 from weirdnet.data.common import (
     byte_tokens,
     cache_path,
@@ -12,6 +11,7 @@ from weirdnet.data.common import (
     seeded_split,
     split_fractions,
 )
+from weirdnet.run.files import write_atomic
 
 
 @pytest.fixture(autouse=True)

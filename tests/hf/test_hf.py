@@ -278,7 +278,7 @@ def test_a_top_level_derived_key_that_conflicts_is_one_clear_error(saved, tmp_pa
 
 
 def test_the_export_stores_the_weights_sha256(saved):
-    from weirdnet.models.safetensors_io import load_file
+    from weirdnet.run.safetensors_io import load_file
 
     _, metadata = load_file(saved[2] / "model.safetensors")
     assert len(metadata["weirdnet.sha256"]) == 64
@@ -476,7 +476,7 @@ def test_the_model_card_code_runs_no_file_of_the_folder(saved, tmp_path):
 def test_no_documented_command_trusts_remote_code(saved):
     docs = (Path(__file__).parents[2] / "docs" / "hf.md").read_text()
     card = (saved[2] / "README.md").read_text()
-    from weirdnet.commands import export_hf, harness_tasks
+    from weirdnet.cli.commands import export_hf, harness_tasks
     examples = [command.DESCRIPTION for command in (export_hf, harness_tasks)]
     for block in [*_code_blocks(docs), *_code_blocks(card), *examples]:
         commands = [line for line in block.splitlines()

@@ -576,9 +576,9 @@ def test_authors_form_from_a_toml_config(tmp_path):
     mixer (TOML -> config dataclass -> backbone)."""
     import tomllib
 
+    from weirdnet.config.typed import from_dict
     from weirdnet.models.backbone import Backbone
     from weirdnet.models.config import BackboneConfig
-    from weirdnet.typed_config import from_dict
 
     text = ('[model.backbone]\ndim = 32\ndepth = 2\npattern = "dba"\nvocab_size = 10\n'
             'mixer_options = { dba = { form = "authors", d_p = 8, d_in = 8 } }\n')

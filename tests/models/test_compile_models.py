@@ -110,7 +110,7 @@ def test_lm_compiles_without_graph_breaks(pattern, masked):
 @pytest.mark.parametrize("masked", [False, True])
 def test_the_transformerpp_options_compile_without_graph_breaks(pattern, masked):
     """Rotary positions, RMSNorm, SwiGLU, no biases and a short convolution (issue 30)."""
-    from weirdnet.recipes import TRANSFORMERPP
+    from weirdnet.config.recipes import TRANSFORMERPP
 
     def build():
         torch.manual_seed(0)

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from helpers.numerics import rel_err
+from weirdnet.config.typed import from_dict
 from weirdnet.models import (
     BackboneConfig,
     ClassifierConfig,
@@ -16,7 +17,6 @@ from weirdnet.models import (
     WeirdNetSeq2Seq,
 )
 from weirdnet.models.size import check_fits_in_memory, parameter_count
-from weirdnet.typed_config import from_dict
 
 CAUSAL_PATTERNS = ["B", "A", "softmax", "ps", "relation", "linear", "local", "weird,relation"]
 ENCODER_PATTERNS = ["A", "B", "dba", "relation", "linformer", "linear", "local", "ps",
@@ -375,8 +375,8 @@ def test_causal_backbones_refuse_first_position_readouts(pooling):
 @pytest.mark.parametrize("pooling", ["first", "cls"])
 @pytest.mark.parametrize("model_class", [WeirdNetClassifier, WeirdNetDualEncoder])
 def test_save_load_round_trips_the_readout(pooling, model_class, tmp_path):
+    from weirdnet.config.typed import from_dict, to_dict
     from weirdnet.models import load
-    from weirdnet.typed_config import from_dict, to_dict
 
     model = pooled(pooling, "weird,dba", model_class=model_class)
     assert from_dict(model.config_class, to_dict(model.config)) == model.config

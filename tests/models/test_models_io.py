@@ -20,7 +20,7 @@ from weirdnet.models import (
     build_preset,
     load,
 )
-from weirdnet.models.safetensors_io import load_file, save_file
+from weirdnet.run.safetensors_io import load_file, save_file
 
 SMALL = {"dim": 32, "depth": 2, "max_len": 64, "heads": 4}
 
@@ -218,7 +218,7 @@ def test_info_on_a_saved_model(tmp_path, capsys):
 def test_damaged_checkpoint_warning_is_one_clean_line(tmp_path):
     """Issue 35 item 10: the warning printed Python's raw format (file, line, category and
     the source line ``warnings.warn(...)``); a user sees one line saying what happened."""
-    from weirdnet.train import checkpoint as ckpt
+    from weirdnet.run import checkpoint as ckpt
 
     model = models()[0]
     for step in (1, 2):  # a trainer state has these keys (an incomplete one is damage)
@@ -229,7 +229,7 @@ def test_damaged_checkpoint_warning_is_one_clean_line(tmp_path):
     data = bytearray(weights.read_bytes())
     data[-3] ^= 0x01
     weights.write_bytes(bytes(data))
-    script = ("import sys\nfrom weirdnet.train.checkpoint import load_latest\n"
+    script = ("import sys\nfrom weirdnet.run.checkpoint import load_latest\n"
               "print(load_latest(sys.argv[1])[0].name)\n")
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
                           text=True, timeout=300)

@@ -6,10 +6,10 @@ every option."""
 import pytest
 import torch
 
+from weirdnet.config.typed import ConfigError
 from weirdnet.models import WeirdNetLM
 from weirdnet.models.config import BackboneConfig
 from weirdnet.ops.rotary import rotary, rotary_angles
-from weirdnet.typed_config import ConfigError
 
 transformers = pytest.importorskip("transformers")
 

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from weirdnet.config.toml import overlay_names, read_toml
+from weirdnet.config.typed import from_dict, to_dict
 from weirdnet.data.common import BYTE_VOCAB, SHIFTED_BYTE_VOCAB
 from weirdnet.data.lra.listops import listops_info
 from weirdnet.data.lra.pathfinder import pathfinder_info
@@ -25,10 +27,9 @@ from weirdnet.data.registry import DatasetInfo, check_options, entry
 from weirdnet.data.seq2seq.digits import BOS_ID, EOS_ID
 from weirdnet.models.base import model_class
 from weirdnet.models.presets import get_preset
-from weirdnet.train.config import TrainConfig, load_config, overlay_names, read_toml
+from weirdnet.train.config import TrainConfig, load_config
 from weirdnet.train.named_configs import resolve
 from weirdnet.train.tasks import build_model_config
-from weirdnet.typed_config import from_dict, to_dict
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 FILES = sorted(CONFIGS.rglob("*.toml"))

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from weirdnet.cli import main
+from weirdnet.config.typed import ConfigError
 from weirdnet.train.config import load_config
 from weirdnet.train.named_configs import config_dir, names, resolve, summaries
-from weirdnet.typed_config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -161,7 +161,7 @@ def test_configs_list_is_the_default(capsys):
 
 
 def test_the_toml_writer_reads_back_as_written():
-    from weirdnet._toml_write import dumps
+    from weirdnet.config.toml_write import dumps
 
     table = {"a": 1, "b": {"c": [1, 2.5, True], "d": {}, "e": {"f": 'x\ny"\x7fé'},
                            "g": None},

@@ -86,7 +86,7 @@ def test_eval_reports_the_truncation_test(tmp_path, capsys):
 def test_one_pass_gives_the_split_metrics_and_the_buckets():
     """evaluate_positions: the metrics evaluate() gives, from the same single pass."""
     from weirdnet.data.registry import get
-    from weirdnet.train.distributed import Processes
+    from weirdnet.run.processes import Processes
     from weirdnet.train.evaluation import evaluate
     from weirdnet.train.positions import evaluate_positions
 

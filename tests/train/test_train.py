@@ -12,8 +12,8 @@ import torch
 from helpers.train import relative_difference, run_cli, subprocess_env, weirdnet_cmd, write_config
 from weirdnet.cli import main
 from weirdnet.models.base import CheckpointError, load
-from weirdnet.models.safetensors_io import load_file
-from weirdnet.train import checkpoint as ckpt
+from weirdnet.run import checkpoint as ckpt
+from weirdnet.run.safetensors_io import load_file
 from weirdnet.train.config import load_config
 from weirdnet.train.trainer import RunError, train
 
@@ -304,7 +304,7 @@ def test_bf16_autocast_trains_and_fp16_needs_cuda(tmp_path):
     assert bf16["results"]["val"]["loss"] == pytest.approx(fp32["results"]["val"]["loss"],
                                                            rel=2e-2)
     if not torch.cuda.is_available():
-        from weirdnet.typed_config import ConfigError
+        from weirdnet.config.typed import ConfigError
 
         with pytest.raises(ConfigError, match="fp16.*needs a CUDA device"):
             _train(tmp_path, "run.name=fp16", "train.precision=fp16", steps=2)

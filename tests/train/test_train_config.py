@@ -3,11 +3,12 @@
 import pytest
 
 from helpers.train import write_config
+from weirdnet.config.toml import parse_value
+from weirdnet.config.typed import ConfigError
 from weirdnet.data.registry import DatasetInfo
-from weirdnet.train.config import apply_overrides, eval_due, load_config, parse_value
+from weirdnet.train.config import apply_overrides, eval_due, load_config
 from weirdnet.train.schedule import lr_multiplier
 from weirdnet.train.tasks import best_metric, build_model_config
-from weirdnet.typed_config import ConfigError
 
 
 def test_loads_and_names_the_run_after_the_file(tmp_path):

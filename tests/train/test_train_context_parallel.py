@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from helpers.train import relative_difference, run_cli, subprocess_env, write_config
-from weirdnet.models.safetensors_io import load_file
+from weirdnet.run.safetensors_io import load_file
 
 gloo = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                           reason="torch.distributed with gloo is not available")

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from helpers.train import relative_difference, subprocess_env, write_config
-from weirdnet.models.safetensors_io import load_file
+from weirdnet.run.safetensors_io import load_file
 
 pytestmark = [
     pytest.mark.slow,  # torchrun subprocesses
@@ -100,6 +100,6 @@ def test_sigterm_to_torchrun_saves_one_checkpoint_from_all_ranks(tmp_path):
     assert len(said) == 1 and "SIGTERM at step" in said[0], stderr[-3000:]
     step = int(said[0].split("SIGTERM at step ")[1].split(";")[0])
     checkpoint = tmp_path / "runs" / "tiny" / "checkpoints" / f"step-{step:08d}"
-    from weirdnet.train.checkpoint import verify_directory
+    from weirdnet.run.checkpoint import verify_directory
 
     verify_directory(checkpoint)

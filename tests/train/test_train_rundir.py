@@ -11,14 +11,14 @@ import time
 import pytest
 
 from helpers.train import run_cli, subprocess_env, weirdnet_cmd, write_config
-from weirdnet._lock import DirectoryBusyError, DirectoryLock
 from weirdnet.cli import main
+from weirdnet.config.typed import ConfigError
 from weirdnet.models.base import CheckpointError
+from weirdnet.run.files import DirectoryBusyError, DirectoryLock
+from weirdnet.run.rundir import clean_stale, foreign_entries
 from weirdnet.train.config import load_config
-from weirdnet.train.rundir import clean_stale, foreign_entries
 from weirdnet.train.schedule import extend_phases, phased_multiplier
 from weirdnet.train.trainer import RunError, train
-from weirdnet.typed_config import ConfigError
 
 
 def _config(tmp_path, *overrides, **kwargs):

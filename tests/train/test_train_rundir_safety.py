@@ -16,9 +16,9 @@ import subprocess
 import pytest
 
 from helpers.train import subprocess_env, weirdnet_cmd, write_config
-from weirdnet._signals import STOP
 from weirdnet.cli import main
-from weirdnet.train import checkpoint as ckpt
+from weirdnet.run import checkpoint as ckpt
+from weirdnet.run.signals import STOP
 
 DEAD = 99_999_999  # above Linux's pid_max: never a running process
 

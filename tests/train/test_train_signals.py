@@ -1,7 +1,7 @@
 """SIGINT, SIGTERM and SIGKILL at chosen points of a real ``weirdnet train`` process.
 
 Each case runs the command in a subprocess that sends itself the real signal at a named
-point (``WEIRDNET_FAULT``, see :mod:`weirdnet._faults`): mid-step, mid-checkpoint-write,
+point (``WEIRDNET_FAULT``, see :mod:`weirdnet.run.faults`): mid-step, mid-checkpoint-write,
 between the renames that replace ``best/``, mid-evaluation, mid-final-evaluation, and
 twice in a row (the second signal stops at once).  Every case must end with exit status
 130/143 (SIGKILL: -9), one line on stderr and no traceback, an intact checkpoint, and a
@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from helpers.train import run_cli, subprocess_env, weirdnet_cmd, write_config
-from weirdnet.models.safetensors_io import load_file
-from weirdnet.train import checkpoint as ckpt
+from weirdnet.run import checkpoint as ckpt
+from weirdnet.run.safetensors_io import load_file
 
 pytestmark = pytest.mark.slow  # real training subprocesses
 

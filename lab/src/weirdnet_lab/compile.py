@@ -225,7 +225,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 def _run(args, argv, workloads: list[str], out: Path, session: output.Writing) -> int:
     import torch
 
-    from weirdnet.utils import write_atomic
+    from weirdnet.run import write_atomic
     from weirdnet_lab.harness.alloc import reuse_freed_memory
     from weirdnet_lab.harness.machine import machine_info
 

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from weirdnet.utils import Interrupted, signal_name
+from weirdnet.run import Interrupted, signal_name
 from weirdnet_lab.harness import output
 from weirdnet_lab.harness.alloc import return_freed_memory, reuse_freed_memory
 
@@ -463,7 +463,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _run(args: argparse.Namespace, argv: list[str], mechanisms: list[str], out: Path,
          session: output.Writing) -> int:
-    from weirdnet.utils import write_atomic
+    from weirdnet.run import write_atomic
     from weirdnet_lab.speed_report import draw, markdown
 
     try:
@@ -544,7 +544,7 @@ def _write_partial(base: dict[str, Any], command: list[str], rows: list[dict[str
                    out: Path, session: output.Writing) -> None:
     """Write the cells measured before a stop signal as ``<stem>.partial.{json,md}``
     (written whole; no plot), marked partial, and say so in ``session.kept``."""
-    from weirdnet.utils import write_atomic
+    from weirdnet.run import write_atomic
     from weirdnet_lab.speed_report import markdown
 
     with output.write_whole():

@@ -282,7 +282,7 @@ def draw(result: dict[str, Any], out: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from weirdnet.utils import write_png
+    from weirdnet.run import write_png
 
     figure = Figure(figsize=(12, 4.8), dpi=110)
     FigureCanvasAgg(figure)

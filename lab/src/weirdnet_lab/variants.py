@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from weirdnet.recipes import TRANSFORMERPP
+from weirdnet.config import TRANSFORMERPP
 
 DBA_OPTIONS = {"form": "authors", "d_p": 16, "d_in": 24}
 """DBA's LRA setting (DBA paper Table 7) as its authors' code runs it, the default of the

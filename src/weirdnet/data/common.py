@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from weirdnet._atomic import write_atomic
 from weirdnet.data.registry import DataMissingError, data_root
+from weirdnet.run.files import write_atomic
 
 __all__ = ["BYTE_VOCAB", "SHIFTED_BYTE_VOCAB", "byte_tokens", "cache_path",
            "cached_bytes", "check_option", "contiguous_bounds", "require_path",

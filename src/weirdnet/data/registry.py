@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from weirdnet._registry import Registry
-from weirdnet.typed_config import ConfigError, coerce
+from weirdnet.config.registry import Registry
+from weirdnet.config.typed import ConfigError, coerce
 
 __all__ = ["NO_ROOT", "DataMissingError", "DatasetEntry", "DatasetInfo", "Root", "available",
            "check_options", "check_root", "data_root", "entry", "get", "register",

@@ -26,9 +26,9 @@ import torch
 from huggingface_hub.dataclasses import type_validator
 from transformers import PreTrainedConfig
 
+from weirdnet.config.typed import ConfigError, from_dict
 from weirdnet.models import LMConfig, WeirdNetLM
 from weirdnet.models.base import HF_MODEL_TYPE, model_document
-from weirdnet.typed_config import ConfigError, from_dict
 
 PAD_ID, BOS_ID, EOS_ID = 0, 2, 3
 

@@ -18,8 +18,8 @@ import os
 import shutil
 from pathlib import Path
 
-from weirdnet._atomic import make_temp_dir, obstacle, write_atomic
 from weirdnet.models import WeirdNetLM
+from weirdnet.run.files import make_temp_dir, obstacle, write_atomic
 from weirdnet.train.trained import load_trained
 
 from .modeling import WeirdNetForCausalLM

@@ -33,8 +33,8 @@ import random
 import sys
 from pathlib import Path
 
-from weirdnet._atomic import write_atomic
 from weirdnet.data import get
+from weirdnet.run.files import write_atomic
 
 NEXTLINE, BPB = "weirdnet_stdlib_nextline", "weirdnet_stdlib_bpb"
 CONTEXT_LINES, CHOICES = 6, 4

@@ -28,9 +28,9 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from weirdnet.models import Backbone, WeirdNetLM
 from weirdnet.models.generation import check_length
 from weirdnet.models.lm import lm_loss, output_head, output_logits, token_nll
-from weirdnet.models.safetensors_io import add_checksum, verify_file
 from weirdnet.models.size import check_fits_in_memory
 from weirdnet.ops.packing import doc_ids_from_positions
+from weirdnet.run.safetensors_io import add_checksum, verify_file
 
 from .cache import WeirdNetCache
 from .configuration import WeirdNetConfig, check_generation_file

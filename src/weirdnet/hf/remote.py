@@ -18,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-from weirdnet._atomic import write_atomic
+from weirdnet.run.files import write_atomic
 
 RISK = ("trust_remote_code=True imports and runs the Python files of the model folder "
         "(configuration_weirdnet.py, modeling_weirdnet.py, or whatever its config.json's "

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
-from weirdnet._registry import Registry
+from weirdnet.config.registry import Registry
 
 MIXERS: Registry[Callable[..., nn.Module]] = Registry("mixer", (
     "weirdnet.layers.weird",       # weird, ps

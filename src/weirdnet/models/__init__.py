@@ -3,7 +3,7 @@ model with cached generation, classifiers, a retrieval dual encoder, an encoderâ
 presets of the papers' sizes, and save/load (config JSON + safetensors).  Other
 libraries' models for comparisons (``PeerLM``) are the lab's (``weirdnet_lab.peers``)."""
 
-from weirdnet.typed_config import ConfigError
+from weirdnet.config.typed import ConfigError
 
 from .backbone import Backbone, BackboneCache
 from .base import CheckpointError, WeirdNetModel, load, register_model

@@ -17,15 +17,16 @@ import torch
 import torch.nn as nn
 
 from weirdnet import __version__
-from weirdnet._atomic import write_atomic
-from weirdnet._registry import Registry
-from weirdnet.typed_config import ConfigError, from_dict, to_dict
+from weirdnet.config.registry import Registry
+from weirdnet.config.typed import ConfigError, from_dict, to_dict
+from weirdnet.run.checkpoint import WEIGHTS_FILE, CheckpointError
+from weirdnet.run.files import write_atomic
+from weirdnet.run.safetensors_io import load_file, save_file
 
 from .backbone import Backbone
-from .safetensors_io import load_file, save_file
 from .size import check_fits_in_memory
 
-CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+CONFIG_FILE = "config.json"
 HF_MODEL_TYPE = "weirdnet"
 """The ``model_type`` of a Hugging Face ``config.json`` written by :mod:`weirdnet.hf`; it
 holds the document of :meth:`WeirdNetModel.document` under the key ``weirdnet``, so one
@@ -71,10 +72,6 @@ def register_model(cls: type[WeirdNetModel]) -> type[WeirdNetModel]:
     """Class decorator: ``save``/``load`` (and ``model.class`` in a training config) know
     the class by its name."""
     return MODELS.register(cls.__name__)(cls)
-
-
-class CheckpointError(ValueError):
-    """A saved model that is missing, corrupted or does not match its class or config."""
 
 
 class WeirdNetModel(nn.Module):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from weirdnet.typed_config import ConfigError
+from weirdnet.config.typed import ConfigError
 
 ACTIVATIONS = ("gelu", "leaky_relu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from weirdnet.typed_config import ConfigError
+from weirdnet.config.typed import ConfigError
 
 from .backbone import Backbone
 from .base import WeirdNetModel, register_model

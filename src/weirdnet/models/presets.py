@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from weirdnet.recipes import TRANSFORMERPP
+from weirdnet.config.recipes import TRANSFORMERPP
 
 
 @dataclass(frozen=True)

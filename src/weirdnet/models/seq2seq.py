@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
+from weirdnet.config.typed import ConfigError
 from weirdnet.layers import DBACrossAttention
 from weirdnet.layers.softmax import SoftmaxCrossAttention
-from weirdnet.typed_config import ConfigError
 
 from .backbone import Backbone, PerBlockContext
 from .base import WeirdNetModel, register_model

@@ -18,7 +18,7 @@ import os
 
 import torch
 
-from weirdnet.typed_config import ConfigError
+from weirdnet.config.typed import ConfigError
 
 from .config import BackboneConfig, pattern_mixers
 

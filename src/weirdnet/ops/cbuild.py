@@ -26,8 +26,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from weirdnet._atomic import apply_umask
-from weirdnet._warnings import WeirdnetWarning, warn
+from weirdnet.run.files import apply_umask
+from weirdnet.run.warnings import WeirdnetWarning, warn
 
 FLAGS = [
     "-O3",

@@ -22,11 +22,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from weirdnet.config.typed import ConfigError
 from weirdnet.layers.context_parallel import ContextParallel
 from weirdnet.models.lm import token_nll
-from weirdnet.typed_config import ConfigError
-
-from .distributed import Processes
+from weirdnet.run.processes import Processes
 
 
 @dataclass

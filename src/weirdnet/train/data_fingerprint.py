@@ -22,10 +22,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from weirdnet._atomic import write_atomic
 from weirdnet.data.sources.fingerprint import file_sha256
+from weirdnet.run.files import write_atomic
 
-__all__ = ["FILE", "data_change", "read_record", "record", "write_record"]
+__all__ = ["FILE", "check_source", "data_change", "read_record", "record", "write_record"]
 
 FILE = "data_fingerprint.json"
 MAX_HASHED_FILES = 10_000
@@ -102,3 +102,25 @@ def read_record(run_dir: Path) -> dict[str, Any] | None:
 def write_record(run_dir: Path, fingerprint: dict[str, Any]) -> None:
     """Write ``fingerprint`` as the run's record (atomically)."""
     write_atomic(Path(run_dir) / FILE, json.dumps(fingerprint, indent=2) + "\n")
+
+
+def check_source(data, run_dir: Path, resumed: bool, allow_change: bool
+                 ) -> tuple[dict[str, Any], str | None]:
+    """Fingerprint the source of the config's ``data`` table; a ``resumed`` run (one with
+    a checkpoint: only it has trained on the data it recorded) whose recorded source
+    changed is a :class:`~weirdnet.train.setup.RunError` naming the file, unless
+    ``allow_change`` (then the new source is recorded).  (the fingerprint, the line that
+    says the data changed, or None)."""
+    from weirdnet.train.setup import RunError
+
+    fingerprint = record(data.dataset, data.root)
+    recorded = read_record(run_dir) if resumed else None
+    change = None if recorded is None else data_change(recorded, fingerprint)
+    if change is None:
+        return fingerprint, None
+    if not allow_change:
+        raise RunError(f"the data changed since {run_dir} started: {change}; resuming "
+                       "would not continue the run it was; restore the data, or "
+                       "continue on the new data with --allow-data-change")
+    return fingerprint, (f"the data changed since {run_dir} started: {change}; continuing "
+                         "on the new data (--allow-data-change), which is recorded now")

@@ -22,9 +22,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from weirdnet.data.collate import pad_collate
-from weirdnet.train.distributed import Processes
+from weirdnet.run.processes import Processes
 
-__all__ = ["EvalBatches", "ResumableSampler", "train_loader"]
+__all__ = ["EvalBatches", "ResumableSampler", "micro_batches", "train_loader"]
 
 
 class ResumableSampler(DistributedSampler):
@@ -71,6 +71,22 @@ def train_loader(dataset: Dataset, sampler: ResumableSampler, micro_batch: int, 
                       collate_fn=_collate(pad_id, pad_multiple, max_len),
                       num_workers=num_workers, drop_last=True, pin_memory=pin_memory,
                       generator=generator)
+
+
+def micro_batches(dataset: Dataset, sampler: ResumableSampler, position, micro_batch: int,
+                  pad_id: int, num_workers: int, pin_memory: bool, pad_multiple: int = 1,
+                  max_len: int | None = None) -> Iterator:
+    """Endless micro-batches from a run's data ``position`` (its ``epoch`` and
+    ``step_in_epoch``: the run's :class:`~weirdnet.run.checkpointer.Progress`, whose
+    epoch this advances), one :func:`train_loader` per epoch."""
+    while True:
+        sampler.set_position(position.epoch, position.step_in_epoch)
+        if hasattr(dataset, "set_epoch"):
+            dataset.set_epoch(position.epoch)
+        yield from train_loader(dataset, sampler, micro_batch, pad_id, num_workers,
+                                pin_memory, pad_multiple, max_len)
+        position.epoch += 1
+        position.step_in_epoch = 0
 
 
 class EvalBatches:

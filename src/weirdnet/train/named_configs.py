@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from weirdnet.train.config import OVERLAYS, overlay_names, overlay_source
-from weirdnet.typed_config import ConfigError
+from weirdnet.config.toml import OVERLAYS, overlay_names, overlay_source
+from weirdnet.config.typed import ConfigError
 
 ENV = "WEIRDNET_CONFIGS"
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from weirdnet._atomic import write_png
+from weirdnet.run.files import write_png
 
 LOG_NAME = "log.jsonl"
 PLOT_NAME = "curves.png"
@@ -65,7 +65,7 @@ _NO_MATPLOTLIB = ("weirdnet plot needs matplotlib: pip install 'weirdnet[plot]' 
 
 class TrainPoint(NamedTuple):
     """One ``train`` event: the step and what was logged there (NaN where missing; see
-    :mod:`weirdnet.train.runlog` for what each rate counts)."""
+    :mod:`weirdnet.run.runlog` for what each rate counts)."""
 
     step: int
     loss: float
@@ -88,7 +88,7 @@ def _train_point(event: dict[str, Any], step: int) -> TrainPoint:
 @dataclass
 class RunHistory:
     """One run's history as read back from its ``log.jsonl`` (written by
-    :class:`weirdnet.train.runlog.RunLog`), deduplicated and sorted by step."""
+    :class:`weirdnet.run.runlog.RunLog`), deduplicated and sorted by step."""
 
     name: str
     """The run directory's name."""

@@ -96,7 +96,7 @@ def evaluate_positions(model, dataset, batch_size: int, processes,
     """(the split's metrics, as :func:`~weirdnet.train.evaluation.evaluate` gives them;
     bits per byte in each bucket of context length) of ``model`` on ``dataset`` (an LM
     split), in one pass of the trainer's evaluation (the first ``limit`` windows, 0 =
-    all; ``processes``: a :class:`~weirdnet.train.distributed.Processes`)."""
+    all; ``processes``: a :class:`~weirdnet.run.processes.Processes`)."""
     from functools import partial
 
     from .evaluation import evaluation_sums
@@ -193,7 +193,7 @@ def truncation_rows(bpc: dict[str, list[float]], contexts: Sequence[int]
     windows in the same order at every context): each context's mean, its difference from
     the longest context and that difference's 95% t interval over windows (each window
     paired with itself)."""
-    from weirdnet._intervals import mean_interval
+    from weirdnet.train.intervals import mean_interval
 
     contexts = sorted(int(c) for c in contexts)
     longest = bpc[str(contexts[-1])]

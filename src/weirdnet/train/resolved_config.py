@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from weirdnet._toml_write import dumps
+from weirdnet.config.toml_write import dumps
+from weirdnet.config.typed import from_dict, to_dict
 from weirdnet.data.registry import DatasetInfo, entry
 from weirdnet.models.base import model_class
 from weirdnet.models.presets import get_preset
 from weirdnet.train import tasks
 from weirdnet.train.config import TrainConfig, load_config
-from weirdnet.typed_config import from_dict, to_dict
 
 FROM_DATA = ("vocab_size", "input_dim", "max_len")
 """A backbone's keys that the dataset sets unless the config's ``[model]`` table does."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-__all__ = ["extend_phases", "lr_multiplier", "phased_multiplier"]
+__all__ = ["continue_schedule", "extend_phases", "lr_multiplier", "phased_multiplier"]
 
 Phases = list[list[int]]
 
@@ -84,3 +84,50 @@ def extend_phases(phases: Phases, done_steps: int, new_total: int, how: str) -> 
             return phases
         return [*phases, [done_steps, new_total]]
     raise ValueError(f"unknown schedule.extend {how!r}; use keep, rewarm or stretch")
+
+
+EXTEND_NOTES = {
+    "keep": "the schedule is unchanged; past its end the rate stays at its last value",
+    "rewarm": "warm up again to optim.lr, then decay over the remaining steps",
+    "stretch": "the schedule is laid out again over all train.steps",
+}
+"""What each ``schedule.extend`` does, for the line a resumed run prints."""
+
+
+def continue_schedule(schedule, phases: Phases, done: int, steps: int, optimizer,
+                      scheduler) -> tuple[Phases, Callable[[int], float], str | None]:
+    """A run resumed at step ``done`` with ``train.steps = steps``: the schedule laid out
+    again as ``schedule.extend`` says (``schedule``: the config's table), its multiplier,
+    and the line that says how the rate changed (None: it did not).  The optimizer's rate
+    is set to the new schedule's at once."""
+    how = schedule.extend
+    laid = extend_phases(phases, done, steps, how)
+    factor = phased_multiplier(schedule.name, schedule.warmup_steps, laid,
+                               schedule.min_lr_ratio)
+    if phases[-1][1] == steps or schedule.name != "cosine" and how == "keep":
+        return laid, factor, None
+    before = optimizer.param_groups[0]["lr"]
+    for group, base in zip(optimizer.param_groups, scheduler.base_lrs, strict=True):
+        group["lr"] = base * factor(scheduler.last_epoch)
+    note = _keep_note(factor, schedule.warmup_steps, laid[-1][0], scheduler.base_lrs[0],
+                      done, steps) if how == "keep" else EXTEND_NOTES[how]
+    return laid, factor, (f"the learning-rate schedule was laid out for {phases[-1][1]} "
+                          f"steps, now train.steps={steps}: schedule.extend={how!r} "
+                          f"({note}); lr at step {done + 1}: {before:.3g} -> "
+                          f"{optimizer.param_groups[0]['lr']:.3g}")
+
+
+def _keep_note(factor: Callable[[int], float], warmup: int, start: int, base: float,
+               done: int, steps: int) -> str:
+    """What ``schedule.extend='keep'`` does from step ``done + 1`` to ``steps``: the
+    rate stays at its final value, or, when the warmup outlasts the steps the
+    schedule was laid out for, it first keeps rising (then falls to that value)."""
+    # factor(k) is the rate of step k + 1; the peak comes by the end of the warmup
+    ahead = range(done, min(steps, start + warmup + 1))
+    peak = max(ahead, key=factor, default=done)
+    if factor(peak) <= factor(done):
+        return EXTEND_NOTES["keep"]
+    return (f"the schedule is unchanged; its warmup (schedule.warmup_steps={warmup}) "
+            f"outlasts the steps it was laid out for, so the rate keeps rising to "
+            f"{base * factor(peak):.3g} at step {peak + 1}, then falls to "
+            f"{base * factor(steps - 1):.3g} and stays there")

@@ -4,30 +4,21 @@ and activation checkpointing, each from a :class:`~weirdnet.train.config.TrainCo
 from __future__ import annotations
 
 import os
-import random
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn as nn
 
+from weirdnet.config.typed import ConfigError, from_dict
 from weirdnet.data.registry import get
 from weirdnet.models.base import model_class
 from weirdnet.models.size import check_fits_in_memory, does_not_fit, parameter_count
 from weirdnet.train import tasks
 from weirdnet.train.config import TrainConfig
-from weirdnet.typed_config import ConfigError, from_dict
 
 
 class RunError(RuntimeError):
     """A run that cannot start or continue (existing run directory, empty dataset, NaN)."""
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (all devices)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def make_deterministic() -> None:
@@ -115,3 +106,32 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     if precision == "fp16" and device.type != "cuda":
         raise ConfigError("train.precision=\"fp16\" needs a CUDA device (use bf16 or fp32)")
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def check_fits_data(config: TrainConfig, model: nn.Module, splits: dict[str, Any],
+                    info) -> None:
+    """The config's values that only the data and the model can check: the best metric
+    is one the task reports, every split's items fit the model's max_len, TensorBoard
+    can be written."""
+    tasks.check_best_metric(config.train.best_metric, info)
+    for split, dataset in splits.items():
+        name = getattr(config.data, f"{split}_split", split)
+        tasks.check_lengths(model.config, dataset.info, repr(name))
+    if config.run.tensorboard:
+        try:  # tensorboard is optional: checked only when the config asks for it
+            from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+        except ImportError:
+            raise ConfigError("run.tensorboard = true needs the tensorboard package: pip "
+                              "install tensorboard (or --set run.tensorboard=false)"
+                              ) from None
+
+
+def micro_batch_size(train, readers: int) -> int:
+    """The items of one micro-batch: ``train.batch_size`` over the ``readers`` (the
+    data-parallel processes) and ``train.grad_accum`` (ConfigError unless it divides)."""
+    parts = readers * train.grad_accum
+    if train.batch_size % parts:
+        raise ConfigError(f"train.batch_size={train.batch_size} must be a multiple of "
+                          f"data-parallel processes x grad_accum = {readers} x "
+                          f"{train.grad_accum}")
+    return train.batch_size // parts

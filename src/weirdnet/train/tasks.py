@@ -36,12 +36,12 @@ from typing import Any
 
 import torch
 
+from weirdnet.config.tables import merge
+from weirdnet.config.typed import ConfigError
 from weirdnet.data.registry import DatasetInfo
 from weirdnet.models.lm import token_nll
 from weirdnet.models.presets import get_preset
 from weirdnet.ops.packing import within_documents
-from weirdnet.train.config import merge
-from weirdnet.typed_config import ConfigError
 
 __all__ = ["MODEL_CLASSES", "PEER_TASKS", "TASKS", "Sums", "Task", "add_sums", "best_metric",
            "build_model_config", "check_best_metric", "check_lengths", "get", "model_fits",

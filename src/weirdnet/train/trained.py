@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from weirdnet.models.base import load
-from weirdnet.train.checkpoint import (
+from weirdnet.run.checkpoint import (
     DATA_INFO,
     MANIFEST,
     TRAIN_CONFIG,

@@ -35,7 +35,7 @@ def evaluate_trained(path: str | Path, data, split: str, device: str | torch.dev
       :func:`~weirdnet.train.positions.evaluate_truncation` at those contexts.
 
     Every window of the split is read (no limit), ``batch_size`` at a time."""
-    from weirdnet.train.distributed import Processes
+    from weirdnet.run.processes import Processes
     from weirdnet.train.setup import eval_dataset
     from weirdnet.train.trained import load_trained
 

@@ -143,7 +143,7 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
 
 def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
     """context.png: bits per byte against the context bucket, a panel per window."""
-    from weirdnet.utils import write_png
+    from weirdnet.run import write_png
 
     contexts = sorted({c for cell in cells for c in cell.eval_contexts})
     models = _by_model(cells, done)

@@ -159,7 +159,7 @@ def markdown(record: dict[str, Any]) -> str:
 
 def draw(rows: list[dict], path: Path) -> None:
     """Peak RSS per process and tokens/s against length, a line per (model, P)."""
-    from weirdnet.utils import write_png
+    from weirdnet.run import write_png
 
     fig, axes = writing.panels(1, 2, 9.0, 3.6)
     good = [r for r in rows if "error" not in r]
@@ -186,7 +186,7 @@ def draw(rows: list[dict], path: Path) -> None:
 
 def write(folder: Path, record: dict[str, Any]) -> list[Path]:
     """context_parallel.json, .md (and .png) in ``folder``; the paths written."""
-    from weirdnet.utils import write_atomic
+    from weirdnet.run import write_atomic
 
     folder.mkdir(parents=True, exist_ok=True)
     data = write_atomic(folder / f"{STEM}.json", json.dumps(record, indent=1) + "\n")

@@ -166,7 +166,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _run(plan: Plan, session: output.Writing) -> int:
-    from weirdnet.utils import write_atomic
+    from weirdnet.run import write_atomic
 
     records = []
     session.kept = lambda: (f"the records of {len(records)} finished step(s) are in "

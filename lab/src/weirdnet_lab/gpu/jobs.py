@@ -138,7 +138,7 @@ JOBS = {"env": job_env, "selfcheck": job_selfcheck, "copy": job_copy, "kernels":
 def job_main(argv: list[str]) -> int:
     """``python -m weirdnet_lab.gpu JOB SPEC``: run the job, write its JSON result to
     the spec's ``result`` path."""
-    from weirdnet.utils import write_atomic
+    from weirdnet.run import write_atomic
     from weirdnet_lab.harness.children import watch_parent
 
     if len(argv) != 2 or argv[0] not in JOBS:

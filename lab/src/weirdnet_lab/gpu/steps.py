@@ -44,7 +44,7 @@ from .report import selfcheck_text
 
 def run_step(plan: Plan, index: int, name: str) -> dict:
     """Run step ``name`` within its time box and write its record; the record."""
-    from weirdnet.utils import write_atomic
+    from weirdnet.run import write_atomic
 
     print(f"weirdnet bench gpu: step {index} {name} (time box {plan.boxes[name]:g} s)",
           file=sys.stderr, flush=True)

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m weirdnet_lab.harness.child {{{','.join(JOBS)}}} SPEC|@SPEC.json",
               file=sys.stderr)
         return 2
-    from weirdnet.utils import STOP, Interrupted
+    from weirdnet.run import STOP, Interrupted
     from weirdnet_lab.harness.children import watch_parent
 
     job, spec = argv[0], read_spec(argv[1])

@@ -7,7 +7,7 @@ The benchmarks measure in fresh processes (memory children, ``bench speed`` cell
   decides how its children stop (a training child gets exactly one SIGTERM and saves a
   checkpoint; two signals would make it stop at once);
 - is stopped when the command stops: when any exception (a stop signal's
-  :class:`~weirdnet.utils.Interrupted` included) leaves :func:`run` or
+  :class:`~weirdnet.run.Interrupted` included) leaves :func:`run` or
   :func:`run_all`, each running child gets SIGTERM and is waited for, up to its
   ``grace_s``, then its whole process group gets SIGKILL.  A further stop signal while
   waiting forwards one more SIGTERM (a trainer then stops at once), a third SIGKILLs;
@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import IO
 
-from weirdnet.utils import STOP, Interrupted
+from weirdnet.run import STOP, Interrupted
 
 __all__ = ["ChildTimeout", "run", "run_all", "stop_all", "watch_parent"]
 

@@ -8,9 +8,9 @@
   budget) refuses a folder that holds a full run's report of the same benchmark, unless
   ``--force`` (:func:`refuse_quick_over_full`).  Every report records whether it was a
   quick run (``"quick"`` in its JSON).
-- **One writer per folder**: :func:`writing` holds :class:`weirdnet.utils.DirectoryLock`
+- **One writer per folder**: :func:`writing` holds :class:`weirdnet.run.DirectoryLock`
   on each output folder for the whole run; a second writer fails at once.
-- **Stop signals**: when SIGINT/SIGTERM (:class:`weirdnet.utils.Interrupted`) leaves
+- **Stop signals**: when SIGINT/SIGTERM (:class:`weirdnet.run.Interrupted`) leaves
   :func:`writing`, the command's child processes are stopped and waited for
   (:mod:`.children`) and the signal goes on with one line saying what was kept and how to
   continue (:attr:`Writing.kept`).  Reports are written whole or not at all
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from weirdnet.utils import STOP, DirectoryBusyError, DirectoryLock, Interrupted, signal_name
+from weirdnet.run import STOP, DirectoryBusyError, DirectoryLock, Interrupted, signal_name
 
 __all__ = ["COMMITTED", "ENV", "BenchError", "Writing", "add_out_arguments", "bench_dir",
            "fail", "full_reports", "full_suite_dirs", "out_dir", "print_written",

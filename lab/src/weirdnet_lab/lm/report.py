@@ -280,7 +280,7 @@ def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
     """lm.png: validation bits per byte against training minutes (equal minutes) or
     steps (equal steps), a panel per budget and context, and each run's test bits per
     byte at its end (a star); ImportError without matplotlib."""
-    from weirdnet.utils import write_png
+    from weirdnet.run import write_png
 
     groups = _groups(cells)
     fig, axes = writing.panels(1, len(groups), 5 * len(groups), 3.6)

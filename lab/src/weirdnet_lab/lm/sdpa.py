@@ -44,7 +44,7 @@ def record_if_cuda(results_dir: Path, names: list[str], contexts: list[int]) -> 
     :data:`FILE` (its contexts merged over those recorded before)."""
     import torch
 
-    from weirdnet.utils import write_atomic
+    from weirdnet.run import write_atomic
     from weirdnet_lab.lm.models import model_table
 
     if REFERENCE not in names or not torch.cuda.is_available():

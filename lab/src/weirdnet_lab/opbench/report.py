@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from weirdnet.utils import write_atomic
+from weirdnet.run import write_atomic
 from weirdnet_lab.opbench.analysis import ratio_specs
 from weirdnet_lab.opbench.spec import OpBench, get_opbench
 

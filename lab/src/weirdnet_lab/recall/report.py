@@ -132,7 +132,7 @@ def markdown(cells: Sequence, done: dict[str, dict], failed: list[str]) -> str:
 def draw(cells: Sequence, done: dict[str, dict], path: Path) -> Path:
     """recall.png: accuracy against width, a panel per (diagnostic, length); ImportError
     without matplotlib."""
-    from weirdnet.utils import write_png
+    from weirdnet.run import write_png
 
     diagnostics = _in_order(c.diagnostic for c in cells)
     lengths = sorted({c.length for c in cells})

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                                        {"specs": counts["specs"]}, timeout_s=args.timeout,
                                        env=child_env(False), what="the PTX compilation")
             doc = record(args, info, counts, ptx)
-            from weirdnet.utils import write_atomic
+            from weirdnet.run import write_atomic
 
             with output.write_whole():
                 stem = out / f"scan_cost_{args.backend}"

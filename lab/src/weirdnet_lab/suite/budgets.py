@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from weirdnet.utils import merge_tables as merge
+from weirdnet.config import merge
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ class Cell:
     def config_dict(self, work_dir: Path) -> dict[str, Any]:
         """The full training config of this cell (a dict ``TrainConfig.from_dict`` takes);
         under a curriculum it starts from the weights of its last stage."""
-        from weirdnet.train import merge
+        from weirdnet.config import merge
 
         config = self._own_config(work_dir)
         stages = self._stages(config)
@@ -63,7 +63,7 @@ class Cell:
 
     def _stages(self, own: dict[str, Any]) -> list[dict[str, Any]]:
         """:meth:`stage_configs` built on the cell's ``own`` config."""
-        from weirdnet.train import merge
+        from weirdnet.config import merge
         from weirdnet_lab.sweep.store import config_hash
 
         stages: list[dict[str, Any]] = []
@@ -77,7 +77,7 @@ class Cell:
 
     def _own_config(self, work_dir: Path) -> dict[str, Any]:
         """The cell's config before any curriculum: task, budget, variant, run."""
-        from weirdnet.train import merge, read_toml
+        from weirdnet.config import merge, read_toml
 
         name = self.task.paper_config if self.budget.paper_configs else self.task.small_config
         config = read_toml(configs_dir() / name)

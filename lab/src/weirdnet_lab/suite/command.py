@@ -102,7 +102,7 @@ def write_report(budget_name: str, store: CellStore, tables: list[str],
     both are written whole (a stop signal waits until they are).  With
     ``compute_shortcuts``, first compute and store the shortcut baselines of every task
     that lacks current ones (:mod:`.shortcuts`; seconds per task)."""
-    from weirdnet.utils import write_atomic
+    from weirdnet.run import write_atomic
     from weirdnet_lab.suite.document import render
     from weirdnet_lab.suite.report import Results
 

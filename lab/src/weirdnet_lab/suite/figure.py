@@ -83,7 +83,7 @@ def draw_fig6(results: Results, variants: Sequence[str], out: Path, budget: str)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from weirdnet.utils import write_png
+    from weirdnet.run import write_png
 
     figure = Figure(figsize=(12, 5), dpi=110)
     FigureCanvasAgg(figure)

@@ -230,7 +230,7 @@ def write_missing(store, records: list[dict[str, Any]], tasks) -> list[str]:
     (each written atomically); the tasks done."""
     import json
 
-    from weirdnet.utils import write_atomic
+    from weirdnet.run import write_atomic
 
     done = []
     for task in missing_tasks(store, records, tasks):

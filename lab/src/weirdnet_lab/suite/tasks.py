@@ -20,7 +20,7 @@ class Task:
     - ``name``: the cell key (``--tasks``); ``label``: the column header.
     - ``group``: "lra", "uea" or "lm" (which table the column is in).
     - ``paper_config`` / ``small_config``: paths under ``configs/``; ``X-cpu.toml`` names
-      ``X.toml`` with its ``[overlay.cpu]`` table (:data:`weirdnet.train.config.OVERLAYS`).
+      ``X.toml`` with its ``[overlay.cpu]`` table (:data:`weirdnet.config.toml.OVERLAYS`).
     - ``metric``: the test metric reported ("accuracy" in %, "bpc").
     - ``data_note``: what the small config trains on (it differs from the paper's data);
       the report adds the sizes a budget sets (:func:`.document.data_text`).

@@ -217,7 +217,7 @@ def train_stage(config_dict: dict[str, Any], fresh: bool) -> dict[str, Any]:
 
 def run_cell_and_record(spec: dict[str, Any]) -> dict[str, Any]:
     """Train the cell, write its record atomically; returns where it went."""
-    from weirdnet.utils import write_atomic
+    from weirdnet.run import write_atomic
 
     record = run_cell(spec)
     return {"record": str(write_atomic(spec["record"], json.dumps(record, indent=2) + "\n"))}

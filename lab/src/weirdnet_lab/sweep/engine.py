@@ -19,7 +19,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from weirdnet.utils import Interrupted
+from weirdnet.run import Interrupted
 from weirdnet_lab.harness import output
 from weirdnet_lab.sweep.store import CellStore, config_hash
 

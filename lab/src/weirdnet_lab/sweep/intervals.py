@@ -1,12 +1,12 @@
 """95% intervals for the reports: a test-set binomial interval (Wilson) and an interval
-on a mean over seeds (Student's t, from the core's :mod:`weirdnet.utils`)."""
+on a mean over seeds (Student's t, from the core's :mod:`weirdnet.train.intervals`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-from weirdnet.utils import Z95, mean_interval, t95
+from weirdnet.train import Z95, mean_interval, t95
 
 __all__ = ["Z95", "accuracy_interval", "mean_interval", "t95", "wilson"]
 

@@ -108,7 +108,7 @@ class CellStore:
 
     def write(self, cell: SweepCell, record: dict[str, Any]) -> Path:
         """Store ``record`` for ``cell`` atomically; returns its path."""
-        from weirdnet.utils import write_atomic
+        from weirdnet.run import write_atomic
 
         self.cells_dir.mkdir(parents=True, exist_ok=True)
         return write_atomic(self.record_path(cell), json.dumps(record, indent=2) + "\n")

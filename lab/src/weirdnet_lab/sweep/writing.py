@@ -38,7 +38,7 @@ def write_report(folder: Path, stem: str, text: str,
     (``draw(path)`` writes it), both whole even if a stop signal arrives meanwhile; the
     Markdown links the figure.  Without matplotlib the figure is skipped with one line.
     Returns the Markdown file."""
-    from weirdnet.utils import write_atomic
+    from weirdnet.run import write_atomic
     from weirdnet_lab.harness import output
 
     folder.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,6 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from weirdnet._atomic import apply_umask
 from weirdnet.data.registry import data_root
 from weirdnet.data.sources.packages import (
     DEBIAN_PACKAGES,
@@ -48,6 +47,7 @@ from weirdnet.data.sources.packages import (
     Package,
     packages_dir,
 )
+from weirdnet.run.files import apply_umask
 
 __all__ = ["DATASET_SOURCES", "DownloadError", "REMOTE_FILES", "RemoteFile", "download",
            "download_names", "fetch"]

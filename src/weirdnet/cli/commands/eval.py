@@ -62,7 +62,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         summary = evaluate_target(args)
     except expected_errors() as error:
         return fail("eval", error)
-    from weirdnet.train.runlog import results_table
+    from weirdnet.run.runlog import results_table
 
     print(results_table(summary))
     non_finite = _non_finite(summary["results"])
@@ -87,8 +87,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 def evaluate_target(args: argparse.Namespace) -> dict:
     """Evaluate ``args.target`` on its splits; the summary for :func:`results_table`."""
 
+    from weirdnet.run.processes import Processes, resolve_device
     from weirdnet.train.config import TrainConfig, apply_overrides
-    from weirdnet.train.distributed import Processes, resolve_device
     from weirdnet.train.evaluation import evaluate
     from weirdnet.train.positions import BOUNDS, check_bounds, evaluate_positions
     from weirdnet.train.setup import eval_dataset

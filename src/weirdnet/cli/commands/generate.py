@@ -76,7 +76,7 @@ def generate_texts(args: argparse.Namespace) -> list[str]:
     import torch
 
     from weirdnet.models.seq2seq import WeirdNetSeq2Seq
-    from weirdnet.train.distributed import resolve_device
+    from weirdnet.run.processes import resolve_device
     from weirdnet.train.trained import load_trained
 
     if (args.max_new_tokens is not None and args.max_new_tokens < 1) or args.num_samples < 1:

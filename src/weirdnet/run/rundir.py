@@ -12,11 +12,11 @@ A run directory ``RUN = run.out_dir/run.name`` holds only files that weirdnet wr
   (``best/``, ``checkpoints/step-*/``, ``tensorboard/`` included), is one weirdnet writes
   (:func:`foreign_entries`); it removes those entries one by one, never the directory of
   someone else;
-- an advisory lock (:class:`weirdnet._lock.DirectoryLock`) is held for the whole run, so a
+- an advisory lock (:class:`weirdnet.run.files.DirectoryLock`) is held for the whole run, so a
   second writer fails at once with the holder's PID;
 - leftovers of a crash are removed, and a ``best/`` or checkpoint caught between its two
   renames is put back: only temporaries weirdnet can prove it made
-  (:func:`weirdnet._temps.is_ours`: exact name with a PID, marker inside), never a user's
+  (:func:`weirdnet.run.files.is_own_temp`: exact name with a PID, marker inside), never a user's
   file that merely looks like one;
 - resuming and overwriting exclude each other (:func:`check_flags`).
 
@@ -33,9 +33,20 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from weirdnet import _temps
-from weirdnet._atomic import obstacle
-from weirdnet._lock import LOCK_FILE, DirectoryBusyError, DirectoryLock
+from weirdnet.run.files import (
+    LOCK_FILE,
+    TEMP_MARKER,
+    DirectoryBusyError,
+    DirectoryLock,
+    clear_temps,
+    is_empty_leftover,
+    is_own_temp,
+    obstacle,
+    parse_temp_name,
+    remove_temp,
+    stale_marker,
+    unmark_temp,
+)
 
 __all__ = ["MODEL_DIR_FILES", "RUN_FILES", "Claim", "RunDirError", "check_flags", "check_out_dir",
            "check_run_dir", "check_run_name", "claim_run_dir",
@@ -76,8 +87,8 @@ def is_run_dir(path: Path) -> bool:
 
 
 def _is_own_temp(path: Path) -> bool:
-    """A crash's leftover temporary of weirdnet's (see :mod:`weirdnet._temps`)."""
-    return _temps.is_ours(path) or _temps.is_empty_leftover(path)
+    """A crash's leftover temporary of weirdnet's (see :mod:`weirdnet.run.files`)."""
+    return is_own_temp(path) or is_empty_leftover(path)
 
 
 MODEL_DIR_FILES = frozenset({"config.json", "model.safetensors", "train_config.json",
@@ -99,7 +110,7 @@ def foreign_entries(path: Path) -> list[str]:
     (those of :data:`MODEL_DIR_FILES`, ``trainer.pt``/``metrics.json`` and whatever the
     folder's manifest lists); in ``tensorboard/`` only ``events.out.tfevents.*`` files;
     anywhere, the temporaries of an interrupted write that are provably weirdnet's
-    (:mod:`weirdnet._temps`)."""
+    (:mod:`weirdnet.run.files`)."""
     path = Path(path)
     found: list[str] = []
     for entry in path.iterdir():
@@ -139,8 +150,8 @@ def _foreign_checkpoints(folder: Path) -> list[str]:
 def _foreign_model_files(folder: Path, where: str) -> list[str]:
     """Entries of a model directory (``best/`` or a checkpoint) that are not its files."""
     own = MODEL_DIR_FILES | {"trainer.pt", "metrics.json"} | _manifest_names(folder)
-    if _temps.stale_marker(folder):
-        own |= {_temps.MARKER}
+    if stale_marker(folder):
+        own |= {TEMP_MARKER}
     return [f"{where}/{p.name}" for p in folder.iterdir()
             if not (_is_own_temp(p) or (p.name in own and _plain_file(p)))]
 
@@ -333,13 +344,13 @@ def _remove_run(run_dir: Path) -> None:
     """Delete the entries of a recognised run (the directory and its lock file stay);
     refuse if anything in it, at any level, is not weirdnet's."""
     _refuse_foreign(run_dir)
-    _temps.clear(run_dir, keep=LOCK_FILE)
+    clear_temps(run_dir, keep=LOCK_FILE)
 
 
 def clean_stale(run_dir: Path) -> list[str]:
     """Repair what a killed writer left (the caller holds the run's lock): put back a
     directory caught between the two renames of ``save_directory``, delete the
-    temporaries that are provably weirdnet's (:func:`weirdnet._temps.is_ours`; anything
+    temporaries that are provably weirdnet's (:func:`weirdnet.run.files.is_own_temp`; anything
     else, however it is named, stays), drop a marker left in a folder renamed into
     place.  Returns what it did, one phrase each."""
     done: list[str] = []
@@ -350,23 +361,23 @@ def clean_stale(run_dir: Path) -> list[str]:
         if folder.is_dir() and not folder.is_symlink():
             done += filter(None, map(_clean_entry, sorted(folder.iterdir())))
     for folder in (run_dir / "best", *steps):
-        if folder.is_dir() and not folder.is_symlink() and _temps.stale_marker(folder):
-            _temps.unmark(folder)
+        if folder.is_dir() and not folder.is_symlink() and stale_marker(folder):
+            unmark_temp(folder)
     return done
 
 
 def _clean_entry(entry: Path) -> str | None:
     """Remove or put back one leftover temporary; what was done, or None (not ours)."""
-    if _temps.is_empty_leftover(entry):
+    if is_empty_leftover(entry):
         entry.rmdir()
         return f"removed {entry} (empty)"
-    if not _temps.is_ours(entry):
+    if not is_own_temp(entry):
         return None
-    name, kind, _ = _temps.parse(entry.name)
+    name, kind, _ = parse_temp_name(entry.name)
     target = entry.parent / name
     if kind == "old" and not os.path.lexists(target):
         entry.rename(target)
-        _temps.unmark(target)
+        unmark_temp(target)
         return f"restored {target}"
-    _temps.remove(entry)
+    remove_temp(entry)
     return f"removed {entry}"

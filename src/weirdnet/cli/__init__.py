@@ -9,7 +9,7 @@ Every command is a module with
 
 :data:`COMMANDS` names the module of each command, or a table of subcommands for a group
 (``weirdnet data ...``; :data:`GROUPS` has their help).  Adding a command is one module
-and one line here.  The core's commands live in :mod:`weirdnet.commands`.  Other
+and one line here.  The core's commands live in :mod:`weirdnet.cli.commands`.  Other
 distributions add commands through the entry points of :data:`PLUGIN_GROUP`: the lab
 (``weirdnet-lab``, ``lab/`` in the repository) adds ``weirdnet bench ...``; while it is
 not installed, ``weirdnet bench`` says how to install it (:data:`PLUGINS`).
@@ -29,28 +29,28 @@ import sys
 from types import ModuleType
 
 from weirdnet import __version__
-from weirdnet._line_end import LineEndTracker, end_the_line
-from weirdnet._signals import STOP, Interrupted
+from weirdnet.run.line_end import LineEndTracker, end_the_line
+from weirdnet.run.signals import STOP, Interrupted
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 
 Commands = dict[str, "str | Commands"]
 
 COMMANDS: Commands = {
-    "train": "weirdnet.commands.train",
-    "eval": "weirdnet.commands.eval",
-    "generate": "weirdnet.commands.generate",
-    "plot": "weirdnet.commands.plot",
-    "configs": "weirdnet.commands.configs",
+    "train": "weirdnet.cli.commands.train",
+    "eval": "weirdnet.cli.commands.eval",
+    "generate": "weirdnet.cli.commands.generate",
+    "plot": "weirdnet.cli.commands.plot",
+    "configs": "weirdnet.cli.commands.configs",
     "data": {
-        "list": "weirdnet.commands.data_list",
-        "build": "weirdnet.commands.data_build",
-        "show": "weirdnet.commands.data_show",
-        "download": "weirdnet.commands.data_download",
+        "list": "weirdnet.cli.commands.data_list",
+        "build": "weirdnet.cli.commands.data_build",
+        "show": "weirdnet.cli.commands.data_show",
+        "download": "weirdnet.cli.commands.data_download",
     },
-    "info": "weirdnet.commands.info",
-    "export-hf": "weirdnet.commands.export_hf",
-    "harness-tasks": "weirdnet.commands.harness_tasks",
+    "info": "weirdnet.cli.commands.info",
+    "export-hf": "weirdnet.cli.commands.export_hf",
+    "harness-tasks": "weirdnet.cli.commands.harness_tasks",
 }
 """Every command, in ``--help`` order: its module, or a group's table of subcommands."""
 
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     any moment ends the command with one line on stderr and exit status 130/143, never a
     traceback.  Called as the program (``argv`` None: the ``weirdnet`` script, ``python -m
     weirdnet``), a signal that arrives after the command has returned still gives one
-    line and 130/143 (:meth:`~weirdnet._signals.StopRequest.exit_on_signal`), and one in
+    line and 130/143 (:meth:`~weirdnet.run.signals.StopRequest.exit_on_signal`), and one in
     the interpreter's last moments is ignored (the command has ended with its own status);
     called with ``argv`` (tests, other code), the handlers that were there before are put
     back.
@@ -194,7 +194,7 @@ def _close_progress_bars() -> None:
     """Close the tqdm bars a stopped command left open (ours or a library's, such as
     ``transformers``' "Writing model shards"), so each shows where it stopped.  A bar the
     signal caught half built (or half torn down) may not close, or not be listed at all:
-    :func:`~weirdnet._line_end.end_the_line` ends its line afterwards."""
+    :func:`~weirdnet.run.line_end.end_the_line` ends its line afterwards."""
     tqdm = sys.modules.get("tqdm")
     for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
         try:

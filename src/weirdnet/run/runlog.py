@@ -157,3 +157,33 @@ def results_table(summary: dict[str, Any]) -> str:
     if summary["task"] == "lm":
         lines[-1] += f" | weirdnet generate {run_dir} --prompt \"...\""
     return "\n".join(lines)
+
+
+class Window:
+    """Loss and throughput since the last log line."""
+
+    def __init__(self) -> None:
+        self.start, self.cpu_start = time.perf_counter(), time.process_time()
+        self.losses: list[float] = []
+        self.targets = self.inputs = self.samples = 0
+
+    def add(self, loss: float, targets: int, inputs: int, samples: int) -> None:
+        """One step's mean loss, counted targets, input tokens and samples (all ranks)."""
+        self.losses.append(loss)
+        self.targets += targets
+        self.inputs += inputs
+        self.samples += samples
+
+    def take(self) -> tuple[float, dict[str, float]]:
+        """(mean loss, rates) since the last take: ``input_tokens_per_s``,
+        ``samples_per_s`` and ``targets_per_s`` by the wall clock, ``cpu_samples_per_s``
+        by this process's CPU time (all ranks' samples); then starts a new window."""
+        seconds = max(time.perf_counter() - self.start, 1e-9)
+        cpu_seconds = max(time.process_time() - self.cpu_start, 1e-9)
+        loss = sum(self.losses) / max(len(self.losses), 1)
+        rates = {"input_tokens_per_s": self.inputs / seconds,
+                 "samples_per_s": self.samples / seconds,
+                 "targets_per_s": self.targets / seconds,
+                 "cpu_samples_per_s": self.samples / cpu_seconds}
+        self.__init__()
+        return loss, rates

@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """List the configs, show one or print their folder; the exit status."""
+    from weirdnet.config.typed import ConfigError
     from weirdnet.train.named_configs import config_dir
-    from weirdnet.typed_config import ConfigError
 
     words = list(args.words)
     action = words.pop(0) if words and words[0] in ACTIONS else "list"

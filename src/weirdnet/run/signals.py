@@ -30,7 +30,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from weirdnet._line_end import mid_line
+from weirdnet.run.line_end import mid_line
 
 __all__ = ["STOP", "Interrupted", "StopRequest"]
 

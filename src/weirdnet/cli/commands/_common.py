@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from weirdnet._atomic import obstacle
+from weirdnet.run.files import obstacle
 
 
 def fail(command: str, error: BaseException | str) -> int:
@@ -21,10 +21,10 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     """The failures of a bad config, missing data or a damaged checkpoint: each ends a
     command with one line (:func:`fail`), never a traceback.  Imported when a command
     runs, not when the parser is built (they pull in torch)."""
+    from weirdnet.config.typed import ConfigError
     from weirdnet.data.registry import DataMissingError
     from weirdnet.models.base import CheckpointError
     from weirdnet.train.trainer import RunError
-    from weirdnet.typed_config import ConfigError
 
     return (ConfigError, CheckpointError, DataMissingError, RunError, FileNotFoundError,
             KeyError, ImportError, ValueError)
@@ -63,7 +63,7 @@ def check_seed(seed: int, name: str = "--seed") -> None:
     """The one check of every seed the CLI takes: an int of at most 64 bits (what torch's
     generators take), checked as a config's ``run.seed`` is, with the same line
     (ConfigError, naming ``name``)."""
-    from weirdnet.typed_config import coerce
+    from weirdnet.config.typed import coerce
 
     coerce(int, seed, name)
 

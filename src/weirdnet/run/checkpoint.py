@@ -10,10 +10,10 @@ A checkpoint is a directory ``RUN/checkpoints/step-00001200/``:
   needs to know of its data (vocabulary, text encoding, special ids);
 - ``manifest.json``: the SHA-256 of every other file, written last.
 
-It is written into a temporary directory of weirdnet's own (:mod:`weirdnet._temps`) which
+It is written into a temporary directory of weirdnet's own (:mod:`weirdnet.run.files`) which
 is renamed into place, so a crash leaves either no checkpoint or a complete one (the
 leftovers of a killed writer are removed, or put back, when the run is next opened:
-:func:`weirdnet.train.rundir.clean_stale`).  :func:`load_latest` verifies the manifest; a
+:func:`weirdnet.run.rundir.clean_stale`).  :func:`load_latest` verifies the manifest; a
 damaged checkpoint is reported and the one before it is used.
 ``RUN/best/`` (the best model so far) is replaced the same way.
 """
@@ -28,31 +28,45 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from weirdnet import _temps
-from weirdnet._atomic import write_atomic
-from weirdnet._faults import fault_point
-from weirdnet._warnings import WeirdnetWarning, warn
-from weirdnet.models.base import WEIGHTS_FILE, CheckpointError
-from weirdnet.models.safetensors_io import load_file
+from weirdnet.run.faults import fault_point
+from weirdnet.run.files import (
+    TEMP_MARKER,
+    discard,
+    make_temp,
+    mark_temp,
+    remove_temp,
+    unmark_temp,
+    write_atomic,
+)
+from weirdnet.run.safetensors_io import load_file
+from weirdnet.run.warnings import WeirdnetWarning, warn
 
-__all__ = ["DISK_FULL", "CheckpointError", "DamagedCheckpointWarning", "DiskFullError",
-           "capture_rng", "list_checkpoints", "load_latest", "read_checkpoint", "restore_rng",
-           "save_checkpoint", "save_directory"]
+__all__ = ["DISK_FULL", "WEIGHTS_FILE", "CheckpointError", "DamagedCheckpointWarning",
+           "DiskFullError", "capture_rng", "check_state_fits", "disk_full_is_an_error",
+           "list_checkpoints", "load_latest", "read_checkpoint", "restore_rng",
+           "save_checkpoint", "save_directory", "seed_everything"]
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+WEIGHTS_FILE = "model.safetensors"
+"""A saved model's weights (beside its ``config.json``: :mod:`weirdnet.models.base`)."""
 MANIFEST, TRAINER_STATE = "manifest.json", "trainer.pt"
 TRAIN_CONFIG, DATA_INFO = "train_config.json", "data_info.json"
 
 
+class CheckpointError(ValueError):
+    """A saved model that is missing, corrupted or does not match its class or config."""
+
+
 class DamagedCheckpointWarning(WeirdnetWarning):
-    """A damaged checkpoint was skipped (printed as one line: see :mod:`weirdnet._warnings`)."""
+    """A damaged checkpoint was skipped (printed as one line: see :mod:`weirdnet.run.warnings`)."""
 
 
 def _sha256(path: Path) -> str:
@@ -66,36 +80,36 @@ def _sha256(path: Path) -> str:
 def save_directory(target: Path, write_files: Callable[[Path], None],
                    needed: int | None = None) -> Path:
     """Write a directory atomically: ``write_files(tmp)`` fills a temporary sibling of
-    weirdnet's own (:mod:`weirdnet._temps`), a manifest of checksums is added, then it
+    weirdnet's own (:mod:`weirdnet.run.files`), a manifest of checksums is added, then it
     replaces ``target`` (the old one is renamed to an ``old`` temporary first, and put
     back if the new one cannot take its place).  A full disk is a :class:`DiskFullError`
     naming the folder and ``needed`` (bytes; default: what was written when it filled)."""
     target = Path(target)
-    tmp = _temps.make(target.parent, target.name)
+    tmp = make_temp(target.parent, target.name)
     old = None
     try:
         write_files(tmp)
         files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())
-                 if p.is_file() and p.name != _temps.MARKER}
+                 if p.is_file() and p.name != TEMP_MARKER}
         write_atomic(tmp / MANIFEST, json.dumps({"files": files}, indent=1) + "\n")
         fault_point("checkpoint-write")
         if target.is_dir() and not target.is_symlink():
-            old = _temps.mark(target, "old")
+            old = mark_temp(target, "old")
             target.rename(old)
             fault_point("checkpoint-rename")
         tmp.rename(target)
-        _temps.unmark(target)
+        unmark_temp(target)
     except BaseException as error:
         written = _tree_bytes(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and not os.path.lexists(target):
             old.rename(target)  # the new one never took its place: the old one stays
-            _temps.unmark(target)
+            unmark_temp(target)
         if isinstance(error, OSError) and error.errno in DISK_FULL:
             raise DiskFullError(target, needed or written) from None
         raise
     if old is not None:
-        _temps.remove(old)
+        remove_temp(old)
     return target
 
 
@@ -153,7 +167,7 @@ def save_checkpoint(run_dir: Path, step: int, write_model: Callable[[Path], None
                     model_bytes: int = 0) -> Path:
     """Write ``RUN/checkpoints/step-<step>`` (``write_model(dir)`` writes the model, of
     about ``model_bytes``, and the run's description files) and delete all but the newest
-    ``keep_last``, each renamed to a temporary first (:func:`weirdnet._temps.discard`)."""
+    ``keep_last``, each renamed to a temporary first (:func:`weirdnet.run.files.discard`)."""
     buffer = io.BytesIO()
     torch.save(trainer_state, buffer)
     state = buffer.getvalue()
@@ -165,7 +179,7 @@ def save_checkpoint(run_dir: Path, step: int, write_model: Callable[[Path], None
     path = save_directory(Path(run_dir) / "checkpoints" / f"step-{step:08d}", write_files,
                           needed=model_bytes + len(state) if model_bytes else None)
     for old in list_checkpoints(run_dir)[:-keep_last]:
-        _temps.discard(old)
+        discard(old)
     return path
 
 
@@ -249,3 +263,39 @@ def restore_rng(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def check_state_fits(model: torch.nn.Module, state: dict[str, torch.Tensor], directory: Path,
+                      changed: str = "was model.* changed since?") -> None:
+    """Raise :class:`CheckpointError` naming the tensors that differ in name or shape
+    between ``model`` and a checkpoint's ``state``."""
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in state.items()}
+    problems = [f"{k}: checkpoint {found[k]}, model {expected[k]}"
+                for k in sorted(expected.keys() & found.keys()) if expected[k] != found[k]]
+    problems += [f"{k} missing from the checkpoint" for k in sorted(expected.keys() - found.keys())]
+    problems += [f"{k} not in the model" for k in sorted(found.keys() - expected.keys())]
+    if problems:
+        more = f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""
+        raise CheckpointError(
+            f"{directory} does not fit the model of this config ({changed}): "
+            f"{'; '.join(problems[:4])}{more}")
+
+
+@contextmanager
+def disk_full_is_an_error(run_dir: Path) -> Iterator[None]:
+    """A full disk anywhere in the run (the log, a run file) is a one-line
+    :class:`DiskFullError` naming what could not be written."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in DISK_FULL:
+            raise
+        raise DiskFullError(Path(error.filename or run_dir / "log.jsonl")) from None

@@ -24,7 +24,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as _decode
 from safetensors.torch import save as _encode
 
-from weirdnet._atomic import write_atomic
+from weirdnet.run.files import write_atomic
 
 _CHECKSUM_KEY = "weirdnet.sha256"
 _MAX_HEADER = 100 * 2**20

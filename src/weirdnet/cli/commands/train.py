@@ -81,9 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Load the config (or the run's), train; the exit status."""
+    from weirdnet.run.rundir import RunDirError, check_flags
     from weirdnet.train.config import load_config
     from weirdnet.train.named_configs import resolve
-    from weirdnet.train.rundir import RunDirError, check_flags
     from weirdnet.train.trainer import train
 
     resume = args.resume
@@ -110,8 +110,8 @@ def run_dir_config(run_dir: Path, overrides: list[str]):
     placed in ``run_dir`` itself: ``run.out_dir`` and ``run.name`` become its parent and its
     name, whatever the file says (a copied, moved or renamed run trains where it is; the
     trainer says so when they differ).  Overriding them is refused: RUN_DIR is the run."""
+    from weirdnet.config.typed import ConfigError
     from weirdnet.train.config import load_config
-    from weirdnet.typed_config import ConfigError
 
     config_file = run_dir / "train_config.json"
     if not config_file.is_file():
