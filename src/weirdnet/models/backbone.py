@@ -40,7 +40,7 @@ from weirdnet.ops.sequence_shards import sharded_checkpoint_context
 
 from .blocks import PerBlockContext, block_contexts, build_mixer, make_norm
 from .config import BackboneConfig
-from .fused_decode import FUSED_STEP_MAX_BATCH, fused_step, may_fuse
+from .decoding.fused_decode import FUSED_STEP_MAX_BATCH, fused_step, may_fuse
 from .z_carry import link_z_carriers, make_block
 
 __all__ = ["CHECKPOINTING", "FUSED_STEP_MAX_BATCH", "Backbone", "BackboneCache",
@@ -339,7 +339,7 @@ class Backbone(nn.Module):
         The decoding loop's call (mamba's ``step``): in eval mode, without autograd and
         outside ``torch.compile``, for at most ``FUSED_STEP_MAX_BATCH`` sequences, each
         causal Weird-attention block on CPU runs as one fused C call
-        (:mod:`weirdnet.models.fused_decode`, made at the cache's first step from the
+        (:mod:`weirdnet.models.decoding.fused_decode`, made at the cache's first step from the
         weights of that moment); other blocks run as PyTorch ops.  Token ids are not
         range-checked here (the embedding rejects one out of range).  A cache made by
         another backbone is a ValueError (:func:`weirdnet.layers.ownership.check_owner`).

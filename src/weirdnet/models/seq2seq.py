@@ -20,7 +20,7 @@ from weirdnet.typed_config import ConfigError
 from .backbone import Backbone, PerBlockContext
 from .base import WeirdNetModel, register_model
 from .config import BackboneConfig
-from .generation import Sampling, decode, inference
+from .decoding.generation import Sampling, decode, inference
 from .lm import LMOutput, lm_loss, output_head, output_logits
 
 CROSS_MIXERS = ("softmax", "dba")

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 
 import torch
 
-from .backbone import Backbone
+from ..backbone import Backbone
 from .sampling import check_sampling, sample_next
 
 
 @dataclass(frozen=True)
 class Sampling:
     """temperature (0 = greedy), top_k, top_p, eos_id, generator: see
-    :func:`~weirdnet.models.sampling.sample_next`."""
+    :func:`~weirdnet.models.decoding.sampling.sample_next`."""
 
     temperature: float = 1.0
     top_k: int | None = None

@@ -22,7 +22,7 @@ import torch.nn as nn
 
 from weirdnet.ops import WeirdScanCache, block_step
 
-from .blocks import Block, block_contexts
+from ..blocks import Block, block_contexts
 
 FUSED_STEP_MAX_BATCH = 8
 """Largest batch decoded through the fused block steps.  The fused step is one thread;

@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import torch
 
-from .backbone import Backbone, BackboneCache
+from ..backbone import Backbone, BackboneCache
 from .generation import Sampling, check_prompt, inference
 from .sampling import sample_next
 
@@ -125,7 +125,7 @@ def graph_generate(model: torch.nn.Module, backbone: Backbone, logits_of: Callab
                    prompt_ids: torch.Tensor, max_new_tokens: int, sampling: Sampling,
                    capture: bool | None = None) -> torch.Tensor:
     """Continue ``prompt_ids`` (B, Lp) by ``max_new_tokens``: (B, Lp + new), as
-    :func:`weirdnet.models.generation.decode` does for unpadded prompts (the same
+    :func:`weirdnet.models.decoding.generation.decode` does for unpadded prompts (the same
     sampling and ``eos_id`` rule); each token after the first is a replay of a captured
     step.
     ``capture``: None = on CUDA; False runs the same static-buffer step eagerly.
