@@ -201,13 +201,14 @@ class Mixer(nn.Module):
             raise ValueError(f"cache was made for batch_size={cache.batch_size}, "
                              f"got a batch of {batch}")
 
-    def fused_step_parts(self, cache):
-        """What a block's fused C decoding step needs from this mixer over ``cache``
-        (its cache from :meth:`init_cache`): ``(weights, scan_cache)``, with weights a
-        :class:`weirdnet.ops.block_step.ScanMixerWeights` and scan_cache the
-        :class:`weirdnet.ops.WeirdScanCache` the step advances; or None where the mixer
-        has no fused step (the default: every mixer but causal Weird/PS-attention on the
-        C scan backend).  The block then decodes through :meth:`forward` as usual."""
+    def scan_step(self, cache):
+        """The capability of decoding through a weird scan: ``(weights, scan)`` for this
+        mixer's cache ``cache`` (from :meth:`init_cache`), with weights a
+        :class:`weirdnet.ops.block_step.ScanMixerWeights` (the projections around the
+        scan) and scan the :class:`weirdnet.ops.WeirdScanCache` its step advances; None
+        where the mixer's decoding step is no weird scan (the default: every mixer but
+        causal Weird/PS-attention).  The fused C block step (on the C scan backend) and
+        CUDA-graph decoding ask for it (:mod:`weirdnet.models.decoding`)."""
         return None
 
     def not_decodable(self, what: str) -> ValueError:

@@ -58,7 +58,7 @@ from ..ops.checks import check_float_tensor, check_mask
 from ..ops.dba import AuthorsWeights, bilinear_mix, compress_positions, dba_authors_attention
 from ..ops.packing import check_doc_ids
 from .base import Mixer, autocast_input, check_dtype_matches
-from .registry import register
+from .registry import register, register_cross
 
 
 def default_heads(dim: int, d_in: int | None = None) -> int:
@@ -353,6 +353,7 @@ def dba(dim: int, *, causal: bool = False, form: str = "authors",
 dba.shared_settings = ("heads", "dropout")  # the backbone sets these
 
 
+@register_cross("dba")
 class DBACrossAttention(_DBABase):
     """DBA cross-attention (eq. 14): queries from x, keys and values from the context
     compressed to d_p rows, which also gives Z_1 = Linear(W_r2 X_2).

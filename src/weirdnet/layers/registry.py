@@ -28,9 +28,27 @@ MIXERS: Registry[Callable[..., nn.Module]] = Registry("mixer", (
 imported on the first lookup.  A new mixer module goes in this list."""
 
 
+CROSS_MIXERS: Registry[Callable[..., nn.Module]] = Registry("cross mixer", (
+    "weirdnet.layers.softmax",     # softmax
+    "weirdnet.layers.dba",         # dba
+))
+"""The cross mixers (queries from x, keys and values from a context), by name: an
+encoder–decoder builds its blocks' cross mixers from here (``register_cross``)."""
+
+
 def register(name: str):
     """Class decorator: make a mixer buildable as ``build(name, dim, ...)``."""
     return MIXERS.register(name)
+
+
+def register_cross(name: str):
+    """Class decorator: make a cross mixer buildable as ``cross_factory(name)(dim, ...)``."""
+    return CROSS_MIXERS.register(name)
+
+
+def cross_factory(name: str) -> Callable[..., nn.Module]:
+    """The cross mixer class registered as ``name`` (``"softmax"``, ``"dba"``)."""
+    return CROSS_MIXERS.get(name)
 
 
 def available() -> list[str]:

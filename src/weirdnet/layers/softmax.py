@@ -23,7 +23,7 @@ from ..ops.softmax_attention import (
     split_heads,
 )
 from .base import MultiHeadMixer, clear_rows, select_rows
-from .registry import register
+from .registry import register, register_cross
 
 
 @dataclass
@@ -190,6 +190,7 @@ class CrossAttentionContext:
     mask: torch.Tensor | None
 
 
+@register_cross("softmax")
 class SoftmaxCrossAttention(MultiHeadMixer):
     """Multi-head softmax attention from x (B, L, dim) to a context (B, Lc, context_dim),
     for encoder-decoder models: queries from x, keys and values from the context.

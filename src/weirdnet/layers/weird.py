@@ -166,17 +166,14 @@ class WeirdAttention(Mixer):
     def _mix_cached(self, x, mask, cache: WeirdAttentionCache):
         return self.proj_o(cache.scan.extend(self.proj_a(x), self.proj_v(x), mask))
 
-    def fused_step_parts(self, cache):
-        """``(ScanMixerWeights, scan cache)`` for a fused block step over ``cache``, or
-        None: not causal, not a Weird-attention cache, a scan cache on a backend other
-        than the C kernel, or a cache dtype other than the weights'.  Another layer's
-        cache is a ValueError (:func:`.ownership.check_owner`)."""
+    def scan_step(self, cache):
+        """``(ScanMixerWeights, scan cache)`` over ``cache`` (see :meth:`Mixer.scan_step`),
+        or None: not causal, or not a Weird-attention cache.  Another layer's cache is a
+        ValueError (:func:`.ownership.check_owner`)."""
         if not self.causal or not isinstance(cache, WeirdAttentionCache):
             return None
         check_owner(cache, self)
         scan = cache.scan
-        if scan.backend != "cpu" or scan.dtype != self.proj_o.weight.dtype:
-            return None
         weights = ScanMixerWeights(self.proj_a.weight, self.proj_a.bias, self.proj_v.weight,
                                    self.proj_v.bias, self.proj_o.weight, self.proj_o.bias,
                                    scan.log_w)

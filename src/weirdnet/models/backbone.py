@@ -18,7 +18,6 @@ row of a padded batch instead (a carried Z belongs to one sequence).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from functools import partial
 
 import torch
@@ -29,17 +28,16 @@ from weirdnet.layers.base import (  # the mixer contract's cache ownership
     ContextParallel,
     check_dtype_matches,
     check_owner,
-    clear_rows,
     own,
-    select_rows,
 )
-from weirdnet.ops.checks import check_mask, check_rows, on_host
+from weirdnet.ops.checks import check_mask, on_host
 from weirdnet.ops.packing import check_doc_ids, per_document, positions_in_document
 from weirdnet.ops.rotary import token_positions
 from weirdnet.ops.sequence_shards import sharded_checkpoint_context
 
 from .blocks import PerBlockContext, block_contexts, build_mixer, make_norm
 from .config import BackboneConfig
+from .decoding.cache import BackboneCache
 from .decoding.fused_decode import FUSED_STEP_MAX_BATCH, fused_step, may_fuse
 from .z_carry import link_z_carriers, make_block
 
@@ -58,40 +56,6 @@ def normal_init(module: nn.Module, std: float) -> None:
             nn.init.normal_(part.weight, std=std)
         if isinstance(part, nn.Linear) and part.bias is not None:
             nn.init.zeros_(part.bias)
-
-
-@dataclass
-class BackboneCache:
-    """Decoding state of a causal backbone: one cache per layer, the number of real tokens
-    seen per sequence (B,), the number of positions fed (real or padded), the capacity.
-    ``fused`` holds the blocks' fused decoding steps once :meth:`Backbone.step` has made
-    them (:mod:`.fused_decode`; None for a block that runs as PyTorch ops)."""
-
-    layers: list
-    lengths: torch.Tensor
-    steps: int
-    capacity: int
-    fused: list | None = field(default=None, repr=False)
-
-    @property
-    def batch_size(self) -> int:
-        return self.lengths.shape[0]
-
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep sequences ``index`` (B',) in that order, in every layer (beam search keeps,
-        drops and repeats sequences this way); B becomes B'."""
-        index = index.to(self.lengths.device, torch.long)
-        for layer in self.layers:
-            layer.reorder(index)
-        (self.lengths,) = select_rows(index, self.lengths)
-
-    def start_document(self, rows: torch.Tensor) -> None:
-        """Rows ``rows`` (B,) bool start a new document: every layer forgets their past
-        and their positions restart at 0; the next tokens decode as in a fresh cache."""
-        check_rows(rows, self.batch_size, self.lengths.device)
-        for layer in self.layers:
-            layer.start_document(rows)
-        clear_rows(rows, self.lengths)
 
 
 class Backbone(nn.Module):

@@ -13,8 +13,7 @@ from typing import Any
 
 import torch
 
-from weirdnet.layers import DBACrossAttention
-from weirdnet.layers.softmax import SoftmaxCrossAttention
+from weirdnet.layers.registry import cross_factory
 from weirdnet.typed_config import ConfigError
 
 from .backbone import Backbone, PerBlockContext
@@ -79,9 +78,10 @@ class WeirdNetSeq2Seq(WeirdNetModel):
         if cfg.decoder.attn_dropout:
             options["dropout"] = cfg.decoder.attn_dropout
         options.update(cfg.cross_options)
-        if cfg.cross == "dba":
-            return lambda: DBACrossAttention(cfg.decoder.dim, per_query=True, **options)
-        return lambda: SoftmaxCrossAttention(cfg.decoder.dim, **options)
+        if cfg.cross == "dba":  # the per-query form: each output depends on one query
+            options["per_query"] = True
+        cross = cross_factory(cfg.cross)
+        return lambda: cross(cfg.decoder.dim, **options)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Decoder hidden states (..., D) -> logits (..., vocab)."""
