@@ -37,9 +37,9 @@ from weirdnet.ops.sequence_shards import sharded_checkpoint_context
 
 from .blocks import PerBlockContext, block_contexts, build_mixer, make_norm
 from .config import BackboneConfig
+from .dba_authors import link_z_carriers, make_block
 from .decoding.cache import BackboneCache
 from .decoding.fused_decode import FUSED_STEP_MAX_BATCH, fused_step, may_fuse
-from .z_carry import link_z_carriers, make_block
 
 __all__ = ["CHECKPOINTING", "FUSED_STEP_MAX_BATCH", "Backbone", "BackboneCache",
            "PerBlockContext", "normal_init"]
@@ -217,7 +217,7 @@ class Backbone(nn.Module):
             return per_document(self, inputs, mask, doc_ids)
         h = self.embed_inputs(inputs, mask, doc_ids=doc_ids) \
             if self.context_parallel is None else self._embed_shard(inputs, mask, doc_ids)
-        z = None  # the state Z-carrying blocks hand on (models/z_carry.py)
+        z = None  # the state Z-carrying blocks hand on (models/dba_authors.py)
         contexts = block_contexts(context, len(self.blocks))
         for index, (block, ctx) in enumerate(zip(self.blocks, contexts)):
             carry = self._checkpointed(block) if self._checkpoints(index) else block.carry

@@ -147,7 +147,7 @@ class Block(nn.Module):
 
     carries_z = False
     """Whether the mixer hands state to the next mixer of its kind (see
-    :class:`~weirdnet.models.z_carry.ZCarryBlock`)."""
+    :class:`~weirdnet.models.dba_authors.ZCarryBlock`)."""
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache=None,
                 context=None, context_mask: torch.Tensor | None = None, *,

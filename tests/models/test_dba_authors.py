@@ -1,4 +1,4 @@
-"""The Z-carrying block (models/z_carry.py): DBA's authors' form hands its compressed
+"""The Z-carrying block (models/dba_authors.py): DBA's authors' form hands its compressed
 sequence C on as the next DBA layer's Z.
 
 A ZCarryBlock keeps a Block's parameters and state_dict keys, returns (x, z) and is the
@@ -13,7 +13,7 @@ import torch
 from helpers.numerics import rel_err
 from weirdnet.models.blocks import Block, build_mixer
 from weirdnet.models.config import BackboneConfig
-from weirdnet.models.z_carry import ZCarryBlock, carries_z, link_z_carriers, make_block
+from weirdnet.models.dba_authors import ZCarryBlock, carries_z, link_z_carriers, make_block
 
 OPTIONS = {"form": "authors", "heads": 2, "d_p": 4, "d_in": 4}
 
