@@ -1,9 +1,5 @@
 """A Weird-Net backbone: input embedding (+ learned positions), N blocks, final norm.
 
-A mixer that carries Z (DBA in its authors' form, docs/design.md §4) hands its state on:
-each such layer's compressed sequence is the next such layer's Z, the first uses its
-learned Z.
-
 Positions count real tokens only: with a padding mask, the position of a token is the
 number of real tokens before it, so right padding (training batches) and left padding
 (batched generation of prompts of different lengths) both give every real token the
@@ -11,8 +7,8 @@ position it would have alone.
 
 Packed documents (``doc_ids``, :mod:`weirdnet.ops.packing`): positions restart at each
 document and every block mixes each document on its own, so every document's outputs
-are those it has alone.  A backbone whose DBA layers hand Z on runs each document as a
-row of a padded batch instead (a carried Z belongs to one sequence).
+are those it has alone.  DBA's authors' form, whose layers hand Z on, has its own
+backbone (:mod:`weirdnet.models.dba_authors`).
 """
 
 from __future__ import annotations
@@ -31,13 +27,12 @@ from weirdnet.layers.base import (  # the mixer contract's cache ownership
     own,
 )
 from weirdnet.ops.checks import check_mask, on_host
-from weirdnet.ops.packing import check_doc_ids, per_document, positions_in_document
+from weirdnet.ops.packing import check_doc_ids, positions_in_document
 from weirdnet.ops.rotary import token_positions
 from weirdnet.ops.sequence_shards import sharded_checkpoint_context
 
-from .blocks import PerBlockContext, block_contexts, build_mixer, make_norm
+from .blocks import Block, PerBlockContext, block_contexts, build_mixer, make_norm
 from .config import BackboneConfig
-from .dba_authors import link_z_carriers, make_block
 from .decoding.cache import BackboneCache
 from .decoding.fused_decode import FUSED_STEP_MAX_BATCH, fused_step, may_fuse
 
@@ -77,10 +72,9 @@ class Backbone(nn.Module):
         self.pos = nn.Embedding(config.max_len, dim) if config.positions == "learned" else None
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
-            make_block(build_mixer(name, config), config,
-                       None if cross_factory is None else cross_factory())
+            self.make_block(build_mixer(name, config),
+                            None if cross_factory is None else cross_factory())
             for name in config.mixers)
-        self.carries_z = link_z_carriers(self.blocks)
         self.norm = make_norm(config)
         # Activation checkpointing (:meth:`set_activation_checkpointing`); the attribute
         # names are transformers' own, so ``gradient_checkpointing_enable()`` sets them.
@@ -106,6 +100,10 @@ class Backbone(nn.Module):
             if block.conv is not None:
                 block.conv.context_parallel = context_parallel
         self.context_parallel = context_parallel
+
+    def make_block(self, mixer: nn.Module, cross: nn.Module | None) -> Block:
+        """The block around ``mixer`` (and the cross mixer ``cross``, if any)."""
+        return Block(mixer, self.config, cross)
 
     def set_activation_checkpointing(self, mode: str = "blocks", every: int = 2,
                                      ffn_chunk: int = 0) -> None:
@@ -213,16 +211,20 @@ class Backbone(nn.Module):
         check_doc_ids(doc_ids, inputs.shape[0], inputs.shape[1], inputs.device)
         if cache is not None:
             return self._extend(inputs, mask, cache, context, context_mask, doc_ids)
-        if doc_ids is not None and self._unpacks(context):
-            return per_document(self, inputs, mask, doc_ids)
+        if doc_ids is not None and context is not None:
+            raise ValueError("packed documents (doc_ids) take no cross-attended context: "
+                             "one context belongs to one sequence")
         h = self.embed_inputs(inputs, mask, doc_ids=doc_ids) \
             if self.context_parallel is None else self._embed_shard(inputs, mask, doc_ids)
-        z = None  # the state Z-carrying blocks hand on (models/dba_authors.py)
+        return self.norm(self.run_blocks(h, mask, context, context_mask, doc_ids))
+
+    def run_blocks(self, h, mask, context, context_mask, doc_ids) -> torch.Tensor:
+        """The blocks in order on the embedded h (B, L, D), checkpointed where set."""
         contexts = block_contexts(context, len(self.blocks))
         for index, (block, ctx) in enumerate(zip(self.blocks, contexts)):
-            carry = self._checkpointed(block) if self._checkpoints(index) else block.carry
-            h, z = carry(h, z, mask, ctx, context_mask, doc_ids)
-        return self.norm(h)
+            run = self._checkpointed(block) if self._checkpoints(index) else block
+            h = run(h, mask, None, ctx, context_mask, doc_ids)
+        return h
 
     def _embed_shard(self, inputs, mask, doc_ids) -> torch.Tensor:
         """:meth:`embed_inputs` of this rank's shard: learned positions are the whole
@@ -240,15 +242,6 @@ class Backbone(nn.Module):
             h = h + self.pos(cp.positions(mask, layout, inputs.shape[0], inputs.device))
         return self.dropout(h)
 
-    def _unpacks(self, context) -> bool:
-        """Whether packed documents run as the rows of a padded batch (a backbone that
-        carries Z: a carried Z belongs to one sequence) rather than natively.  Packed
-        documents take no context (one context belongs to one sequence)."""
-        if context is not None:
-            raise ValueError("packed documents (doc_ids) take no cross-attended context: "
-                             "one context belongs to one sequence")
-        return self.carries_z
-
     def _checkpoints(self, index: int) -> bool:
         """Whether block ``index`` runs checkpointed in this pass (training with
         autograd only: evaluation and decoding keep nothing to recompute)."""
@@ -256,7 +249,7 @@ class Backbone(nn.Module):
                 and index % self.checkpoint_every == 0)
 
     def _checkpointed(self, block):
-        """``block.carry`` under ``torch.utils.checkpoint`` (or the function
+        """``block`` under ``torch.utils.checkpoint`` (or the function
         ``transformers``' ``gradient_checkpointing_enable`` set), tensors passed
         positionally so a reentrant checkpoint sees them too."""
         run = self._gradient_checkpointing_func or partial(checkpoint, use_reentrant=False)
@@ -265,7 +258,7 @@ class Backbone(nn.Module):
                 and self._gradient_checkpointing_func is None:
             # the recomputation reuses the sharded scans' and rings' outputs: no second exchange
             run = partial(run, context_fn=sharded_checkpoint_context)
-        return partial(run, block.carry)
+        return partial(run, block)
 
     def _extend(self, inputs, mask, cache: BackboneCache, context, context_mask,
                 doc_ids=None):

@@ -145,12 +145,8 @@ class Block(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.ffn_chunk = 0  # > 0: the FFN runs in checkpointed chunks of this many positions
 
-    carries_z = False
-    """Whether the mixer hands state to the next mixer of its kind (see
-    :class:`~weirdnet.models.dba_authors.ZCarryBlock`)."""
-
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache=None,
-                context=None, context_mask: torch.Tensor | None = None, *,
+                context=None, context_mask: torch.Tensor | None = None,
                 doc_ids: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, D), mask (B, L) bool or None; with ``cache`` (from :meth:`init_cache`)
         the L tokens continue the cached sequence.  ``context``: the cross mixer's context
@@ -161,11 +157,6 @@ class Block(nn.Module):
             h, cache = self.conv.before_mixer(h, mask, cache, doc_ids)
         y = self.mixer(h, mask, cache=cache, doc_ids=doc_ids)
         return self._after_mixer(x + self.dropout(y), context, context_mask)
-
-    def carry(self, x: torch.Tensor, z, mask, context, context_mask, doc_ids):
-        """The backbone's full-pass call: ``(x, z) -> (output, z)``, where z is the state
-        Z-carrying blocks hand on; this block passes it through."""
-        return self(x, mask, context=context, context_mask=context_mask, doc_ids=doc_ids), z
 
     def init_cache(self, batch_size: int, max_len: int | None = None):
         """The block's decoding state: the mixer's cache, with the short convolution's

@@ -19,6 +19,7 @@ from weirdnet.typed_config import ConfigError
 from .backbone import Backbone, PerBlockContext
 from .base import WeirdNetModel, register_model
 from .config import BackboneConfig
+from .dba_authors import build_backbone
 from .decoding.generation import Sampling, decode, inference
 from .lm import LMOutput, lm_loss, output_head, output_logits
 
@@ -66,7 +67,7 @@ class WeirdNetSeq2Seq(WeirdNetModel):
     def __init__(self, config: Seq2SeqConfig | dict | None = None):
         super().__init__(Seq2SeqConfig() if config is None else config)
         cfg = self.config
-        self.encoder = Backbone(cfg.encoder)
+        self.encoder = build_backbone(cfg.encoder)
         self.decoder = Backbone(cfg.decoder, cross_factory=self._cross_factory())
         self.head = output_head(cfg.decoder, cfg.tie_embeddings)
 
