@@ -101,7 +101,7 @@ def _scan_backend(name: str):
 
 
 def _run(case: ModelCase, group, index: int):
-    from weirdnet.layers.context_parallel import ContextParallel
+    from weirdnet.ops.context_parallel import ContextParallel
     from weirdnet.ops.weird_scan.halo import count_sent_bytes
 
     model = _mode(build(case), case)

@@ -118,8 +118,8 @@ def _run_op(case: RingCase, group, index: int) -> dict:
 
 def _run_dropout_layer(case: RingCase, group, index: int) -> dict:
     """Bytes sent point to point by a SoftmaxAttention with dropout, training and eval."""
-    from weirdnet.layers.context_parallel import ContextParallel
     from weirdnet.layers.softmax import SoftmaxAttention
+    from weirdnet.ops.context_parallel import ContextParallel
     from weirdnet.ops.weird_scan.halo import count_sent_bytes
 
     torch.manual_seed(case.seed)

@@ -1,7 +1,7 @@
 """Sequence mixers (nn.Module) with one interface (:class:`Mixer`), registered by name."""
 
+from ..ops.context_parallel import ContextParallel
 from .base import Mixer, MultiHeadMixer
-from .context_parallel import ContextParallel
 from .dba import DBACrossAttention, DBAttention, DBAuthorsAttention
 from .linear import LinearAttention, LinearAttentionCache
 from .linformer import LinformerAttention

@@ -33,9 +33,9 @@ import torch
 import torch.nn as nn
 
 from ..ops.checks import check_float_tensor, check_mask, check_rows
+from ..ops.context_parallel import ContextParallel, check_can_shard
 from ..ops.packing import check_doc_ids, per_document
 from ..ops.softmax_attention import check_dropout, check_step_mask, merge_heads, split_heads
-from .context_parallel import ContextParallel, check_can_shard
 from .ownership import check_owner, own
 
 __all__ = ["ContextParallel", "Mixer", "MultiHeadMixer", "autocast_input",
@@ -120,7 +120,7 @@ class Mixer(nn.Module):
     each a constructor parameter); a backbone passes it these and no others."""
 
     context_parallel = None
-    """A :class:`~weirdnet.layers.context_parallel.ContextParallel` when x is one rank's
+    """A :class:`~weirdnet.ops.context_parallel.ContextParallel` when x is one rank's
     shard of a sequence sharded over a process group (:meth:`set_context_parallel`);
     None (the default): the single-process path."""
 

@@ -89,7 +89,7 @@ class Backbone(nn.Module):
         ``context_parallel.group`` (group rank order = sequence order), exactly as the
         single-process model on the whole sequence; None: one process again.  Each mixer
         and short convolution exchanges what crosses the shards (see
-        :mod:`weirdnet.layers.context_parallel`); positions are global.  ValueError (one
+        :mod:`weirdnet.ops.context_parallel`); positions are global.  ValueError (one
         line, naming why) for a mixer that cannot shard or cross-attention blocks."""
         if context_parallel is not None and any(b.cross is not None for b in self.blocks):
             raise ValueError("cross-attention blocks cannot run context-parallel: their "

@@ -47,7 +47,7 @@ class ShortConv(nn.Module):
     channel.  PyTorch's Conv1d initialisation."""
 
     context_parallel = None
-    """A :class:`~weirdnet.layers.context_parallel.ContextParallel` when x is one rank's
+    """A :class:`~weirdnet.ops.context_parallel.ContextParallel` when x is one rank's
     shard of a sharded sequence: the taps before the shard come from the earlier ranks
     (a halo of k − 1 inputs); None: one process."""
 

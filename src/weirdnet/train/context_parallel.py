@@ -22,8 +22,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from weirdnet.layers.context_parallel import ContextParallel
 from weirdnet.models.lm import token_nll
+from weirdnet.ops.context_parallel import ContextParallel
 from weirdnet.typed_config import ConfigError
 
 from .distributed import Processes

@@ -29,9 +29,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..ops.sequence_shards import global_positions, shard_layout
-from ..ops.weird_scan.context_parallel import HALOS
-from ..ops.weird_scan.halo import ShardLayout
+from .sequence_shards import global_positions, shard_layout
+from .weird_scan.context_parallel import HALOS
+from .weird_scan.halo import ShardLayout
 
 
 @dataclass(frozen=True)
