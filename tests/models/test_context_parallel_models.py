@@ -140,7 +140,7 @@ def test_mixers_without_a_sharded_form_refuse_in_one_line(two, name):
 
 
 def test_context_parallel_settings_are_checked_in_one_line():
-    from weirdnet.layers import ContextParallel
+    from weirdnet.ops import ContextParallel
 
     assert ContextParallel().halos == "resend" and not ContextParallel().recompute_exchanges
     with pytest.raises(ValueError, match="halos must be one of"):

@@ -1,6 +1,5 @@
 """Sequence mixers (nn.Module) with one interface (:class:`Mixer`), registered by name."""
 
-from ..ops.context_parallel import ContextParallel
 from .base import Mixer, MultiHeadMixer
 from .dba import DBACrossAttention, DBAttention, DBAuthorsAttention
 from .linear import LinearAttention, LinearAttentionCache
@@ -17,7 +16,6 @@ from .softmax import (
 from .weird import PSAttention, WeirdAttention, WeirdAttentionCache
 
 __all__ = [
-    "ContextParallel",
     "DBACrossAttention",
     "DBAttention",
     "DBAuthorsAttention",

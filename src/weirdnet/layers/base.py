@@ -32,13 +32,13 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..ops import sequence_per_document
 from ..ops.checks import check_float_tensor, check_mask, check_rows
-from ..ops.context_parallel import ContextParallel, check_can_shard
-from ..ops.packing import check_doc_ids, per_document
+from ..ops.packing import check_doc_ids
 from ..ops.softmax_attention import check_dropout, check_step_mask, merge_heads, split_heads
 from .ownership import check_owner, own
 
-__all__ = ["ContextParallel", "Mixer", "MultiHeadMixer", "autocast_input",
+__all__ = ["Mixer", "MultiHeadMixer", "autocast_input",
            "check_dtype_matches", "check_positive_int", "clear_rows", "resolve_heads",
            "select_rows"]
 
@@ -119,21 +119,6 @@ class Mixer(nn.Module):
     """The backbone settings this mixer takes (names of ``layers.registry.SHARED_SETTINGS``,
     each a constructor parameter); a backbone passes it these and no others."""
 
-    context_parallel = None
-    """A :class:`~weirdnet.ops.context_parallel.ContextParallel` when x is one rank's
-    shard of a sequence sharded over a process group (:meth:`set_context_parallel`);
-    None (the default): the single-process path."""
-
-    cannot_shard: str | None = "it has no context-parallel form"
-    """Why the mixer cannot run on a sharded sequence; None where ``_mix_sharded`` exists."""
-
-    def set_context_parallel(self, context_parallel) -> None:
-        """Run on shards of a sequence (a ``ContextParallel``), or not (None).  A mixer
-        without a sharded form raises ValueError saying why (``cannot_shard``)."""
-        if context_parallel is not None:
-            check_can_shard(self, self.cannot_shard)
-        self.context_parallel = context_parallel
-
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 cache=None, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, L, dim); mask: optional (B, L) bool, True = real token; doc_ids:
@@ -147,13 +132,8 @@ class Mixer(nn.Module):
         x = autocast_input(x, self)
         check_doc_ids(doc_ids, x.shape[0], x.shape[1], x.device)
         if cache is None:
-            if self.context_parallel is not None:
-                return self._mix_sharded(x, mask, doc_ids, self.context_parallel)
             return self._mix_full(x, mask) if doc_ids is None else \
                 self._mix_packed(x, mask, doc_ids)
-        if self.context_parallel is not None:
-            raise ValueError("a context-parallel mixer does not decode: decode with the "
-                             "model on one process (set_context_parallel(None))")
         if doc_ids is not None:
             raise ValueError("doc_ids belong to the full pass; when decoding, start a new "
                              "document in chosen rows with cache.start_document(rows)")
@@ -224,14 +204,9 @@ class Mixer(nn.Module):
         """Packed documents, each mixed alone: the documents become the rows of a padded
         batch (N, longest, dim), go through :meth:`_mix_full` with padding masked, and
         come back to their places.  Mixers with a cheaper exact form override this."""
-        return per_document(self._mix_full, x, mask, doc_ids)
+        return sequence_per_document(self._mix_full, x, mask, doc_ids)
 
     def _mix_cached(self, x: torch.Tensor, mask: torch.Tensor | None, cache) -> torch.Tensor:
-        raise NotImplementedError
-
-    def _mix_sharded(self, x: torch.Tensor, mask: torch.Tensor | None, doc_ids, cp
-                     ) -> torch.Tensor:
-        """x (B, n, dim): this rank's shard; the shard of the single-process output."""
         raise NotImplementedError
 
     def _new_cache(self, batch_size: int, max_len: int | None):

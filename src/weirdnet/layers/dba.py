@@ -91,9 +91,9 @@ def _check_x(x, mask, dim: int, name: str, mask_name: str) -> None:
     check_mask(mask, x.shape[0], x.shape[1], mask_name)
 
 
-CANNOT_SHARD = ("it compresses the whole sequence into d_p rows with a softmax over every "
-                "position")
-"""Why DBA has no context-parallel form (``Mixer.cannot_shard``)."""
+WHOLE_SEQUENCE = ("it compresses the whole sequence into d_p rows with a softmax over "
+                  "every position")
+"""Why DBA needs the whole sequence at once (``register(..., whole_sequence=...)``)."""
 
 class _DBABase(nn.Module):
     """Options, per-head helpers and the parameters both forms share (R, W_O)."""
@@ -154,8 +154,6 @@ class DBAttention(_DBABase, Mixer):
         d_p: compressed sequence length (default 16); d_in: compressed width (default 24).
         dropout: dropout rate on the d_p × d_p attention map (default 0).
     """
-
-    cannot_shard = CANNOT_SHARD
 
     def __init__(self, dim: int, *, causal: bool = False, heads: int | None = None,
                  d_p: int = 16, d_in: int = 24, dropout: float = 0.0):
@@ -228,8 +226,6 @@ class DBAuthorsAttention(Mixer):
     tests/layers/test_mixer_dba.py at chance after 240 steps (measured: 7.8% and 9.8%, 2 seeds;
     100% and 100% with this initialisation).
     """
-
-    cannot_shard = CANNOT_SHARD
 
     carries_z = True
 
@@ -330,7 +326,7 @@ class DBAuthorsAttention(Mixer):
                 + ("" if self.z is not None else ", Z from the previous DBA layer"))
 
 
-@register("dba")
+@register("dba", whole_sequence=WHOLE_SEQUENCE)
 def dba(dim: int, *, causal: bool = False, form: str = "authors",
         z_carry: bool | None = None, heads: int | None = None, d_p: int = 16, d_in: int = 24,
         dropout: float = 0.0) -> Mixer:

@@ -6,17 +6,14 @@ from dataclasses import dataclass
 
 import torch
 
+from ..ops import sequence_linear_attention
 from ..ops.linear_attention import (
     LinearAttentionState,
-    attend_sums,
     causal_linear_attention,
     check_chunk_size,
     check_eps,
-    key_value_sums,
-    linear_attention,
     linear_attention_step,
 )
-from ..ops.sequence_shards import exclusive_prefix, group_sum
 from .base import MultiHeadMixer, clear_rows, select_rows
 from .registry import register
 
@@ -63,25 +60,8 @@ class LinearAttention(MultiHeadMixer):
         self.chunk_size, self.eps = check_chunk_size(chunk_size), check_eps(eps)
 
     def _mix(self, q, k, v, mask):
-        return linear_attention(q, k, v, causal=self.causal, mask=mask,
-                                chunk_size=self.chunk_size, eps=self.eps)
-
-    cannot_shard = None
-
-    def _mix_sharded(self, x, mask, doc_ids, cp):
-        """State passing: the causal form starts its shard from the exclusive prefix over
-        ranks of the shards' (phi(K)^T V, phi(K)) sums; the bidirectional form attends to
-        their sum over the group."""
-        cp.no_documents(doc_ids, self)
-        q, k, v = self.project_qkv(x)
-        sums = key_value_sums(k, v, mask)
-        if not self.causal:
-            return self.project_out(attend_sums(q, group_sum(sums, cp.process_group), self.eps))
-        before = exclusive_prefix(sums, cp.layout(x), cp.process_group)
-        out, _ = causal_linear_attention(q, k, v, mask=mask, eps=self.eps,
-                                         chunk_size=self.chunk_size,
-                                         state=LinearAttentionState.from_augmented(before))
-        return self.project_out(out)
+        return sequence_linear_attention(q, k, v, causal=self.causal, mask=mask,
+                                         chunk_size=self.chunk_size, eps=self.eps)
 
     def _new_cache(self, batch_size: int, max_len: int | None) -> LinearAttentionCache:
         """``max_len`` is accepted for the common interface; the state has a fixed size."""

@@ -18,7 +18,8 @@ def _positive_int(value, name: str) -> int:
     return value
 
 
-@register("linformer")
+@register("linformer", whole_sequence="it projects K and V along the sequence with a "
+                                        "(k, max_len) matrix over every position")
 class LinformerAttention(MultiHeadMixer):
     """Multi-head Linformer attention on (B, L, dim), L <= ``max_len``; not causal.
 
@@ -29,9 +30,6 @@ class LinformerAttention(MultiHeadMixer):
     before the projection.  They are initialised Xavier-uniform with gain 1/sqrt(2), as in
     the authors' fairseq code.  Memory O(L k).
     """
-
-    cannot_shard = ("it projects K and V along the sequence with a (k, max_len) matrix "
-                    "over every position")
 
     shared_settings = ("max_len", "heads", "bias", "dropout")  # the backbone sets these
 

@@ -36,9 +36,25 @@ CROSS_MIXERS: Registry[Callable[..., nn.Module]] = Registry("cross mixer", (
 encoder–decoder builds its blocks' cross mixers from here (``register_cross``)."""
 
 
-def register(name: str):
-    """Class decorator: make a mixer buildable as ``build(name, dim, ...)``."""
+WHOLE_SEQUENCE: dict[str, str] = {}
+"""Why each mixer that needs the whole sequence at once does (``register(...,
+whole_sequence=...)``): its sequence mixing has no sharded form, so a sequence sharded
+over processes refuses it (the trainer's ``check_shardable``)."""
+
+
+def register(name: str, *, whole_sequence: str | None = None):
+    """Class decorator: make a mixer buildable as ``build(name, dim, ...)``.
+    ``whole_sequence``: why the mixer needs every position of a sequence at once (None:
+    its sequence ops also run on the shards of one, see ``weirdnet.ops.sequence_scan``)."""
+    if whole_sequence:
+        WHOLE_SEQUENCE[name] = whole_sequence
     return MIXERS.register(name)
+
+
+def whole_sequence(name: str) -> str | None:
+    """Why mixer ``name`` needs the whole sequence at once, or None (it shards)."""
+    factory(name)  # the built-in mixers registered
+    return WHOLE_SEQUENCE.get(name)
 
 
 def register_cross(name: str):

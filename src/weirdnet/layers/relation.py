@@ -59,7 +59,8 @@ def _check_options(dim, inner_dim, dropout) -> None:
         raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
 
 
-@register("relation")
+@register("relation", whole_sequence="its per-sequence mean of H needs every "
+                                      "position's H (no sharded form here)")
 class Relation(Mixer):
     """Relation mixer on (B, L, dim) inputs.
 
@@ -69,9 +70,6 @@ class Relation(Mixer):
         inner_dim: width d of H and G (default: dim).
         dropout: dropout rate after h̄ ⊙ G and after the ReLU (default 0).
     """
-
-    cannot_shard = ("its per-sequence mean of H needs every position's H (no sharded form "
-                    "here)")
 
     shared_settings = ("dropout",)  # the backbone sets these
 

@@ -17,10 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..ops import WeirdScanCache, levels_needed
+from ..ops import WeirdScanCache, levels_needed, sequence_scan
 from ..ops.block_step import ScanMixerWeights
-from ..ops.weird_scan.context_parallel import weird_scan_bidirectional_context_parallel
-from ..ops.weird_scan.op import scan_op
 from .base import Mixer
 from .ownership import check_owner
 from .registry import register
@@ -138,20 +136,10 @@ class WeirdAttention(Mixer):
         ``max_len``, so the public op's checks would only repeat those."""
         a, v = self.proj_a(x), self.proj_v(x)
         n_causal = self.dim if self.causal else self.dim // 2  # encoder: half each way
-        return self.proj_o(scan_op(a, v, self.log_weights(), mask, doc_ids, n_causal, ""))
+        return self.proj_o(sequence_scan(a, v, self.log_weights(), mask, doc_ids, n_causal,
+                                         ""))
 
     _mix_full = _mix_packed  # the full pass is the packed one with no document starts
-
-    cannot_shard = None
-
-    def _mix_sharded(self, x, mask, doc_ids, cp):
-        """The scan over the group (:func:`weird_scan_bidirectional_context_parallel`:
-        distributed halos), packed documents included."""
-        a, v = self.proj_a(x), self.proj_v(x)
-        n_causal = self.dim if self.causal else self.dim // 2
-        return self.proj_o(weird_scan_bidirectional_context_parallel(
-            a, v, self.log_weights(), group=cp.process_group, mask=mask, doc_ids=doc_ids,
-            split=n_causal, halos=cp.halos))
 
     def _new_cache(self, batch_size: int, max_len: int | None) -> WeirdAttentionCache:
         """Ring buffers for up to ``max_len`` tokens (default: the layer's max_len): about

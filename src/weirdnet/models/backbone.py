@@ -20,16 +20,10 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
-from weirdnet.layers.base import (  # the mixer contract's cache ownership
-    ContextParallel,
-    check_dtype_matches,
-    check_owner,
-    own,
-)
+from weirdnet.layers.base import check_dtype_matches, check_owner, own
+from weirdnet.ops import checkpoint_context_fn, sequence_length, sequence_positions
 from weirdnet.ops.checks import check_mask, on_host
-from weirdnet.ops.packing import check_doc_ids, positions_in_document
-from weirdnet.ops.rotary import token_positions
-from weirdnet.ops.sequence_shards import sharded_checkpoint_context
+from weirdnet.ops.packing import check_doc_ids
 
 from .blocks import Block, PerBlockContext, block_contexts, build_mixer, make_norm
 from .config import BackboneConfig
@@ -81,25 +75,7 @@ class Backbone(nn.Module):
         self.gradient_checkpointing = False
         self.checkpoint_every = 1
         self._gradient_checkpointing_func = None
-        self.context_parallel: ContextParallel | None = None  # set_context_parallel
         self.reset_parameters()
-
-    def set_context_parallel(self, context_parallel: ContextParallel | None) -> None:
-        """Run every forward on this rank's contiguous shard of a sequence sharded over
-        ``context_parallel.group`` (group rank order = sequence order), exactly as the
-        single-process model on the whole sequence; None: one process again.  Each mixer
-        and short convolution exchanges what crosses the shards (see
-        :mod:`weirdnet.ops.context_parallel`); positions are global.  ValueError (one
-        line, naming why) for a mixer that cannot shard or cross-attention blocks."""
-        if context_parallel is not None and any(b.cross is not None for b in self.blocks):
-            raise ValueError("cross-attention blocks cannot run context-parallel: their "
-                             "context belongs to one whole sequence")
-        for block in self.blocks:
-            block.mixer.set_context_parallel(context_parallel)
-        for block in self.blocks:
-            if block.conv is not None:
-                block.conv.context_parallel = context_parallel
-        self.context_parallel = context_parallel
 
     def make_block(self, mixer: nn.Module, cross: nn.Module | None) -> Block:
         """The block around ``mixer`` (and the cross mixer ``cross``, if any)."""
@@ -171,16 +147,18 @@ class Backbone(nn.Module):
             check_dtype_matches(inputs, self, "inputs")
         if inputs.shape[1] < 1:
             raise ValueError("inputs must have at least one position")
-        if inputs.shape[1] > cfg.max_len:
-            raise ValueError(f"sequence length {inputs.shape[1]} exceeds max_len="
-                             f"{cfg.max_len}: the model takes at most {cfg.max_len} positions")
+        length = sequence_length(inputs)  # sharded: the whole sequence's
+        if length > cfg.max_len:
+            raise ValueError(f"sequence length {length} exceeds max_len={cfg.max_len}: the "
+                             f"model takes at most {cfg.max_len} positions")
         check_mask(mask, inputs.shape[0], inputs.shape[1])
 
     def positions(self, mask: torch.Tensor | None, batch: int, length: int,
-                  start: torch.Tensor | None = None) -> torch.Tensor:
+                  start: torch.Tensor | None = None, doc_ids=None) -> torch.Tensor:
         """Position ids (B, L): real tokens counted from ``start`` (B,) (default 0); they
         stay below max_len (checked on the length, or on the cache's capacity)."""
-        return token_positions(mask, batch, length, self.embed.weight.device, start)
+        return sequence_positions(mask, batch, length, self.embed.weight.device, start,
+                                  doc_ids)
 
     def embed_inputs(self, inputs: torch.Tensor, mask, start=None, doc_ids=None
                      ) -> torch.Tensor:
@@ -188,9 +166,7 @@ class Backbone(nn.Module):
         document with ``doc_ids``), dropout: (B, L, D)."""
         h = self.embed_values(inputs)
         if self.pos is not None:
-            positions = positions_in_document(doc_ids, mask) if doc_ids is not None else \
-                self.positions(mask, inputs.shape[0], inputs.shape[1], start)
-            h = h + self.pos(positions)
+            h = h + self.pos(self.positions(mask, *inputs.shape[:2], start, doc_ids))
         return self.dropout(h)
 
     def embed_values(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -214,8 +190,7 @@ class Backbone(nn.Module):
         if doc_ids is not None and context is not None:
             raise ValueError("packed documents (doc_ids) take no cross-attended context: "
                              "one context belongs to one sequence")
-        h = self.embed_inputs(inputs, mask, doc_ids=doc_ids) \
-            if self.context_parallel is None else self._embed_shard(inputs, mask, doc_ids)
+        h = self.embed_inputs(inputs, mask, doc_ids=doc_ids)
         return self.norm(self.run_blocks(h, mask, context, context_mask, doc_ids))
 
     def run_blocks(self, h, mask, context, context_mask, doc_ids) -> torch.Tensor:
@@ -225,22 +200,6 @@ class Backbone(nn.Module):
             run = self._checkpointed(block) if self._checkpoints(index) else block
             h = run(h, mask, None, ctx, context_mask, doc_ids)
         return h
-
-    def _embed_shard(self, inputs, mask, doc_ids) -> torch.Tensor:
-        """:meth:`embed_inputs` of this rank's shard: learned positions are the whole
-        sequence's (the earlier shards' real tokens counted); L <= max_len globally."""
-        cp = self.context_parallel
-        layout = cp.layout(inputs)
-        if layout.total > self.config.max_len:
-            raise ValueError(f"the sharded sequence of L = {layout.total} positions exceeds "
-                             f"max_len={self.config.max_len}")
-        h = self.embed_values(inputs)
-        if self.pos is not None:
-            if doc_ids is not None:
-                raise ValueError("learned positions of packed documents (doc_ids) have no "
-                                 "context-parallel form: use positions='none' or 'rope'")
-            h = h + self.pos(cp.positions(mask, layout, inputs.shape[0], inputs.device))
-        return self.dropout(h)
 
     def _checkpoints(self, index: int) -> bool:
         """Whether block ``index`` runs checkpointed in this pass (training with
@@ -253,11 +212,9 @@ class Backbone(nn.Module):
         ``transformers``' ``gradient_checkpointing_enable`` set), tensors passed
         positionally so a reentrant checkpoint sees them too."""
         run = self._gradient_checkpointing_func or partial(checkpoint, use_reentrant=False)
-        cp = self.context_parallel
-        if cp is not None and not cp.recompute_exchanges \
-                and self._gradient_checkpointing_func is None:
-            # the recomputation reuses the sharded scans' and rings' outputs: no second exchange
-            run = partial(run, context_fn=sharded_checkpoint_context)
+        context_fn = checkpoint_context_fn()  # sharded: keeps the exchanges' outputs
+        if context_fn is not None and self._gradient_checkpointing_func is None:
+            run = partial(run, context_fn=context_fn)
         return partial(run, block)
 
     def _extend(self, inputs, mask, cache: BackboneCache, context, context_mask,

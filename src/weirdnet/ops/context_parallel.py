@@ -1,37 +1,76 @@
-"""The context-parallel switch of the mixers: one sequence in contiguous shards over a
+"""Context parallelism as an op-level context: one sequence in contiguous shards over a
 ``torch.distributed`` group, each rank running the same model on its own shard.
 
-``Backbone.set_context_parallel(group)`` (or ``mixer.set_context_parallel(
-ContextParallel(group))`` on a lone mixer) sets the mixers' ``context_parallel``
-attribute; ``Mixer.forward`` then runs the mixer's ``_mix_sharded``, which exchanges what
-crosses the shard boundaries (:mod:`weirdnet.ops.sequence_shards`, the weird scan's own
-:func:`weirdnet.ops.weird_scan_context_parallel`).  The attribute is None by default: the
-single-process path reads one attribute and is otherwise untouched.
+A :class:`ContextParallel` is entered around the forward (and backward) of a model
+(``with ContextParallel(group): loss = model(shard)...``; the trainer enters it, through
+:func:`weirdnet.train.context_parallel.sharded`, which first refuses a model that cannot
+shard).  Only the ops that exchange data read it: the sequence ops below, which the
+mixers, the short convolution and the backbone's positions call.  On one process (no
+context entered) each runs its whole-sequence op, after one read of a module list; while
+one is entered, its sharded form, which exchanges what crosses the shard boundaries
+(:mod:`weirdnet.ops.sequence_shards`, the weird scan's own
+:func:`weirdnet.ops.weird_scan_context_parallel`).
 
-What each mixer exchanges (docs/context_parallel.md, "The other mixers"):
+What each exchanges (docs/context_parallel.md, "The other mixers"):
 
-    weird, ps   the scan's distributed halos (log-step levels)
-    softmax     ring attention: (K, V) blocks passed around the ring (an all-gather of K
-                and V only with attention dropout)
-    linear      state passing: the exclusive prefix over ranks of the (phi(K)^T V, phi(K))
-                sums (causal), or their sum over the group (bidirectional)
-    local       halos of K and V: window - 1 positions from the earlier ranks (causal),
-                window // 2 from each side (bidirectional)
-    short_conv  a halo of k - 1 inputs from the earlier ranks
-    relation, dba, linformer   refuse (``cannot_shard`` says why)
+    sequence_scan               weird, ps: the scan's distributed halos (log-step levels)
+    sequence_softmax_attention  ring attention: (K, V) blocks passed around the ring (an
+                                all-gather of K and V only with attention dropout)
+    sequence_linear_attention   state passing: the exclusive prefix over ranks of the
+                                (phi(K)^T V, phi(K)) sums (causal), or their sum over the
+                                group (bidirectional)
+    sequence_local_attention    halos of K and V: window - 1 positions from the earlier
+                                ranks (causal), window // 2 from each side (bidirectional)
+    sequence_short_conv         a halo of k - 1 inputs from the earlier ranks
+    sequence_positions          token positions in the whole sequence (an all_gather of
+                                the shards' real-token counts)
+    sequence_length             the whole sequence's length L (an all_gather)
+
+A mixer whose sequence mixing has no sharded form (relation, dba, linformer) declares
+why at its registration (``whole_sequence=``, :func:`weirdnet.layers.registry.
+whole_sequence`), and :func:`weirdnet.train.context_parallel.sharded` refuses it.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from .sequence_shards import global_positions, shard_layout
-from .weird_scan.context_parallel import HALOS
+from .linear_attention import (
+    LinearAttentionState,
+    attend_sums,
+    causal_linear_attention,
+    key_value_sums,
+    linear_attention,
+)
+from .local_attention import local_attention
+from .packing import per_document, positions_in_document
+from .ring_attention import ring_softmax_attention
+from .rotary import token_positions
+from .sequence_shards import (
+    exclusive_prefix,
+    gather_sequence,
+    global_positions,
+    group_sum,
+    shard_layout,
+    sharded_checkpoint_context,
+    window_halo,
+)
+from .short_conv import short_conv
+from .softmax_attention import (
+    merge_heads,
+    packed_softmax_attention,
+    softmax_attention,
+    split_heads,
+)
+from .weird_scan.context_parallel import HALOS, weird_scan_bidirectional_context_parallel
 from .weird_scan.halo import ShardLayout
+from .weird_scan.op import scan_op
 
 
 @dataclass(frozen=True)
@@ -85,15 +124,180 @@ class ContextParallel:
         """(B, n): this shard's token positions in the whole sequence."""
         return global_positions(mask, layout, self.process_group, batch, device)
 
-    @staticmethod
-    def no_documents(doc_ids, mixer) -> None:
-        """ValueError for packed documents in a mixer whose sharded form has none."""
-        if doc_ids is not None:
-            raise ValueError(f"{type(mixer).__name__} has no context-parallel form for packed "
-                             "documents (doc_ids); only weird/ps attention and short_conv do")
+    def __enter__(self) -> ContextParallel:
+        _ENTERED.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _ENTERED.remove(self)
 
 
-def check_can_shard(module, cannot: str | None) -> None:
-    """ValueError naming ``module`` and why it cannot run on a sharded sequence."""
-    if cannot:
-        raise ValueError(f"{type(module).__name__} cannot run context-parallel: {cannot}")
+_ENTERED: list[ContextParallel] = []
+"""The contexts entered, innermost last (a plain list: one read on the one-process path,
+which ``torch.compile`` guards as it guards any global)."""
+
+
+def active() -> ContextParallel | None:
+    """The innermost entered :class:`ContextParallel`, or None (one process)."""
+    return _ENTERED[-1] if _ENTERED else None
+
+
+def sequence_op(whole: Callable) -> Callable:
+    """Decorator: the decorated ``sharded(cp, *args, **kwargs)`` becomes the sharded form
+    of the whole-sequence op ``whole``; the function returned runs ``whole(*args,
+    **kwargs)`` on one process and the sharded form while a context is entered."""
+
+    def mark(sharded: Callable) -> Callable:
+        @functools.wraps(sharded)
+        def op(*args, **kwargs):
+            if not _ENTERED:
+                return whole(*args, **kwargs)
+            return sharded(_ENTERED[-1], *args, **kwargs)
+
+        return op
+
+    return mark
+
+
+def refuse_sharded(what: str) -> None:
+    """ValueError (one line) while a context is entered: ``what`` (e.g. "decoding")
+    needs the whole sequence on one process."""
+    if _ENTERED:
+        raise ValueError(f"{what} does not run context-parallel: run it on one process "
+                         "(outside the ContextParallel context)")
+
+
+def _no_documents(doc_ids, op: str) -> None:
+    """ValueError for packed documents in an op whose sharded form has none."""
+    if doc_ids is not None:
+        raise ValueError(f"{op} has no context-parallel form for packed documents "
+                         "(doc_ids); only weird/ps attention and short_conv do")
+
+
+@sequence_op(scan_op)
+def sequence_scan(cp: ContextParallel, a, v, log_w, mask, doc_ids, n_causal, backend=""):
+    """The weird scan of checked inputs (the custom op :func:`~weirdnet.ops.weird_scan.op.
+    scan_op`, channels [0, n_causal) causal, ``backend`` "" picks one); sharded: the scan
+    over the group, distributed halos, packed documents included."""
+    return weird_scan_bidirectional_context_parallel(
+        a, v, log_w, group=cp.process_group, mask=mask, doc_ids=doc_ids, split=n_causal,
+        halos=cp.halos)
+
+
+@sequence_op(softmax_attention)
+def sequence_softmax_attention(cp: ContextParallel, q, k, v, *, causal: bool, mask=None,
+                               dropout_p: float = 0.0):
+    """:func:`~weirdnet.ops.softmax_attention.softmax_attention`; sharded: ring attention
+    (:func:`~weirdnet.ops.ring_attention.ring_softmax_attention`), each rank holding its
+    own shard's K and V and one travelling block.  The ring has no attention dropout:
+    with ``dropout_p > 0`` K and V are all-gathered (the causal form: up to this shard's
+    end) and one softmax attention with dropout runs over them."""
+    layout, group = shard_layout(q.shape[2], cp.process_group, q.device), cp.process_group
+    if dropout_p == 0:
+        return ring_softmax_attention(q, k, v, layout, group, causal=causal, mask=mask)
+    upto = layout.start + layout.length if causal else layout.total
+    kv = gather_sequence(torch.cat([merge_heads(k), merge_heads(v)], -1), layout, group, upto)
+    keys, values = (split_heads(t, q.shape[1]) for t in kv.chunk(2, -1))
+    real = None if mask is None else gather_sequence(mask, layout, group, upto)
+    return softmax_attention(q, keys, values, causal=causal, mask=real, dropout_p=dropout_p)
+
+
+@sequence_op(linear_attention)
+def sequence_linear_attention(cp: ContextParallel, q, k, v, *, causal: bool, mask=None,
+                              chunk_size: int = 64, eps: float = 1e-6):
+    """:func:`~weirdnet.ops.linear_attention.linear_attention`; sharded: state passing,
+    the causal form starting its shard from the exclusive prefix over ranks of the
+    shards' (phi(K)^T V, phi(K)) sums, the bidirectional form attending to their sum over
+    the group."""
+    sums = key_value_sums(k, v, mask)
+    if not causal:
+        return attend_sums(q, group_sum(sums, cp.process_group), eps)
+    layout = shard_layout(q.shape[2], cp.process_group, q.device)
+    before = exclusive_prefix(sums, layout, cp.process_group)
+    out, _ = causal_linear_attention(q, k, v, mask=mask, eps=eps, chunk_size=chunk_size,
+                                     state=LinearAttentionState.from_augmented(before))
+    return out
+
+
+@sequence_op(local_attention)
+def sequence_local_attention(cp: ContextParallel, q, k, v, *, window: int, causal: bool,
+                             mask=None, dropout_p: float = 0.0):
+    """:func:`~weirdnet.ops.local_attention.local_attention`; sharded: halos of K and V
+    from the neighbouring ranks (window - 1 positions in front, causal; window // 2 each
+    side, bidirectional), the shard's queries run over them."""
+    layout, group = shard_layout(q.shape[2], cp.process_group, q.device), cp.process_group
+    before, after = (window - 1, 0) if causal else (window // 2,) * 2
+    kv, front = window_halo(torch.cat([merge_heads(k), merge_heads(v)], -1), layout,
+                            before, after, group)
+    keys, values = (split_heads(t, q.shape[1]) for t in kv.chunk(2, -1))
+    real = None if mask is None else window_halo(mask, layout, before, after, group)[0]
+    n = q.shape[2]
+    queries = torch.nn.functional.pad(q, (0, 0, front, keys.shape[2] - front - n))
+    out = local_attention(queries, keys, values, window=window, causal=causal, mask=real,
+                          dropout_p=dropout_p)
+    return out[:, :, front:front + n]
+
+
+@sequence_op(packed_softmax_attention)
+def sequence_packed_softmax_attention(cp: ContextParallel, *args, **kwargs):
+    """:func:`~weirdnet.ops.softmax_attention.packed_softmax_attention`; sharded: none."""
+    _no_documents(True, "SoftmaxAttention")
+
+
+@sequence_op(per_document)
+def sequence_per_document(cp: ContextParallel, fn, x, mask, doc_ids):
+    """:func:`~weirdnet.ops.packing.per_document` (each packed document as a row of a
+    padded batch); sharded: none (a document may span the shards)."""
+    _no_documents(doc_ids, type(getattr(fn, "__self__", fn)).__name__)
+
+
+def _conv(x, weight, bias, doc_ids=None):
+    return short_conv(x, weight, bias, None, doc_ids=doc_ids)
+
+
+@sequence_op(_conv)
+def sequence_short_conv(cp: ContextParallel, x, weight, bias, doc_ids=None):
+    """The causal depthwise convolution of a whole sequence (:func:`~weirdnet.ops.
+    short_conv.short_conv`, no decoding state); sharded: its first k - 1 taps read the
+    earlier ranks' inputs (and document ids) through a halo."""
+    layout, group, before = cp.layout(x), cp.process_group, weight.shape[1] - 1
+    wide, front = window_halo(x, layout, before, 0, group)
+    docs = None if doc_ids is None else window_halo(doc_ids, layout, before, 0, group)[0]
+    return short_conv(wide, weight, bias, None, doc_ids=docs)[:, front:]
+
+
+def _positions(mask, batch: int, length: int, device, start=None, doc_ids=None):
+    if doc_ids is not None:
+        return positions_in_document(doc_ids, mask)
+    return token_positions(mask, batch, length, device, start)
+
+
+@sequence_op(_positions)
+def sequence_positions(cp: ContextParallel, mask, batch: int, length: int, device,
+                       start=None, doc_ids=None):
+    """Token positions (B, L): real tokens counted from ``start`` (B,) (default 0), or
+    restarting at each packed document (``doc_ids``); sharded: this shard's positions in
+    the whole sequence (packed documents have none, nor does decoding, ``start``)."""
+    if start is not None:
+        refuse_sharded("decoding")
+    if doc_ids is not None:
+        raise ValueError("learned positions of packed documents (doc_ids) have no "
+                         "context-parallel form: use positions='none' or 'rope'")
+    layout = shard_layout(length, cp.process_group, device)
+    return cp.positions(mask, layout, batch, device)
+
+
+@sequence_op(lambda x: x.shape[1])
+def sequence_length(cp: ContextParallel, x: torch.Tensor) -> int:
+    """The length L of the sequence whose part here is x (B, n, ...): n on one process,
+    the sum of the shards' lengths when sharded."""
+    return cp.layout(x).total
+
+
+def checkpoint_context_fn():
+    """The ``context_fn`` a block's ``torch.utils.checkpoint`` takes now: under an
+    entered context that keeps its exchanges' outputs (``recompute_exchanges=False``),
+    :func:`~weirdnet.ops.sequence_shards.sharded_checkpoint_context`, so the
+    recomputation sends nothing; else None (the plain checkpoint)."""
+    cp = active()
+    return None if cp is None or cp.recompute_exchanges else sharded_checkpoint_context

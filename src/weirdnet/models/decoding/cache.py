@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from weirdnet.layers.base import clear_rows, select_rows
+from weirdnet.ops import refuse_sharded
 from weirdnet.ops.checks import check_rows
 
 
@@ -22,6 +23,9 @@ class BackboneCache:
     steps: int
     capacity: int
     fused: list | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        refuse_sharded("decoding")  # a cache holds whole sequences
 
     @property
     def batch_size(self) -> int:
