@@ -74,6 +74,16 @@ def build_mixer(name: str, config: BackboneConfig) -> nn.Module:
         raise ValueError(f"mixer_options.{name}.{message}") from None
 
 
+def normal_init(module: nn.Module, std: float) -> None:
+    """Every ``nn.Linear`` and ``nn.Embedding`` weight in ``module`` from N(0, std), their
+    biases zeroed (``BackboneConfig.init_std``); other parameters are left as they are."""
+    for part in module.modules():
+        if isinstance(part, nn.Linear | nn.Embedding):
+            nn.init.normal_(part.weight, std=std)
+        if isinstance(part, nn.Linear) and part.bias is not None:
+            nn.init.zeros_(part.bias)
+
+
 def make_norm(config: BackboneConfig) -> nn.Module:
     """The backbone's normalisation over D: LayerNorm (1, 0) or RMSNorm (weight 1)."""
     if config.norm == "rmsnorm":
