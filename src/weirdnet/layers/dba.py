@@ -173,9 +173,12 @@ class DBAttention(_DBABase, Mixer):
         nn.init.normal_(self.z, std=1.0 / math.sqrt(self.head_dim))
         self._reset_shared()
 
-    def _mix_full(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """y (B, L, dim).  Outputs at real tokens do not depend on padded positions (which
-        must hold finite values); every output is finite."""
+    def mix(self, x: torch.Tensor, mask: torch.Tensor | None, doc_ids=None) -> torch.Tensor:
+        """y (B, L, dim) (packed documents: each alone).  Outputs at real tokens do not
+        depend on padded positions (which must hold finite values); every output is
+        finite."""
+        if doc_ids is not None:
+            return self.each_document(x, mask, doc_ids)
         H, p, d, D = self.heads, self.d_p, self.head_dim, self.dim
         w_qkv = self.proj_qkv.weight.view(3, H, d, D)
         u_r, u_c = self.proj_rec.weight.chunk(2)
@@ -296,10 +299,13 @@ class DBAuthorsAttention(Mixer):
             if z is not None or return_z:
                 raise ValueError("packed documents (doc_ids) take the learned Z: a carried "
                                  "z belongs to one sequence, not to each document")
-            return self._mix_packed(x, mask, doc_ids)
+            return self.each_document(x, mask, doc_ids)
         return self._compress(x, mask, z, return_z)
 
-    def _mix_full(self, x, mask):
+    def mix(self, x, mask, doc_ids=None):
+        """The full pass with the learned Z (each packed document alone)."""
+        if doc_ids is not None:
+            return self.each_document(x, mask, doc_ids)
         return self._compress(x, mask, None, False)
 
     def _compress(self, x, mask, z, return_z: bool):
@@ -326,7 +332,7 @@ class DBAuthorsAttention(Mixer):
                 + ("" if self.z is not None else ", Z from the previous DBA layer"))
 
 
-@register("dba", whole_sequence=WHOLE_SEQUENCE)
+@register("dba", shared=("heads", "dropout"), whole_sequence=WHOLE_SEQUENCE)
 def dba(dim: int, *, causal: bool = False, form: str = "authors",
         z_carry: bool | None = None, heads: int | None = None, d_p: int = 16, d_in: int = 24,
         dropout: float = 0.0) -> Mixer:
@@ -346,7 +352,6 @@ def dba(dim: int, *, causal: bool = False, form: str = "authors",
     return DBAttention(dim, causal=causal, heads=heads, d_p=d_p, d_in=d_in, dropout=dropout)
 
 
-dba.shared_settings = ("heads", "dropout")  # the backbone sets these
 
 
 @register_cross("dba")

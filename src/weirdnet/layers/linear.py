@@ -15,6 +15,7 @@ from ..ops.linear_attention import (
     linear_attention_step,
 )
 from .base import MultiHeadMixer, clear_rows, select_rows
+from .ownership import own
 from .registry import register
 
 
@@ -40,7 +41,7 @@ class LinearAttentionCache:
         clear_rows(rows, self.state.kv, self.state.z)
 
 
-@register("linear")
+@register("linear", shared=("heads", "bias"))
 class LinearAttention(MultiHeadMixer):
     """Multi-head linear attention on (B, L, dim); O(L) time and memory.
 
@@ -50,27 +51,24 @@ class LinearAttention(MultiHeadMixer):
     cache holds O(dim * dim / heads) numbers per sequence, whatever the length.
     """
 
-    shared_settings = ("heads", "bias")  # the backbone sets these
-
-    cache_type = LinearAttentionCache
-
     def __init__(self, dim: int, *, causal: bool = True, heads: int | None = None,
                  bias: bool = True, chunk_size: int = 64, eps: float = 1e-6):
         super().__init__(dim, causal=causal, heads=heads, bias=bias)
         self.chunk_size, self.eps = check_chunk_size(chunk_size), check_eps(eps)
 
-    def _mix(self, q, k, v, mask):
+    def _attend(self, q, k, v, mask):
         return sequence_linear_attention(q, k, v, causal=self.causal, mask=mask,
                                          chunk_size=self.chunk_size, eps=self.eps)
 
-    def _new_cache(self, batch_size: int, max_len: int | None) -> LinearAttentionCache:
+    def init_cache(self, batch_size: int, max_len: int | None = None) -> LinearAttentionCache:
         """``max_len`` is accepted for the common interface; the state has a fixed size."""
+        self.check_cache_args(batch_size, max_len)
         p, d = self._param(), self.head_dim
-        return LinearAttentionCache(
+        return own(LinearAttentionCache(
             LinearAttentionState.zeros(batch_size, self.heads, d, d, dtype=p.dtype,
-                                       device=p.device))
+                                       device=p.device)), self)
 
-    def _extend(self, q, k, v, mask, cache: LinearAttentionCache):
+    def _attend_cached(self, q, k, v, mask, cache: LinearAttentionCache):
         """One token: the recurrent update; a prompt: the chunk-wise pass from the state."""
         if q.shape[2] == 1:
             mask_t = None if mask is None else mask[:, 0]

@@ -9,6 +9,7 @@ import torch
 from ..ops import sequence_local_attention
 from ..ops.local_attention import check_window, local_attention_decode
 from .base import MultiHeadMixer, clear_rows, select_rows
+from .ownership import own
 from .registry import register
 
 
@@ -52,7 +53,7 @@ class LocalAttentionCache:
         self.position += k.shape[2]
 
 
-@register("local")
+@register("local", shared=("heads", "bias", "dropout"))
 class LocalAttention(MultiHeadMixer):
     """Multi-head sliding-window softmax attention on (B, L, dim); O(L window).
 
@@ -62,27 +63,24 @@ class LocalAttention(MultiHeadMixer):
     decoding keeps the last window - 1 keys and values (:class:`LocalAttentionCache`).
     """
 
-    shared_settings = ("heads", "bias", "dropout")  # the backbone sets these
-
-    cache_type = LocalAttentionCache
-
     def __init__(self, dim: int, *, causal: bool = True, window: int = 128,
                  heads: int | None = None, bias: bool = True, dropout: float = 0.0):
         super().__init__(dim, causal=causal, heads=heads, bias=bias, dropout=dropout)
         self.window = check_window(window)
 
-    def _mix(self, q, k, v, mask):
+    def _attend(self, q, k, v, mask):
         return sequence_local_attention(q, k, v, window=self.window, causal=self.causal,
                                         mask=mask, dropout_p=self.dropout_p)
 
-    def _new_cache(self, batch_size: int, max_len: int | None) -> LocalAttentionCache:
+    def init_cache(self, batch_size: int, max_len: int | None = None) -> LocalAttentionCache:
         """``max_len`` is accepted for the common interface; the window has a fixed size."""
+        self.check_cache_args(batch_size, max_len)
         p = self._param()
         shape = (batch_size, self.heads, self.window - 1, self.head_dim)
         mask = torch.zeros(batch_size, self.window - 1, dtype=torch.bool, device=p.device)
-        return LocalAttentionCache(p.new_zeros(shape), p.new_zeros(shape), mask)
+        return own(LocalAttentionCache(p.new_zeros(shape), p.new_zeros(shape), mask), self)
 
-    def _extend(self, q, k, v, mask, cache: LocalAttentionCache):
+    def _attend_cached(self, q, k, v, mask, cache: LocalAttentionCache):
         out = local_attention_decode(q, k, v, cache.k, cache.v, cache.mask, window=self.window,
                                      mask=mask, dropout_p=self.dropout_p)
         cache.push(k, v, mask)

@@ -42,10 +42,18 @@ whole_sequence=...)``): its sequence mixing has no sharded form, so a sequence s
 over processes refuses it (the trainer's ``check_shardable``)."""
 
 
-def register(name: str, *, whole_sequence: str | None = None):
+SHARED: dict[str, tuple[str, ...]] = {}
+"""The shared settings each mixer declares at its registration (``register(...,
+shared=...)``)."""
+
+
+def register(name: str, *, shared: tuple[str, ...] = (), whole_sequence: str | None = None):
     """Class decorator: make a mixer buildable as ``build(name, dim, ...)``.
+    ``shared``: the backbone settings it takes (names of :data:`SHARED_SETTINGS`, each a
+    constructor parameter; a backbone passes it these and no others).
     ``whole_sequence``: why the mixer needs every position of a sequence at once (None:
     its sequence ops also run on the shards of one, see ``weirdnet.ops.sequence_scan``)."""
+    SHARED[name] = tuple(shared)
     if whole_sequence:
         WHOLE_SEQUENCE[name] = whole_sequence
     return MIXERS.register(name)
@@ -103,20 +111,21 @@ def accepted_options(name: str) -> list[str] | None:
 SHARED_SETTINGS = ("max_len", "heads", "n_layers", "dropout", "bias", "rope", "rope_theta")
 """The settings a backbone shares with its mixers (its max_len, heads, depth, attention
 dropout, ``bias=False``, rotary positions).  A mixer takes the ones it lists in its
-``shared_settings`` attribute (e.g. ``shared_settings = ("max_len", "n_layers")``), and
+registration (e.g. ``@register("weird", shared=("max_len", "bias", "n_layers"))``), and
 only those."""
 
 
 def shared_settings(name: str) -> tuple[str, ...]:
-    """The shared settings mixer ``name`` declares (its ``shared_settings``, none by
+    """The shared settings mixer ``name`` declares (at its registration, none by
     default), checked against its constructor: a ValueError naming the mixer and the
     setting for a declared one it does not take (say a renamed parameter), one that is not
     shared, or a shared one it takes but does not declare (it would be dropped)."""
-    declared = tuple(getattr(factory(name), "shared_settings", ()))
+    factory(name)  # the built-in mixers registered
+    declared = SHARED.get(name, ())
     accepted = accepted_options(name)
     for setting in declared:
         if setting not in SHARED_SETTINGS:
-            raise ValueError(f"mixer {name!r} declares {setting!r} in shared_settings, which "
+            raise ValueError(f"mixer {name!r} declares {setting!r} in its shared settings, which "
                              f"is not a shared setting (those are {', '.join(SHARED_SETTINGS)})")
         if accepted is not None and setting not in accepted:
             raise ValueError(f"mixer {name!r} declares the shared setting {setting!r} but its "
@@ -126,7 +135,8 @@ def shared_settings(name: str) -> tuple[str, ...]:
     if undeclared:
         raise ValueError(f"mixer {name!r} takes the shared setting(s) "
                          f"{', '.join(map(repr, undeclared))} but does not declare them: add "
-                         "them to its shared_settings, or the backbone's value is dropped")
+                         "them at its registration (shared=), or the backbone's value is "
+                         "dropped")
     return declared
 
 

@@ -21,6 +21,7 @@ from ..ops.packing import positions_in_document, segment_ids
 from ..ops.rotary import rotary, rotary_angles
 from ..ops.softmax_attention import softmax_attention
 from .base import MultiHeadMixer, clear_rows, select_rows
+from .ownership import own
 from .registry import register, register_cross
 
 
@@ -79,7 +80,7 @@ class SoftmaxKVCache:
         self.mask = F.pad(self.mask, (0, extra), value=False)
 
 
-@register("softmax")
+@register("softmax", shared=("heads", "bias", "dropout", "rope", "rope_theta"))
 class SoftmaxAttention(MultiHeadMixer):
     """Multi-head softmax attention (``scaled_dot_product_attention``) on (B, L, dim).
 
@@ -90,9 +91,6 @@ class SoftmaxAttention(MultiHeadMixer):
     :class:`SoftmaxKVCache` (keys stored rotated).
     """
 
-    shared_settings = ("heads", "bias", "dropout", "rope", "rope_theta")
-
-    cache_type = SoftmaxKVCache
     initial_capacity = 256
 
     def __init__(self, dim: int, *, causal: bool = True, heads: int | None = None,
@@ -116,31 +114,34 @@ class SoftmaxAttention(MultiHeadMixer):
         cos, sin = rotary_angles(positions, self.head_dim, self.rope_theta, q.dtype)
         return rotary(q, cos, sin), rotary(k, cos, sin)
 
-    def _mix(self, q, k, v, mask):
+    def _attend(self, q, k, v, mask):
         q, k = self._rotate(q, k, mask)
         return sequence_softmax_attention(q, k, v, causal=self.causal, mask=mask,
                                           dropout_p=self.dropout_p)
 
-    def _mix_packed(self, x, mask, doc_ids):
-        """Block-diagonal attention: a query sees the keys of its own document only, and
-        rotary positions restart at each document (the mask is built a block of query
-        rows at a time: :func:`packed_softmax_attention`)."""
+    def mix(self, x, mask, doc_ids=None):
+        """Packed documents: block-diagonal attention, a query sees the keys of its own
+        document only, and rotary positions restart at each document (the mask is built
+        a block of query rows at a time: :func:`packed_softmax_attention`)."""
+        if doc_ids is None:
+            return super().mix(x, mask)
         q, k, v = self.project_qkv(x)
         q, k = self._rotate(q, k, mask, positions=positions_in_document(doc_ids, mask))
         return self.project_out(sequence_packed_softmax_attention(
             q, k, v, segment_ids(doc_ids), causal=self.causal, mask=mask,
             dropout_p=self.dropout_p))
 
-    def _new_cache(self, batch_size: int, max_len: int | None) -> SoftmaxKVCache:
+    def init_cache(self, batch_size: int, max_len: int | None = None) -> SoftmaxKVCache:
         """Buffers of ``max_len`` positions, or growable ones when ``max_len`` is None."""
+        self.check_cache_args(batch_size, max_len)
         p = self._param()
         cap = self.initial_capacity if max_len is None else max_len
         shape = (batch_size, self.heads, cap, self.head_dim)
-        return SoftmaxKVCache(p.new_zeros(shape), p.new_zeros(shape),
+        return own(SoftmaxKVCache(p.new_zeros(shape), p.new_zeros(shape),
                               torch.zeros(batch_size, cap, dtype=torch.bool, device=p.device),
-                              max_len)
+                              max_len), self)
 
-    def _extend(self, q, k, v, mask, cache: SoftmaxKVCache):
+    def _attend_cached(self, q, k, v, mask, cache: SoftmaxKVCache):
         if self.rope:  # positions continue from the real tokens cached so far
             q, k = self._rotate(q, k, mask, cache.mask[:, :cache.position].sum(1))
         keys, values, real = cache.append(k, v, mask)

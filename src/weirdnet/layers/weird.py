@@ -20,7 +20,7 @@ import torch.nn as nn
 from ..ops import WeirdScanCache, levels_needed, sequence_scan
 from ..ops.block_step import ScanMixerWeights
 from .base import Mixer
-from .ownership import check_owner
+from .ownership import check_owner, own
 from .registry import register
 
 WEIGHT_MODES = ("cumexp", "exp", "ones")
@@ -56,7 +56,7 @@ class WeirdAttentionCache:
         self.scan.start_document(rows)
 
 
-@register("weird")
+@register("weird", shared=("max_len", "bias", "n_layers"))
 class WeirdAttention(Mixer):
     """Weird-attention mixer on (B, L, dim) inputs.
 
@@ -68,10 +68,6 @@ class WeirdAttention(Mixer):
         bias: biases on the A and V projections (the Moss variant).
         n_layers: number of layers N of the model, used by the papers' W_O initialisation.
     """
-
-    shared_settings = ("max_len", "bias", "n_layers")  # the backbone sets these
-
-    cache_type = WeirdAttentionCache
 
     def __init__(self, dim: int, *, causal: bool = True, max_len: int = 4096,
                  weights: str = "cumexp", bias: bool = False, n_layers: int = 1):
@@ -129,7 +125,7 @@ class WeirdAttention(Mixer):
                 f"with max_len >= {x.shape[1]}"
             )
 
-    def _mix_packed(self, x, mask, doc_ids=None):
+    def mix(self, x, mask, doc_ids=None):
         """The scan with its document gate (``doc_ids`` None: one document per row), one
         call into the scan's custom op: x, mask and doc_ids were checked on entry
         (:meth:`Mixer.forward`), A and V are projections of x and ``log_w`` covers
@@ -139,19 +135,18 @@ class WeirdAttention(Mixer):
         return self.proj_o(sequence_scan(a, v, self.log_weights(), mask, doc_ids, n_causal,
                                          ""))
 
-    _mix_full = _mix_packed  # the full pass is the packed one with no document starts
-
-    def _new_cache(self, batch_size: int, max_len: int | None) -> WeirdAttentionCache:
+    def init_cache(self, batch_size: int, max_len: int | None = None) -> WeirdAttentionCache:
         """Ring buffers for up to ``max_len`` tokens (default: the layer's max_len): about
         3 * max_len * dim numbers per sequence."""
+        self.check_cache_args(batch_size, max_len)
         max_len = self.max_len if max_len is None else max_len
         if max_len > self.max_len:
             raise ValueError(f"cache max_len={max_len} exceeds the layer's max_len={self.max_len}")
         scan = WeirdScanCache(self.log_weights().detach(), batch_size, max_len,
                               dtype=self.proj_o.weight.dtype)
-        return WeirdAttentionCache(scan)
+        return own(WeirdAttentionCache(scan), self)
 
-    def _mix_cached(self, x, mask, cache: WeirdAttentionCache):
+    def extend(self, x, mask, cache: WeirdAttentionCache):
         return self.proj_o(cache.scan.extend(self.proj_a(x), self.proj_v(x), mask))
 
     def scan_step(self, cache):
@@ -173,7 +168,7 @@ class WeirdAttention(Mixer):
                 f"bias={self.proj_a.bias is not None}")
 
 
-@register("ps")
+@register("ps", shared=("max_len", "bias", "n_layers"))
 class PSAttention(WeirdAttention):
     """PS-attention: Weird-attention with W = 1 (plain softmax-weighted prefix sums)."""
 
