@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from helpers.context_parallel import spawn
-from helpers.context_parallel_models import BASE, ModelCase, run_model_cases, single
+from helpers.context_parallel_models import BASE, ModelCase, build, run_model_cases, single
 from helpers.numerics import rel_err
 from weirdnet.ops.ring_attention import ring_sent_bytes
 from weirdnet_lab.context_parallel.cost import halo_values, step_values
@@ -147,3 +147,30 @@ def test_context_parallel_settings_are_checked_in_one_line():
         ContextParallel(halos="drop")
     with pytest.raises(ValueError, match="recompute_exchanges must be a bool"):
         ContextParallel(recompute_exchanges="yes")
+
+
+def test_the_context_is_entered_and_left_and_refuses_what_needs_one_process():
+    """The op-level context on one process (no group is touched): entered and left as a
+    context manager; inside it decoding is refused in one line; check_shardable refuses
+    a mixer registered with whole_sequence= and cross-attention blocks, before any
+    process group exists."""
+    from weirdnet.models import Seq2SeqConfig, WeirdNetLM, WeirdNetSeq2Seq
+    from weirdnet.ops import ContextParallel
+    from weirdnet.ops.context_parallel import active
+    from weirdnet.train import check_shardable
+
+    cp = ContextParallel()
+    assert active() is None
+    with cp:
+        assert active() is cp
+        lm = WeirdNetLM({"backbone": {**BASE, "pattern": "A"}})
+        with pytest.raises(ValueError, match="^decoding does not run context-parallel"):
+            lm.backbone.init_cache(1)
+    assert active() is None
+    check_shardable(lm)  # weird attention shards
+    relation = build(ModelCase("r", (1,), dict(pattern="weird,relation", causal=False)))
+    with pytest.raises(ValueError, match="^Relation cannot run context-parallel: its"):
+        check_shardable(relation)
+    seq2seq = WeirdNetSeq2Seq(Seq2SeqConfig())
+    with pytest.raises(ValueError, match="^cross-attention blocks cannot run"):
+        check_shardable(seq2seq.decoder)
