@@ -34,6 +34,7 @@ from .inputs import check_inputs
 __all__ = ["CHECKPOINTING", "FUSED_STEP_MAX_BATCH", "Backbone", "BackboneCache",
            "PerBlockContext", "normal_init"]
 
+
 class Backbone(BlockCheckpointing, nn.Module):
     """Embeds (B, L) token ids or (B, L, input_dim) values and runs the blocks: (B, L, D).
 
