@@ -174,3 +174,20 @@ def test_the_context_is_entered_and_left_and_refuses_what_needs_one_process():
     seq2seq = WeirdNetSeq2Seq(Seq2SeqConfig())
     with pytest.raises(ValueError, match="^cross-attention blocks cannot run"):
         check_shardable(seq2seq.decoder)
+
+
+@pytest.mark.parametrize("pattern, what", [("relation", "Relation"),
+                                           ("linformer", "Linformer attention"),
+                                           ("dba", "DBA's compression")])
+def test_a_whole_sequence_mixer_refuses_inside_a_context_entered_without_the_check(
+        pattern, what):
+    """A context entered directly (not through ``sharded``) still never lets a mixer
+    that needs the whole sequence run on a shard: its op refuses in one line."""
+    from weirdnet.ops import ContextParallel
+
+    mixer = build(ModelCase("w", (1,), dict(pattern=pattern, causal=False))).blocks[0].mixer
+    x = torch.randn(1, 8, BASE["dim"])
+    mixer(x)  # one process: runs
+    with ContextParallel(), pytest.raises(ValueError) as err:  # no group is touched
+        mixer(x)
+    assert str(err.value).startswith(what) and "\n" not in str(err.value)

@@ -54,8 +54,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..ops import sequence_dba_authors_attention, sequence_dba_compress
 from ..ops.checks import check_float_tensor, check_mask
-from ..ops.dba import AuthorsWeights, bilinear_mix, compress_positions, dba_authors_attention
+from ..ops.dba import AuthorsWeights, bilinear_mix, compress_positions
 from ..ops.packing import check_doc_ids
 from .base import Mixer, autocast_input, check_dtype_matches
 from .registry import register, register_cross
@@ -183,7 +184,7 @@ class DBAttention(_DBABase, Mixer):
         w_qkv = self.proj_qkv.weight.view(3, H, d, D)
         u_r, u_c = self.proj_rec.weight.chunk(2)
         z_qk = torch.einsum("hpe,khec->khpc", self.z, w_qkv[:2])  # Z W_q,h and Z W_k,h
-        x_l, wr = compress_positions(x, z_qk.reshape(2 * H * p, D), u_c, u_r, mask)
+        x_l, wr = sequence_dba_compress(x, z_qk.reshape(2 * H * p, D), u_c, u_r, mask)
         # rows W_r X, W_c X, W'_cᵀ X per head, projected by W_q, W_k, W_v of that head
         lkv = torch.einsum("bkhpc,khec->bkhpe", x_l.view(-1, 3, H, p, D), w_qkv)
         q_l, k_l, v_dba = lkv.unbind(1)
@@ -315,9 +316,9 @@ class DBAuthorsAttention(Mixer):
                 raise ValueError("this DBA layer takes Z from the previous DBA layer (z_carry):"
                                  " pass z=, the previous layer's compressed sequence")
             z = F.dropout(self.z, self.dropout, self.training)
-        y, c = dba_authors_attention(x, z, self.weights(), self.heads, mask,
-                                     eps=self.norm.eps, dropout_p=self.dropout,
-                                     training=self.training)
+        y, c = sequence_dba_authors_attention(x, z, self.weights(), self.heads, mask,
+                                              eps=self.norm.eps, dropout_p=self.dropout,
+                                              training=self.training)
         return (y, c) if return_z else y
 
     def not_decodable(self, what: str) -> ValueError:

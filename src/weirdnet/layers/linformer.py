@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ..ops.linformer import linformer_attention
+from ..ops import sequence_linformer_attention
 from .base import MultiHeadMixer
 from .registry import register
 
@@ -62,7 +62,8 @@ class LinformerAttention(MultiHeadMixer):
         # E and F in the dtype of the keys: under autocast the projections' outputs are
         # in the autocast dtype, and E·K is a matrix product autocast would run in it
         e, f = (p.to(k.dtype) for p in (self.proj_seq_k, self.proj_seq_v))
-        return linformer_attention(q, k, v, e, f, mask=mask, dropout_p=self.dropout_p)
+        return sequence_linformer_attention(q, k, v, e, f, mask=mask,
+                                            dropout_p=self.dropout_p)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, k={self.k}, max_len={self.max_len}"

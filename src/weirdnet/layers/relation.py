@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..ops.relation import relation_mean, relation_mix, relation_mix_continue
+from ..ops import sequence_relation_mean, sequence_relation_mix
+from ..ops.relation import relation_mix_continue
 from .base import Mixer, clear_rows, select_rows
 from .ownership import own
 from .registry import register
@@ -107,7 +108,8 @@ class Relation(Mixer):
             return self.each_document(x, mask, doc_ids)
         if not self.causal and not (self.training and self.drop_mix.p > 0):
             return self._tail(self._folded_preactivation(x, mask))
-        mixed = relation_mix(self.proj_h(x), self.proj_g(x), mask, causal=self.causal)
+        mixed = sequence_relation_mix(self.proj_h(x), self.proj_g(x), mask,
+                                      causal=self.causal)
         return self._head(mixed)
 
     def _folded_preactivation(self, x: torch.Tensor, mask) -> torch.Tensor:
@@ -117,7 +119,7 @@ class Relation(Mixer):
             W_1 (h̄ ⊙ (X W_gᵀ + b_g)) = X (W_gᵀ diag(h̄) W_1ᵀ) + (b_g ⊙ h̄) W_1ᵀ,
 
         one (B, L, dim) x (B, dim, d) product per sequence instead of two (L, d) ones."""
-        hbar = self.proj_h(relation_mean(x, mask))  # (B, 1, d)
+        hbar = self.proj_h(sequence_relation_mean(x, mask))  # (B, 1, d)
         if mask is not None:
             hbar = hbar * mask.any(1).to(hbar.dtype)[:, None, None]
         w_1t = self.w_1.weight.T

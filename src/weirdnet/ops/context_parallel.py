@@ -28,7 +28,11 @@ What each exchanges (docs/context_parallel.md, "The other mixers"):
 
 A mixer whose sequence mixing has no sharded form (relation, dba, linformer) declares
 why at its registration (``whole_sequence=``, :func:`weirdnet.layers.registry.
-whole_sequence`), and :func:`weirdnet.train.context_parallel.sharded` refuses it.
+whole_sequence`), and :func:`weirdnet.train.context_parallel.sharded` refuses it before
+the context is entered; its ops (``sequence_relation_mix``, ``sequence_relation_mean``,
+``sequence_linformer_attention``, ``sequence_dba_compress``,
+``sequence_dba_authors_attention``) refuse in one line inside a context entered without
+that check.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .dba import compress_positions, dba_authors_attention
 from .linear_attention import (
     LinearAttentionState,
     attend_sums,
@@ -48,8 +53,10 @@ from .linear_attention import (
     key_value_sums,
     linear_attention,
 )
+from .linformer import linformer_attention
 from .local_attention import local_attention
 from .packing import per_document, positions_in_document
+from .relation import relation_mean, relation_mix
 from .ring_attention import ring_softmax_attention
 from .rotary import token_positions
 from .sequence_shards import (
@@ -165,6 +172,25 @@ def refuse_sharded(what: str) -> None:
     if _ENTERED:
         raise ValueError(f"{what} does not run context-parallel: run it on one process "
                          "(outside the ContextParallel context)")
+
+
+def whole_sequence_op(whole: Callable, what: str) -> Callable:
+    """``whole`` as a sequence op without a sharded form: inside an entered context it
+    refuses in one line (``what`` needs every position of the sequence at once)."""
+
+    @sequence_op(whole)
+    def refuse(cp: ContextParallel, *args, **kwargs):
+        raise ValueError(f"{what} cannot run context-parallel: it needs every position of "
+                         "the sequence on one process")
+
+    return refuse
+
+
+sequence_relation_mix = whole_sequence_op(relation_mix, "Relation (relation_mix)")
+sequence_relation_mean = whole_sequence_op(relation_mean, "Relation (relation_mean)")
+sequence_linformer_attention = whole_sequence_op(linformer_attention, "Linformer attention")
+sequence_dba_compress = whole_sequence_op(compress_positions, "DBA's compression")
+sequence_dba_authors_attention = whole_sequence_op(dba_authors_attention, "DBA's compression")
 
 
 def _no_documents(doc_ids, op: str) -> None:
