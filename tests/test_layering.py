@@ -65,11 +65,17 @@ def test_relative_imports_resolve_as_python_does():
     assert "weirdnet.ops.checks" in imported_modules(cache)
 
 
-def test_blocks_reach_mixers_only_through_the_contract():
-    """The block builds its mixer from the registry and asks it for a fused decoding
-    step (``Mixer.fused_step_parts``); it names no mixer module or class."""
-    for name in ("blocks.py", "backbone.py"):
-        path = PACKAGE / "models" / name
-        mixers = {m for m in imported_modules(path) if m.startswith("weirdnet.layers.")
-                  and m.split(".")[2] not in ("registry", "base")}
-        assert not mixers, f"models/{name} names a mixer: {sorted(mixers)}"
+CONTRACT = ("registry", "base", "ownership")
+"""The modules of ``weirdnet.layers`` the model layer may import: the registry (mixers and
+cross mixers by name), the mixer contract and the caches' ownership."""
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "models").rglob("*.py")),
+                         ids=lambda p: module_name(p))
+def test_models_reach_mixers_only_through_the_contract(path):
+    """Every file of ``models/`` builds its mixers and cross mixers by name from the
+    registry and asks a mixer for a capability (``Mixer.scan_step``), never naming a
+    mixer module or class."""
+    mixers = {m for m in imported_modules(path) if m.startswith("weirdnet.layers")
+              and (m == "weirdnet.layers" or m.split(".")[2] not in CONTRACT)}
+    assert not mixers, f"{module_name(path)} names a mixer: {sorted(mixers)}"

@@ -30,7 +30,7 @@ NOT_YET_PUBLIC = {
     "weirdnet.data.sources.packages": "a lab test: the corpora's source packages",
     "weirdnet.data.text.corpora": "a lab test: corpus_bytes",
     "weirdnet.data.text.lm": "a lab test: ByteLMDataset",
-    "weirdnet.models.graph_decode": "bench decode: CUDA-graph decoding (its own package "
+    "weirdnet.models.decoding.graph_decode": "bench decode: CUDA-graph decoding (its own package "
                                     "under issue 75 section 1)",
     "weirdnet.ops.weird_scan": "bench gpu: the scan's kernels by backend",
     "weirdnet.ops.short_conv": "lab/benchmarks/short_conv_ab.py: the fused C kernel",

@@ -101,17 +101,19 @@ def _scan_backend(name: str):
 
 
 def _run(case: ModelCase, group, index: int):
-    from weirdnet.layers.context_parallel import ContextParallel
+    from weirdnet.ops.context_parallel import ContextParallel
     from weirdnet.ops.weird_scan.halo import count_sent_bytes
+    from weirdnet.train.context_parallel import check_shardable
 
     model = _mode(build(case), case)
     try:
-        model.set_context_parallel(ContextParallel(
-            group, halos=case.halos, recompute_exchanges=case.recompute_exchanges))
+        check_shardable(model)
     except ValueError as err:
         return str(err)
+    cp = ContextParallel(group, halos=case.halos,
+                         recompute_exchanges=case.recompute_exchanges)
     tokens, mask, docs, grad = (shard(x, case, index) for x in inputs(case))
-    with count_sent_bytes() as sent:
+    with count_sent_bytes() as sent, cp:
         out = model(tokens, mask, doc_ids=docs)
         (out * grad).sum().backward()
     return dict(o=out.detach(), grads={n: p.grad for n, p in model.named_parameters()

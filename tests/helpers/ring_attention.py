@@ -118,18 +118,17 @@ def _run_op(case: RingCase, group, index: int) -> dict:
 
 def _run_dropout_layer(case: RingCase, group, index: int) -> dict:
     """Bytes sent point to point by a SoftmaxAttention with dropout, training and eval."""
-    from weirdnet.layers.context_parallel import ContextParallel
     from weirdnet.layers.softmax import SoftmaxAttention
+    from weirdnet.ops.context_parallel import ContextParallel
     from weirdnet.ops.weird_scan.halo import count_sent_bytes
 
     torch.manual_seed(case.seed)
     layer = SoftmaxAttention(case.H * case.d, heads=case.H, causal=case.causal, dropout=0.5)
-    layer.set_context_parallel(ContextParallel(group))
     x = torch.randn(case.B, case.lengths[index], case.H * case.d)
     sent = {}
     for mode in ("train", "eval"):
         getattr(layer, mode)()
-        with count_sent_bytes() as counter:
+        with count_sent_bytes() as counter, ContextParallel(group):
             out = layer(x)
             out.sum().backward()
         sent[mode] = (counter.ring_forward, counter.ring_backward, bool(torch.isfinite(out).all()))

@@ -77,7 +77,7 @@ def test_copies_and_reorders_of_a_cache_still_decode(name):
 def test_the_fused_step_refuses_another_layers_cache(name):
     layer, other = _pair(name)
     with pytest.raises(ValueError, match=f"another {type(layer).__name__}"):
-        layer.fused_step_parts(other.init_cache(B))
+        layer.scan_step(other.init_cache(B))
 
 
 def _lm(seed):

@@ -196,7 +196,7 @@ def test_an_input_of_another_dtype_than_the_layer_is_one_line(name, causal):
         with pytest.raises(ValueError, match=wanted.format(dtype)) as err:
             layer(_x().to(dtype))
         assert "\n" not in str(err.value)
-        if causal and layer.cache_type is not None:
+        if causal:
             with pytest.raises(ValueError, match=wanted.format(dtype)):
                 layer.step(_x()[:, 0].to(dtype), layer.init_cache(B, L))
     with torch.autocast("cpu", dtype=torch.bfloat16):

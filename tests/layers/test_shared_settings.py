@@ -1,13 +1,21 @@
-"""Shared mixer settings are declared by each mixer (``shared_settings``), never read from
-its signature: a declared setting the constructor does not take (a renamed parameter), a
-shared setting it takes without declaring it, or a declared name that is not a shared
-setting is a ValueError naming the mixer and the setting when a backbone builds it."""
+"""Shared mixer settings are declared where each mixer is registered (``register(name,
+shared=...)``), never read from its signature: a declared setting the constructor does
+not take (a renamed parameter), a shared setting it takes without declaring it, or a
+declared name that is not a shared setting is a ValueError naming the mixer and the
+setting when a backbone builds it."""
 
 import pytest
 import torch
 
 from weirdnet.layers import base
-from weirdnet.layers.registry import MIXERS, SHARED_SETTINGS, available, shared_settings
+from weirdnet.layers.registry import (
+    MIXERS,
+    SHARED,
+    SHARED_SETTINGS,
+    available,
+    register,
+    shared_settings,
+)
 from weirdnet.models.backbone import Backbone
 from weirdnet.models.blocks import mixer_options
 from weirdnet.models.config import BackboneConfig
@@ -30,8 +38,6 @@ def test_the_backbone_passes_only_the_declared_settings():
 class _Renamed(base.Mixer):
     """Declares max_len but its constructor calls it max_length."""
 
-    shared_settings = ("max_len",)
-
     def __init__(self, dim, *, causal=True, max_length=16):
         super().__init__()
         self.dim, self.causal = dim, causal
@@ -46,8 +52,6 @@ class _Undeclared(base.Mixer):
 
 
 class _NotShared(base.Mixer):
-    shared_settings = ("window",)
-
     def __init__(self, dim, *, causal=True, window=4):
         super().__init__()
         self.dim, self.causal = dim, causal
@@ -55,13 +59,13 @@ class _NotShared(base.Mixer):
 
 @pytest.fixture
 def registered():
-    names = {"test-renamed": _Renamed, "test-undeclared": _Undeclared,
-             "test-not-shared": _NotShared}
-    for name, cls in names.items():
-        MIXERS.register(name)(cls)
+    names = {"test-renamed": (_Renamed, ("max_len",)), "test-undeclared": (_Undeclared, ()),
+             "test-not-shared": (_NotShared, ("window",))}
+    for name, (cls, shared) in names.items():
+        register(name, shared=shared)(cls)
     yield
     for name in names:
-        MIXERS._entries.pop(name), MIXERS._objects.pop(name)
+        MIXERS._entries.pop(name), MIXERS._objects.pop(name), SHARED.pop(name)
 
 
 @pytest.mark.parametrize("name, message", [
@@ -69,8 +73,8 @@ def registered():
                      r"constructor takes no 'max_len'"),
     ("test-undeclared", r"mixer 'test-undeclared' takes the shared setting\(s\) 'heads' but "
                         r"does not declare them"),
-    ("test-not-shared", r"mixer 'test-not-shared' declares 'window' in shared_settings, which "
-                        r"is not a shared setting"),
+    ("test-not-shared", r"mixer 'test-not-shared' declares 'window' in its shared settings, "
+                        r"which is not a shared setting"),
 ])
 def test_a_wrong_declaration_fails_loudly_when_a_backbone_is_built(registered, name, message):
     cfg = BackboneConfig(dim=8, depth=1, pattern=name, vocab_size=5, max_len=16)
@@ -79,8 +83,8 @@ def test_a_wrong_declaration_fails_loudly_when_a_backbone_is_built(registered, n
 
 
 def test_a_renamed_parameter_of_a_builtin_mixer_fails_loudly(monkeypatch):
-    from weirdnet.layers.weird import WeirdAttention
-    monkeypatch.setattr(WeirdAttention, "shared_settings", ("max_len", "bias", "n_layer"))
+    available()  # the built-in mixers registered
+    monkeypatch.setitem(SHARED, "weird", ("max_len", "bias", "n_layer"))
     with pytest.raises(ValueError, match="'weird' declares 'n_layer'"):
         Backbone(BackboneConfig(dim=8, depth=1, pattern="weird", vocab_size=5, max_len=16))
     torch.manual_seed(0)  # the other mixers are untouched

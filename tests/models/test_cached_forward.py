@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from helpers.numerics import rel_err
-from weirdnet.models import WeirdNetLM, fused_decode
+from weirdnet.models import WeirdNetLM
+from weirdnet.models.decoding import fused_decode
 from weirdnet.ops import block_step
 
 PATTERNS = ["A", "B", "softmax", "ps", "relation", "linear", "local", "weird,relation"]

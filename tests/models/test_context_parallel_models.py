@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from helpers.context_parallel import spawn
-from helpers.context_parallel_models import BASE, ModelCase, run_model_cases, single
+from helpers.context_parallel_models import BASE, ModelCase, build, run_model_cases, single
 from helpers.numerics import rel_err
 from weirdnet.ops.ring_attention import ring_sent_bytes
 from weirdnet_lab.context_parallel.cost import halo_values, step_values
@@ -140,10 +140,54 @@ def test_mixers_without_a_sharded_form_refuse_in_one_line(two, name):
 
 
 def test_context_parallel_settings_are_checked_in_one_line():
-    from weirdnet.layers import ContextParallel
+    from weirdnet.ops import ContextParallel
 
     assert ContextParallel().halos == "resend" and not ContextParallel().recompute_exchanges
     with pytest.raises(ValueError, match="halos must be one of"):
         ContextParallel(halos="drop")
     with pytest.raises(ValueError, match="recompute_exchanges must be a bool"):
         ContextParallel(recompute_exchanges="yes")
+
+
+def test_the_context_is_entered_and_left_and_refuses_what_needs_one_process():
+    """The op-level context on one process (no group is touched): entered and left as a
+    context manager; inside it decoding is refused in one line; check_shardable refuses
+    a mixer registered with whole_sequence= and cross-attention blocks, before any
+    process group exists."""
+    from weirdnet.models import Seq2SeqConfig, WeirdNetLM, WeirdNetSeq2Seq
+    from weirdnet.ops import ContextParallel
+    from weirdnet.ops.context_parallel import active
+    from weirdnet.train import check_shardable
+
+    cp = ContextParallel()
+    assert active() is None
+    with cp:
+        assert active() is cp
+        lm = WeirdNetLM({"backbone": {**BASE, "pattern": "A"}})
+        with pytest.raises(ValueError, match="^decoding does not run context-parallel"):
+            lm.backbone.init_cache(1)
+    assert active() is None
+    check_shardable(lm)  # weird attention shards
+    relation = build(ModelCase("r", (1,), dict(pattern="weird,relation", causal=False)))
+    with pytest.raises(ValueError, match="^Relation cannot run context-parallel: its"):
+        check_shardable(relation)
+    seq2seq = WeirdNetSeq2Seq(Seq2SeqConfig())
+    with pytest.raises(ValueError, match="^cross-attention blocks cannot run"):
+        check_shardable(seq2seq.decoder)
+
+
+@pytest.mark.parametrize("pattern, what", [("relation", "Relation"),
+                                           ("linformer", "Linformer attention"),
+                                           ("dba", "DBA's compression")])
+def test_a_whole_sequence_mixer_refuses_inside_a_context_entered_without_the_check(
+        pattern, what):
+    """A context entered directly (not through ``sharded``) still never lets a mixer
+    that needs the whole sequence run on a shard: its op refuses in one line."""
+    from weirdnet.ops import ContextParallel
+
+    mixer = build(ModelCase("w", (1,), dict(pattern=pattern, causal=False))).blocks[0].mixer
+    x = torch.randn(1, 8, BASE["dim"])
+    mixer(x)  # one process: runs
+    with ContextParallel(), pytest.raises(ValueError) as err:  # no group is touched
+        mixer(x)
+    assert str(err.value).startswith(what) and "\n" not in str(err.value)

@@ -1,4 +1,4 @@
-"""The fused CPU decode wrapper (models/fused_decode.py), driven directly.
+"""The fused CPU decode wrapper (models/decoding/fused_decode.py), driven directly.
 
 ``fused_block_step`` makes a block's fused C step exactly where it applies (LayerNorm +
 GELU/LeakyReLU FFN, no short convolution, no cross mixer, a mixer with a fused step, CPU
@@ -11,8 +11,14 @@ import pytest
 import torch
 
 from helpers.numerics import rel_err
-from weirdnet.models import WeirdNetLM, fused_decode
-from weirdnet.models.fused_decode import FusedBlockStep, fused_block_step, fused_step, may_fuse
+from weirdnet.models import WeirdNetLM
+from weirdnet.models.decoding import fused_decode
+from weirdnet.models.decoding.fused_decode import (
+    FusedBlockStep,
+    fused_block_step,
+    fused_step,
+    may_fuse,
+)
 from weirdnet.ops import block_step
 
 needs_c = pytest.mark.skipif(block_step.unavailable_reason() is not None,

@@ -1,4 +1,4 @@
-"""CUDA-graph decoding (weirdnet.models.graph_decode): the static-buffer step whose scan
+"""CUDA-graph decoding (weirdnet.models.decoding.graph_decode): the static-buffer step whose scan
 position is a tensor gives the full pass's greedy tokens; eagerly on a CPU, captured and
 replayed on CUDA; ``weirdnet generate --cuda-graph`` refuses what it cannot do."""
 
@@ -7,8 +7,8 @@ import torch
 
 from weirdnet.cli import main
 from weirdnet.models import WeirdNetLM
-from weirdnet.models.generation import Sampling
-from weirdnet.models.graph_decode import StaticStep, graph_generate, supported
+from weirdnet.models.decoding.generation import Sampling
+from weirdnet.models.decoding.graph_decode import StaticStep, graph_generate, supported
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -134,7 +134,7 @@ def test_sampled_generation_matches_full_recompute_with_the_same_seed():
     prompt = tokens(3, 5)
     out = model.generate(prompt, 12, temperature=0.8, top_k=10, top_p=0.9,
                          generator=torch.Generator().manual_seed(3))
-    from weirdnet.models.sampling import sample_next
+    from weirdnet.models.decoding.sampling import sample_next
 
     gen = torch.Generator().manual_seed(3)
     seq = prompt

@@ -11,6 +11,7 @@ from weirdnet.data.registry import get
 from weirdnet.data.text.lm import ByteLMDataset, document_starts
 from weirdnet.models import BackboneConfig, LMConfig, WeirdNetLM
 from weirdnet.models.classifier import WeirdNetClassifier
+from weirdnet.models.dba_authors import DBAuthorsBackbone
 from weirdnet.ops.packing import (
     cu_seqlens_from_doc_ids,
     doc_ids_from_cu_seqlens,
@@ -95,7 +96,7 @@ def test_dba_with_a_carried_z_runs_each_document_alone():
     config = {"backbone": {"dim": 16, "depth": 3, "heads": 2, "max_len": 32, "pattern": "dba",
                            "vocab_size": 20}, "num_classes": 3}
     model = WeirdNetClassifier(config).double().eval()
-    assert model.backbone.carries_z
+    assert isinstance(model.backbone, DBAuthorsBackbone)
     ids = torch.randint(1, 20, (2, L), generator=torch.Generator().manual_seed(2))
     hidden = model.backbone(ids, doc_ids=torch.tensor(IDS))
     for b, row in enumerate(IDS):

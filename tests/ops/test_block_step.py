@@ -177,7 +177,7 @@ def test_reorder_between_steps():
 
 
 def test_large_batches_take_the_pytorch_path(monkeypatch):
-    from weirdnet.models import fused_decode
+    from weirdnet.models.decoding import fused_decode
 
     monkeypatch.setattr(fused_decode, "FUSED_STEP_MAX_BATCH", 2)
     bb = lm("A", torch.float64).backbone

@@ -66,8 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="each decoding step one CUDA graph replay (models that "
-                             "weirdnet.models.graph_decode supports, e.g. Weird-Net A; the "
-                             "others decode as usual; the report marks the rows; on a CPU "
+                             "weirdnet.models.decoding.graph_decode supports, e.g. Weird-Net "
+                             "A; the others decode as usual; the report marks the rows; on a CPU "
                              "the same static step, eagerly)")
     parser.add_argument("--name", default="decode",
                         help="report files NAME_<device>.md and .json (default: %(default)s; "
@@ -138,11 +138,11 @@ def _decode_steps(model, prompt, n: int, device) -> tuple[float, list[float], in
 
 def _graph_decode_steps(model, prompt, n: int, device) -> tuple[float, list[float], int]:
     """As :func:`_decode_steps`, each step a replay of the CUDA graph of
-    :class:`weirdnet.models.graph_decode.StaticStep` (on a CPU the same static step, run
+    :class:`weirdnet.models.decoding.graph_decode.StaticStep` (on a CPU the same static step, run
     eagerly); the first step, which captures the graph, is not timed."""
     import torch
 
-    from weirdnet.models.graph_decode import StaticStep
+    from weirdnet.models.decoding.graph_decode import StaticStep
 
     with torch.no_grad():
         cache, hidden, prefill = _prefill(model.backbone, prompt, n, device)
@@ -250,7 +250,7 @@ def measure(model_name: str, context: int, new_tokens: int, device, batch: int =
             cuda_graph: bool = False) -> dict:
     """One row: tokens/s, prefill time and speed, the caches' bytes, the peak memory of
     prefill and decoding, and per-layer step times at ``context``.  ``cuda_graph``: each
-    step a CUDA graph replay where :func:`weirdnet.models.graph_decode.supported` allows
+    step a CUDA graph replay where :func:`weirdnet.models.decoding.graph_decode.supported` allows
     (the row's ``cuda_graph`` says whether it did)."""
     import torch
 
@@ -261,7 +261,7 @@ def measure(model_name: str, context: int, new_tokens: int, device, batch: int =
     if context > model.max_len or context <= new_tokens:
         raise ValueError(f"{model_name}: context {context} must exceed the {new_tokens} new "
                          f"tokens and stay within its max_len={model.max_len}")
-    from weirdnet.models.graph_decode import supported
+    from weirdnet.models.decoding.graph_decode import supported
 
     peer = hasattr(model, "peer")
     graph = cuda_graph and not peer and supported(model.backbone) is None

@@ -26,7 +26,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from weirdnet.models import Backbone, WeirdNetLM
-from weirdnet.models.generation import check_length
+from weirdnet.models.decoding.generation import check_length
 from weirdnet.models.lm import lm_loss, output_head, output_logits, token_nll
 from weirdnet.models.size import check_fits_in_memory
 from weirdnet.ops.packing import doc_ids_from_positions

@@ -1,7 +1,6 @@
 """Sequence mixers (nn.Module) with one interface (:class:`Mixer`), registered by name."""
 
 from .base import Mixer, MultiHeadMixer
-from .context_parallel import ContextParallel
 from .dba import DBACrossAttention, DBAttention, DBAuthorsAttention
 from .linear import LinearAttention, LinearAttentionCache
 from .linformer import LinformerAttention
@@ -17,7 +16,6 @@ from .softmax import (
 from .weird import PSAttention, WeirdAttention, WeirdAttentionCache
 
 __all__ = [
-    "ContextParallel",
     "DBACrossAttention",
     "DBAttention",
     "DBAuthorsAttention",

@@ -12,33 +12,39 @@ A mixer maps (B, L, dim) to (B, L, dim)::
     cache.start_document(rows)               # rows (B,) bool forget their past
 
 ``forward`` always returns the output tensor (the cache is updated in place, never
-returned).  ``mask`` is (B, L) bool, True for real tokens.  A subclass supplies
-``_mix_full(x, mask)``, and when it decodes, ``cache_type``, ``_new_cache(B, max_len)`` and
-``_mix_cached(x, mask, cache)``; input and cache checks, ``init_cache`` and ``step`` are
-here.  ``shared_settings`` lists the backbone settings the constructor takes (see
-:data:`weirdnet.layers.registry.SHARED_SETTINGS`).  ``tests/layers/test_mixers_common.py``
-checks the contract for every registered mixer.
+returned).  ``mask`` is (B, L) bool, True for real tokens.  ``forward`` (the checks of x,
+mask, doc_ids and the cache, then one hook) and ``step`` are here; a mixer implements
+``init_cache`` when it decodes and at most three hooks:
+
+    mix(x, mask, doc_ids)    the full pass on checked inputs (doc_ids None: one document
+                             per row)
+    extend(x, mask, cache)   the cached pass (a mixer that decodes)
+    scan_step(cache)         the capability of decoding through a weird scan (Weird/PS
+                             attention: the fused C step, CUDA-graph decoding)
+
+The backbone settings a mixer takes (max_len, heads, ...) are declared where it is
+registered (``register(name, shared=...)``, :mod:`weirdnet.layers.registry`).
+``tests/layers/test_mixers_common.py`` checks the contract for every registered mixer.
 
 Packed documents (``doc_ids``, the convention of :mod:`weirdnet.ops.packing`): every
 mixer gives each document the outputs it gets alone.  A mixer with a native packed path
-overrides ``_mix_packed(x, mask, doc_ids)`` (Weird/PS-attention: the scan's document gate;
-softmax attention: a block-diagonal mask); the others run :meth:`Mixer._mix_packed`, which
-mixes each document as a row of a padded batch (exact wherever padding is, and padding is
-exact in every mixer; it costs the padding of the longest document).
+takes them in ``mix`` (Weird/PS-attention: the scan's document gate; softmax attention: a
+block-diagonal mask); the others call :meth:`Mixer.each_document`, which mixes each
+document as a row of a padded batch (exact wherever padding is, and padding is exact in
+every mixer; it costs the padding of the longest document).
 """
-
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
 
+from ..ops import sequence_per_document
 from ..ops.checks import check_float_tensor, check_mask, check_rows
-from ..ops.packing import check_doc_ids, per_document
+from ..ops.packing import check_doc_ids
 from ..ops.softmax_attention import check_dropout, check_step_mask, merge_heads, split_heads
-from .context_parallel import ContextParallel, check_can_shard
-from .ownership import check_owner, own
+from .ownership import check_owner, owner_of
 
-__all__ = ["ContextParallel", "Mixer", "MultiHeadMixer", "autocast_input",
+__all__ = ["Mixer", "MultiHeadMixer", "autocast_input",
            "check_dtype_matches", "check_positive_int", "clear_rows", "resolve_heads",
            "select_rows"]
 
@@ -114,26 +120,6 @@ class Mixer(nn.Module):
     Subclasses set ``self.dim`` and ``self.causal`` in ``__init__``.
     """
 
-    cache_type: type | None = None  # the decoding cache's class; None: cannot decode
-    shared_settings: tuple[str, ...] = ()
-    """The backbone settings this mixer takes (names of ``layers.registry.SHARED_SETTINGS``,
-    each a constructor parameter); a backbone passes it these and no others."""
-
-    context_parallel = None
-    """A :class:`~weirdnet.layers.context_parallel.ContextParallel` when x is one rank's
-    shard of a sequence sharded over a process group (:meth:`set_context_parallel`);
-    None (the default): the single-process path."""
-
-    cannot_shard: str | None = "it has no context-parallel form"
-    """Why the mixer cannot run on a sharded sequence; None where ``_mix_sharded`` exists."""
-
-    def set_context_parallel(self, context_parallel) -> None:
-        """Run on shards of a sequence (a ``ContextParallel``), or not (None).  A mixer
-        without a sharded form raises ValueError saying why (``cannot_shard``)."""
-        if context_parallel is not None:
-            check_can_shard(self, self.cannot_shard)
-        self.context_parallel = context_parallel
-
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 cache=None, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, L, dim); mask: optional (B, L) bool, True = real token; doc_ids:
@@ -147,27 +133,26 @@ class Mixer(nn.Module):
         x = autocast_input(x, self)
         check_doc_ids(doc_ids, x.shape[0], x.shape[1], x.device)
         if cache is None:
-            if self.context_parallel is not None:
-                return self._mix_sharded(x, mask, doc_ids, self.context_parallel)
-            return self._mix_full(x, mask) if doc_ids is None else \
-                self._mix_packed(x, mask, doc_ids)
-        if self.context_parallel is not None:
-            raise ValueError("a context-parallel mixer does not decode: decode with the "
-                             "model on one process (set_context_parallel(None))")
+            return self.mix(x, mask, doc_ids)
         if doc_ids is not None:
             raise ValueError("doc_ids belong to the full pass; when decoding, start a new "
                              "document in chosen rows with cache.start_document(rows)")
         self.check_cache(cache, x.shape[0])
-        return self._mix_cached(x, mask, cache)
+        return self.extend(x, mask, cache)
 
     def init_cache(self, batch_size: int, max_len: int | None = None):
         """An empty decoding cache for ``batch_size`` sequences of up to ``max_len`` tokens
-        (None: the mixer's own limit, if it has one).  Causal mixers only."""
-        if not self.causal or self.cache_type is None:
+        (None: the mixer's own limit, if it has one).  Causal mixers that decode implement
+        it: :meth:`check_cache_args`, then the cache stamped with :func:`.ownership.own`;
+        here it refuses."""
+        raise self.not_decodable("init_cache() is not available")
+
+    def check_cache_args(self, batch_size, max_len) -> None:
+        """The checks of :meth:`init_cache`'s arguments: a causal mixer, positive ints."""
+        if not self.causal:
             raise self.not_decodable("init_cache() is not available")
         check_positive_int(batch_size, "batch_size")
         check_positive_int(max_len, "max_len", optional=True)
-        return own(self._new_cache(batch_size, max_len), self)
 
     def step(self, x_t: torch.Tensor, cache, mask_t: torch.Tensor | None = None
              ) -> torch.Tensor:
@@ -191,9 +176,9 @@ class Mixer(nn.Module):
     def check_cache(self, cache, batch: int) -> None:
         """``cache`` must come from this mixer's :meth:`init_cache` (this very layer's:
         :func:`.ownership.check_owner`), for ``batch`` rows."""
-        if not self.causal or self.cache_type is None:
+        if not self.causal:
             raise self.not_decodable("forward() takes no cache")
-        if not isinstance(cache, self.cache_type):
+        if type(owner_of(cache)) is not type(self):
             raise ValueError(f"cache must come from {type(self).__name__}.init_cache(), "
                              f"got {type(cache).__name__}")
         check_owner(cache, self)
@@ -201,13 +186,14 @@ class Mixer(nn.Module):
             raise ValueError(f"cache was made for batch_size={cache.batch_size}, "
                              f"got a batch of {batch}")
 
-    def fused_step_parts(self, cache):
-        """What a block's fused C decoding step needs from this mixer over ``cache``
-        (its cache from :meth:`init_cache`): ``(weights, scan_cache)``, with weights a
-        :class:`weirdnet.ops.block_step.ScanMixerWeights` and scan_cache the
-        :class:`weirdnet.ops.WeirdScanCache` the step advances; or None where the mixer
-        has no fused step (the default: every mixer but causal Weird/PS-attention on the
-        C scan backend).  The block then decodes through :meth:`forward` as usual."""
+    def scan_step(self, cache):
+        """The capability of decoding through a weird scan: ``(weights, scan)`` for this
+        mixer's cache ``cache`` (from :meth:`init_cache`), with weights a
+        :class:`weirdnet.ops.block_step.ScanMixerWeights` (the projections around the
+        scan) and scan the :class:`weirdnet.ops.WeirdScanCache` its step advances; None
+        where the mixer's decoding step is no weird scan (the default: every mixer but
+        causal Weird/PS-attention).  The fused C block step (on the C scan backend) and
+        CUDA-graph decoding ask for it (:mod:`weirdnet.models.decoding`)."""
         return None
 
     def not_decodable(self, what: str) -> ValueError:
@@ -215,26 +201,23 @@ class Mixer(nn.Module):
         return ValueError(f"incremental decoding needs a causal layer (causal=True): "
                           f"{what}; {type(self).__name__} was built with causal=False")
 
-    def _mix_full(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def mix(self, x: torch.Tensor, mask: torch.Tensor | None,
+            doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The full pass on checked inputs x (B, L, dim), mask, doc_ids (None: one
+        document per row): y (B, L, dim).  Every mixer implements it."""
         raise NotImplementedError
 
-    def _mix_packed(self, x: torch.Tensor, mask: torch.Tensor | None,
-                    doc_ids: torch.Tensor) -> torch.Tensor:
+    def extend(self, x: torch.Tensor, mask: torch.Tensor | None, cache) -> torch.Tensor:
+        """The cached pass: the L tokens of x continue ``cache`` (checked: this mixer's,
+        for x's batch), which advances in place.  Mixers that decode implement it."""
+        raise NotImplementedError
+
+    def each_document(self, x: torch.Tensor, mask: torch.Tensor | None,
+                      doc_ids: torch.Tensor) -> torch.Tensor:
         """Packed documents, each mixed alone: the documents become the rows of a padded
-        batch (N, longest, dim), go through :meth:`_mix_full` with padding masked, and
-        come back to their places.  Mixers with a cheaper exact form override this."""
-        return per_document(self._mix_full, x, mask, doc_ids)
-
-    def _mix_cached(self, x: torch.Tensor, mask: torch.Tensor | None, cache) -> torch.Tensor:
-        raise NotImplementedError
-
-    def _mix_sharded(self, x: torch.Tensor, mask: torch.Tensor | None, doc_ids, cp
-                     ) -> torch.Tensor:
-        """x (B, n, dim): this rank's shard; the shard of the single-process output."""
-        raise NotImplementedError
-
-    def _new_cache(self, batch_size: int, max_len: int | None):
-        raise NotImplementedError
+        batch (N, longest, dim), go through :meth:`mix` with padding masked, and come
+        back to their places (what a mixer without a cheaper exact form calls)."""
+        return sequence_per_document(self.mix, x, mask, doc_ids)
 
 
 def resolve_heads(dim: int, heads) -> int:
@@ -252,8 +235,9 @@ def resolve_heads(dim: int, heads) -> int:
 class MultiHeadMixer(Mixer):
     """Base of the attention mixers: Q/K/V/O projections (Xavier-uniform weights, zero
     biases, as ``nn.MultiheadAttention``) and the head split.  A subclass supplies
-    ``_mix(q, k, v, mask)`` on (B, H, L, D / H) heads and, when it decodes, ``cache_type``,
-    ``_new_cache`` and ``_extend(q, k, v, mask, cache)``.
+    ``_attend(q, k, v, mask)`` on (B, H, L, D / H) heads and, when it decodes,
+    ``init_cache`` and ``_attend_cached(q, k, v, mask, cache)``; packed documents run
+    through :meth:`Mixer.each_document` unless the subclass's ``mix`` takes them.
 
     Args:
         dim: model width D.
@@ -308,19 +292,21 @@ class MultiHeadMixer(Mixer):
         """Head outputs (B, H, L, D / H) -> y (B, L, dim)."""
         return self.proj_o(merge_heads(o))
 
-    def _mix_full(self, x, mask):
-        return self.project_out(self._mix(*self.project_qkv(x), mask))
+    def mix(self, x, mask, doc_ids=None):
+        if doc_ids is not None:
+            return self.each_document(x, mask, doc_ids)
+        return self.project_out(self._attend(*self.project_qkv(x), mask))
 
-    def _mix_cached(self, x, mask, cache):
-        return self.project_out(self._extend(*self.project_qkv(x), mask, cache))
+    def extend(self, x, mask, cache):
+        return self.project_out(self._attend_cached(*self.project_qkv(x), mask, cache))
 
     def _param(self) -> torch.Tensor:
         return self.proj_q.weight
 
-    def _mix(self, q, k, v, mask):
+    def _attend(self, q, k, v, mask):
         raise NotImplementedError
 
-    def _extend(self, q, k, v, mask, cache):
+    def _attend_cached(self, q, k, v, mask, cache):
         raise NotImplementedError
 
     def extra_repr(self) -> str:

@@ -54,11 +54,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..ops import sequence_dba_authors_attention, sequence_dba_compress
 from ..ops.checks import check_float_tensor, check_mask
-from ..ops.dba import AuthorsWeights, bilinear_mix, compress_positions, dba_authors_attention
+from ..ops.dba import AuthorsWeights, bilinear_mix, compress_positions
 from ..ops.packing import check_doc_ids
 from .base import Mixer, autocast_input, check_dtype_matches
-from .registry import register
+from .registry import register, register_cross
 
 
 def default_heads(dim: int, d_in: int | None = None) -> int:
@@ -91,9 +92,9 @@ def _check_x(x, mask, dim: int, name: str, mask_name: str) -> None:
     check_mask(mask, x.shape[0], x.shape[1], mask_name)
 
 
-CANNOT_SHARD = ("it compresses the whole sequence into d_p rows with a softmax over every "
-                "position")
-"""Why DBA has no context-parallel form (``Mixer.cannot_shard``)."""
+WHOLE_SEQUENCE = ("it compresses the whole sequence into d_p rows with a softmax over "
+                  "every position")
+"""Why DBA needs the whole sequence at once (``register(..., whole_sequence=...)``)."""
 
 class _DBABase(nn.Module):
     """Options, per-head helpers and the parameters both forms share (R, W_O)."""
@@ -155,8 +156,6 @@ class DBAttention(_DBABase, Mixer):
         dropout: dropout rate on the d_p × d_p attention map (default 0).
     """
 
-    cannot_shard = CANNOT_SHARD
-
     def __init__(self, dim: int, *, causal: bool = False, heads: int | None = None,
                  d_p: int = 16, d_in: int = 24, dropout: float = 0.0):
         if causal:
@@ -175,14 +174,17 @@ class DBAttention(_DBABase, Mixer):
         nn.init.normal_(self.z, std=1.0 / math.sqrt(self.head_dim))
         self._reset_shared()
 
-    def _mix_full(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """y (B, L, dim).  Outputs at real tokens do not depend on padded positions (which
-        must hold finite values); every output is finite."""
+    def mix(self, x: torch.Tensor, mask: torch.Tensor | None, doc_ids=None) -> torch.Tensor:
+        """y (B, L, dim) (packed documents: each alone).  Outputs at real tokens do not
+        depend on padded positions (which must hold finite values); every output is
+        finite."""
+        if doc_ids is not None:
+            return self.each_document(x, mask, doc_ids)
         H, p, d, D = self.heads, self.d_p, self.head_dim, self.dim
         w_qkv = self.proj_qkv.weight.view(3, H, d, D)
         u_r, u_c = self.proj_rec.weight.chunk(2)
         z_qk = torch.einsum("hpe,khec->khpc", self.z, w_qkv[:2])  # Z W_q,h and Z W_k,h
-        x_l, wr = compress_positions(x, z_qk.reshape(2 * H * p, D), u_c, u_r, mask)
+        x_l, wr = sequence_dba_compress(x, z_qk.reshape(2 * H * p, D), u_c, u_r, mask)
         # rows W_r X, W_c X, W'_cᵀ X per head, projected by W_q, W_k, W_v of that head
         lkv = torch.einsum("bkhpc,khec->bkhpe", x_l.view(-1, 3, H, p, D), w_qkv)
         q_l, k_l, v_dba = lkv.unbind(1)
@@ -228,8 +230,6 @@ class DBAuthorsAttention(Mixer):
     tests/layers/test_mixer_dba.py at chance after 240 steps (measured: 7.8% and 9.8%, 2 seeds;
     100% and 100% with this initialisation).
     """
-
-    cannot_shard = CANNOT_SHARD
 
     carries_z = True
 
@@ -300,10 +300,13 @@ class DBAuthorsAttention(Mixer):
             if z is not None or return_z:
                 raise ValueError("packed documents (doc_ids) take the learned Z: a carried "
                                  "z belongs to one sequence, not to each document")
-            return self._mix_packed(x, mask, doc_ids)
+            return self.each_document(x, mask, doc_ids)
         return self._compress(x, mask, z, return_z)
 
-    def _mix_full(self, x, mask):
+    def mix(self, x, mask, doc_ids=None):
+        """The full pass with the learned Z (each packed document alone)."""
+        if doc_ids is not None:
+            return self.each_document(x, mask, doc_ids)
         return self._compress(x, mask, None, False)
 
     def _compress(self, x, mask, z, return_z: bool):
@@ -313,9 +316,9 @@ class DBAuthorsAttention(Mixer):
                 raise ValueError("this DBA layer takes Z from the previous DBA layer (z_carry):"
                                  " pass z=, the previous layer's compressed sequence")
             z = F.dropout(self.z, self.dropout, self.training)
-        y, c = dba_authors_attention(x, z, self.weights(), self.heads, mask,
-                                     eps=self.norm.eps, dropout_p=self.dropout,
-                                     training=self.training)
+        y, c = sequence_dba_authors_attention(x, z, self.weights(), self.heads, mask,
+                                              eps=self.norm.eps, dropout_p=self.dropout,
+                                              training=self.training)
         return (y, c) if return_z else y
 
     def not_decodable(self, what: str) -> ValueError:
@@ -330,7 +333,7 @@ class DBAuthorsAttention(Mixer):
                 + ("" if self.z is not None else ", Z from the previous DBA layer"))
 
 
-@register("dba")
+@register("dba", shared=("heads", "dropout"), whole_sequence=WHOLE_SEQUENCE)
 def dba(dim: int, *, causal: bool = False, form: str = "authors",
         z_carry: bool | None = None, heads: int | None = None, d_p: int = 16, d_in: int = 24,
         dropout: float = 0.0) -> Mixer:
@@ -350,9 +353,9 @@ def dba(dim: int, *, causal: bool = False, form: str = "authors",
     return DBAttention(dim, causal=causal, heads=heads, d_p=d_p, d_in=d_in, dropout=dropout)
 
 
-dba.shared_settings = ("heads", "dropout")  # the backbone sets these
 
 
+@register_cross("dba")
 class DBACrossAttention(_DBABase):
     """DBA cross-attention (eq. 14): queries from x, keys and values from the context
     compressed to d_p rows, which also gives Z_1 = Linear(W_r2 X_2).

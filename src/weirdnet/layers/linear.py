@@ -6,18 +6,16 @@ from dataclasses import dataclass
 
 import torch
 
+from ..ops import sequence_linear_attention
 from ..ops.linear_attention import (
     LinearAttentionState,
-    attend_sums,
     causal_linear_attention,
     check_chunk_size,
     check_eps,
-    key_value_sums,
-    linear_attention,
     linear_attention_step,
 )
-from ..ops.sequence_shards import exclusive_prefix, group_sum
 from .base import MultiHeadMixer, clear_rows, select_rows
+from .ownership import own
 from .registry import register
 
 
@@ -43,7 +41,7 @@ class LinearAttentionCache:
         clear_rows(rows, self.state.kv, self.state.z)
 
 
-@register("linear")
+@register("linear", shared=("heads", "bias"))
 class LinearAttention(MultiHeadMixer):
     """Multi-head linear attention on (B, L, dim); O(L) time and memory.
 
@@ -53,44 +51,24 @@ class LinearAttention(MultiHeadMixer):
     cache holds O(dim * dim / heads) numbers per sequence, whatever the length.
     """
 
-    shared_settings = ("heads", "bias")  # the backbone sets these
-
-    cache_type = LinearAttentionCache
-
     def __init__(self, dim: int, *, causal: bool = True, heads: int | None = None,
                  bias: bool = True, chunk_size: int = 64, eps: float = 1e-6):
         super().__init__(dim, causal=causal, heads=heads, bias=bias)
         self.chunk_size, self.eps = check_chunk_size(chunk_size), check_eps(eps)
 
-    def _mix(self, q, k, v, mask):
-        return linear_attention(q, k, v, causal=self.causal, mask=mask,
-                                chunk_size=self.chunk_size, eps=self.eps)
+    def _attend(self, q, k, v, mask):
+        return sequence_linear_attention(q, k, v, causal=self.causal, mask=mask,
+                                         chunk_size=self.chunk_size, eps=self.eps)
 
-    cannot_shard = None
-
-    def _mix_sharded(self, x, mask, doc_ids, cp):
-        """State passing: the causal form starts its shard from the exclusive prefix over
-        ranks of the shards' (phi(K)^T V, phi(K)) sums; the bidirectional form attends to
-        their sum over the group."""
-        cp.no_documents(doc_ids, self)
-        q, k, v = self.project_qkv(x)
-        sums = key_value_sums(k, v, mask)
-        if not self.causal:
-            return self.project_out(attend_sums(q, group_sum(sums, cp.process_group), self.eps))
-        before = exclusive_prefix(sums, cp.layout(x), cp.process_group)
-        out, _ = causal_linear_attention(q, k, v, mask=mask, eps=self.eps,
-                                         chunk_size=self.chunk_size,
-                                         state=LinearAttentionState.from_augmented(before))
-        return self.project_out(out)
-
-    def _new_cache(self, batch_size: int, max_len: int | None) -> LinearAttentionCache:
+    def init_cache(self, batch_size: int, max_len: int | None = None) -> LinearAttentionCache:
         """``max_len`` is accepted for the common interface; the state has a fixed size."""
+        self.check_cache_args(batch_size, max_len)
         p, d = self._param(), self.head_dim
-        return LinearAttentionCache(
+        return own(LinearAttentionCache(
             LinearAttentionState.zeros(batch_size, self.heads, d, d, dtype=p.dtype,
-                                       device=p.device))
+                                       device=p.device)), self)
 
-    def _extend(self, q, k, v, mask, cache: LinearAttentionCache):
+    def _attend_cached(self, q, k, v, mask, cache: LinearAttentionCache):
         """One token: the recurrent update; a prompt: the chunk-wise pass from the state."""
         if q.shape[2] == 1:
             mask_t = None if mask is None else mask[:, 0]

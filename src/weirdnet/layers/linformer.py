@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ..ops.linformer import linformer_attention
+from ..ops import sequence_linformer_attention
 from .base import MultiHeadMixer
 from .registry import register
 
@@ -18,7 +18,9 @@ def _positive_int(value, name: str) -> int:
     return value
 
 
-@register("linformer")
+@register("linformer", shared=("max_len", "heads", "bias", "dropout"),
+          whole_sequence="it projects K and V along the sequence with a (k, max_len) "
+                         "matrix over every position")
 class LinformerAttention(MultiHeadMixer):
     """Multi-head Linformer attention on (B, L, dim), L <= ``max_len``; not causal.
 
@@ -29,11 +31,6 @@ class LinformerAttention(MultiHeadMixer):
     before the projection.  They are initialised Xavier-uniform with gain 1/sqrt(2), as in
     the authors' fairseq code.  Memory O(L k).
     """
-
-    cannot_shard = ("it projects K and V along the sequence with a (k, max_len) matrix "
-                    "over every position")
-
-    shared_settings = ("max_len", "heads", "bias", "dropout")  # the backbone sets these
 
     def __init__(self, dim: int, *, causal: bool = False, k: int = 256, max_len: int = 4096,
                  heads: int | None = None, bias: bool = True, dropout: float = 0.0):
@@ -61,11 +58,12 @@ class LinformerAttention(MultiHeadMixer):
             raise ValueError(f"sequence length {x.shape[1]} exceeds max_len={self.max_len}; "
                              f"build the layer with max_len >= {x.shape[1]}")
 
-    def _mix(self, q, k, v, mask):
+    def _attend(self, q, k, v, mask):
         # E and F in the dtype of the keys: under autocast the projections' outputs are
         # in the autocast dtype, and E·K is a matrix product autocast would run in it
         e, f = (p.to(k.dtype) for p in (self.proj_seq_k, self.proj_seq_v))
-        return linformer_attention(q, k, v, e, f, mask=mask, dropout_p=self.dropout_p)
+        return sequence_linformer_attention(q, k, v, e, f, mask=mask,
+                                            dropout_p=self.dropout_p)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, k={self.k}, max_len={self.max_len}"

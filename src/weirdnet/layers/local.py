@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from ..ops.local_attention import check_window, local_attention, local_attention_decode
-from ..ops.sequence_shards import window_halo
-from ..ops.softmax_attention import merge_heads, split_heads
+from ..ops import sequence_local_attention
+from ..ops.local_attention import check_window, local_attention_decode
 from .base import MultiHeadMixer, clear_rows, select_rows
+from .ownership import own
 from .registry import register
 
 
@@ -54,7 +53,7 @@ class LocalAttentionCache:
         self.position += k.shape[2]
 
 
-@register("local")
+@register("local", shared=("heads", "bias", "dropout"))
 class LocalAttention(MultiHeadMixer):
     """Multi-head sliding-window softmax attention on (B, L, dim); O(L window).
 
@@ -64,46 +63,24 @@ class LocalAttention(MultiHeadMixer):
     decoding keeps the last window - 1 keys and values (:class:`LocalAttentionCache`).
     """
 
-    shared_settings = ("heads", "bias", "dropout")  # the backbone sets these
-
-    cache_type = LocalAttentionCache
-
     def __init__(self, dim: int, *, causal: bool = True, window: int = 128,
                  heads: int | None = None, bias: bool = True, dropout: float = 0.0):
         super().__init__(dim, causal=causal, heads=heads, bias=bias, dropout=dropout)
         self.window = check_window(window)
 
-    def _mix(self, q, k, v, mask):
-        return local_attention(q, k, v, window=self.window, causal=self.causal, mask=mask,
-                               dropout_p=self.dropout_p)
+    def _attend(self, q, k, v, mask):
+        return sequence_local_attention(q, k, v, window=self.window, causal=self.causal,
+                                        mask=mask, dropout_p=self.dropout_p)
 
-    cannot_shard = None
-
-    def _mix_sharded(self, x, mask, doc_ids, cp):
-        """Halos of K and V from the neighbouring ranks (window - 1 positions in front,
-        causal; window // 2 each side, bidirectional); the shard's queries run over them."""
-        cp.no_documents(doc_ids, self)
-        layout, group = cp.layout(x), cp.process_group
-        before, after = (self.window - 1, 0) if self.causal else (self.window // 2,) * 2
-        q, k, v = self.project_qkv(x)
-        kv, front = window_halo(torch.cat([merge_heads(k), merge_heads(v)], -1), layout,
-                                before, after, group)
-        keys, values = (split_heads(t, self.heads) for t in kv.chunk(2, -1))
-        real = None if mask is None else window_halo(mask, layout, before, after, group)[0]
-        n = x.shape[1]
-        queries = F.pad(q, (0, 0, front, keys.shape[2] - front - n))  # halo rows: dropped
-        out = local_attention(queries, keys, values, window=self.window, causal=self.causal,
-                              mask=real, dropout_p=self.dropout_p)
-        return self.project_out(out[:, :, front:front + n])
-
-    def _new_cache(self, batch_size: int, max_len: int | None) -> LocalAttentionCache:
+    def init_cache(self, batch_size: int, max_len: int | None = None) -> LocalAttentionCache:
         """``max_len`` is accepted for the common interface; the window has a fixed size."""
+        self.check_cache_args(batch_size, max_len)
         p = self._param()
         shape = (batch_size, self.heads, self.window - 1, self.head_dim)
         mask = torch.zeros(batch_size, self.window - 1, dtype=torch.bool, device=p.device)
-        return LocalAttentionCache(p.new_zeros(shape), p.new_zeros(shape), mask)
+        return own(LocalAttentionCache(p.new_zeros(shape), p.new_zeros(shape), mask), self)
 
-    def _extend(self, q, k, v, mask, cache: LocalAttentionCache):
+    def _attend_cached(self, q, k, v, mask, cache: LocalAttentionCache):
         out = local_attention_decode(q, k, v, cache.k, cache.v, cache.mask, window=self.window,
                                      mask=mask, dropout_p=self.dropout_p)
         cache.push(k, v, mask)

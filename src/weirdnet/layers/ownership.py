@@ -25,6 +25,12 @@ def own(cache, module):
     return cache
 
 
+def owner_of(cache):
+    """The module whose ``init_cache`` made ``cache``, or None (none, or gone)."""
+    ref = getattr(cache, OWNER, None)
+    return None if ref is None else ref()
+
+
 def check_owner(cache, module) -> None:
     """ValueError, naming ``module``'s class, unless ``cache`` was made by ``module``'s
     ``init_cache``."""

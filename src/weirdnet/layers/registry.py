@@ -28,9 +28,51 @@ MIXERS: Registry[Callable[..., nn.Module]] = Registry("mixer", (
 imported on the first lookup.  A new mixer module goes in this list."""
 
 
-def register(name: str):
-    """Class decorator: make a mixer buildable as ``build(name, dim, ...)``."""
+CROSS_MIXERS: Registry[Callable[..., nn.Module]] = Registry("cross mixer", (
+    "weirdnet.layers.softmax",     # softmax
+    "weirdnet.layers.dba",         # dba
+))
+"""The cross mixers (queries from x, keys and values from a context), by name: an
+encoder–decoder builds its blocks' cross mixers from here (``register_cross``)."""
+
+
+WHOLE_SEQUENCE: dict[str, str] = {}
+"""Why each mixer that needs the whole sequence at once does (``register(...,
+whole_sequence=...)``): its sequence mixing has no sharded form, so a sequence sharded
+over processes refuses it (the trainer's ``check_shardable``)."""
+
+
+SHARED: dict[str, tuple[str, ...]] = {}
+"""The shared settings each mixer declares at its registration (``register(...,
+shared=...)``)."""
+
+
+def register(name: str, *, shared: tuple[str, ...] = (), whole_sequence: str | None = None):
+    """Class decorator: make a mixer buildable as ``build(name, dim, ...)``.
+    ``shared``: the backbone settings it takes (names of :data:`SHARED_SETTINGS`, each a
+    constructor parameter; a backbone passes it these and no others).
+    ``whole_sequence``: why the mixer needs every position of a sequence at once (None:
+    its sequence ops also run on the shards of one, see ``weirdnet.ops.sequence_scan``)."""
+    SHARED[name] = tuple(shared)
+    if whole_sequence:
+        WHOLE_SEQUENCE[name] = whole_sequence
     return MIXERS.register(name)
+
+
+def whole_sequence(name: str) -> str | None:
+    """Why mixer ``name`` needs the whole sequence at once, or None (it shards)."""
+    factory(name)  # the built-in mixers registered
+    return WHOLE_SEQUENCE.get(name)
+
+
+def register_cross(name: str):
+    """Class decorator: make a cross mixer buildable as ``cross_factory(name)(dim, ...)``."""
+    return CROSS_MIXERS.register(name)
+
+
+def cross_factory(name: str) -> Callable[..., nn.Module]:
+    """The cross mixer class registered as ``name`` (``"softmax"``, ``"dba"``)."""
+    return CROSS_MIXERS.get(name)
 
 
 def available() -> list[str]:
@@ -69,20 +111,21 @@ def accepted_options(name: str) -> list[str] | None:
 SHARED_SETTINGS = ("max_len", "heads", "n_layers", "dropout", "bias", "rope", "rope_theta")
 """The settings a backbone shares with its mixers (its max_len, heads, depth, attention
 dropout, ``bias=False``, rotary positions).  A mixer takes the ones it lists in its
-``shared_settings`` attribute (e.g. ``shared_settings = ("max_len", "n_layers")``), and
+registration (e.g. ``@register("weird", shared=("max_len", "bias", "n_layers"))``), and
 only those."""
 
 
 def shared_settings(name: str) -> tuple[str, ...]:
-    """The shared settings mixer ``name`` declares (its ``shared_settings``, none by
+    """The shared settings mixer ``name`` declares (at its registration, none by
     default), checked against its constructor: a ValueError naming the mixer and the
     setting for a declared one it does not take (say a renamed parameter), one that is not
     shared, or a shared one it takes but does not declare (it would be dropped)."""
-    declared = tuple(getattr(factory(name), "shared_settings", ()))
+    factory(name)  # the built-in mixers registered
+    declared = SHARED.get(name, ())
     accepted = accepted_options(name)
     for setting in declared:
         if setting not in SHARED_SETTINGS:
-            raise ValueError(f"mixer {name!r} declares {setting!r} in shared_settings, which "
+            raise ValueError(f"mixer {name!r} declares {setting!r} in its shared settings, which "
                              f"is not a shared setting (those are {', '.join(SHARED_SETTINGS)})")
         if accepted is not None and setting not in accepted:
             raise ValueError(f"mixer {name!r} declares the shared setting {setting!r} but its "
@@ -92,7 +135,8 @@ def shared_settings(name: str) -> tuple[str, ...]:
     if undeclared:
         raise ValueError(f"mixer {name!r} takes the shared setting(s) "
                          f"{', '.join(map(repr, undeclared))} but does not declare them: add "
-                         "them to its shared_settings, or the backbone's value is dropped")
+                         "them at its registration (shared=), or the backbone's value is "
+                         "dropped")
     return declared
 
 

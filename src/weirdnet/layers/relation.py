@@ -18,8 +18,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..ops.relation import relation_mean, relation_mix, relation_mix_continue
+from ..ops import sequence_relation_mean, sequence_relation_mix
+from ..ops.relation import relation_mix_continue
 from .base import Mixer, clear_rows, select_rows
+from .ownership import own
 from .registry import register
 
 
@@ -59,7 +61,9 @@ def _check_options(dim, inner_dim, dropout) -> None:
         raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
 
 
-@register("relation")
+@register("relation", shared=("dropout",),
+          whole_sequence="its per-sequence mean of H needs every position's H (no sharded "
+                         "form here)")
 class Relation(Mixer):
     """Relation mixer on (B, L, dim) inputs.
 
@@ -69,13 +73,6 @@ class Relation(Mixer):
         inner_dim: width d of H and G (default: dim).
         dropout: dropout rate after h̄ ⊙ G and after the ReLU (default 0).
     """
-
-    cannot_shard = ("its per-sequence mean of H needs every position's H (no sharded form "
-                    "here)")
-
-    shared_settings = ("dropout",)  # the backbone sets these
-
-    cache_type = RelationCache
 
     def __init__(self, dim: int, *, causal: bool = False, inner_dim: int | None = None,
                  dropout: float = 0.0):
@@ -106,10 +103,13 @@ class Relation(Mixer):
         """W_o drop(ReLU(pre)): (..., d) -> (..., dim)."""
         return self.proj_o(self.drop_act(torch.relu(pre)))
 
-    def _mix_full(self, x, mask):
+    def mix(self, x, mask, doc_ids=None):
+        if doc_ids is not None:
+            return self.each_document(x, mask, doc_ids)
         if not self.causal and not (self.training and self.drop_mix.p > 0):
             return self._tail(self._folded_preactivation(x, mask))
-        mixed = relation_mix(self.proj_h(x), self.proj_g(x), mask, causal=self.causal)
+        mixed = sequence_relation_mix(self.proj_h(x), self.proj_g(x), mask,
+                                      causal=self.causal)
         return self._head(mixed)
 
     def _folded_preactivation(self, x: torch.Tensor, mask) -> torch.Tensor:
@@ -119,7 +119,7 @@ class Relation(Mixer):
             W_1 (h̄ ⊙ (X W_gᵀ + b_g)) = X (W_gᵀ diag(h̄) W_1ᵀ) + (b_g ⊙ h̄) W_1ᵀ,
 
         one (B, L, dim) x (B, dim, d) product per sequence instead of two (L, d) ones."""
-        hbar = self.proj_h(relation_mean(x, mask))  # (B, 1, d)
+        hbar = self.proj_h(sequence_relation_mean(x, mask))  # (B, 1, d)
         if mask is not None:
             hbar = hbar * mask.any(1).to(hbar.dtype)[:, None, None]
         w_1t = self.w_1.weight.T
@@ -130,15 +130,16 @@ class Relation(Mixer):
         return ValueError(f"incremental decoding needs a causal layer (causal=True): {what}; "
                           "the bidirectional Relation mixes the whole sequence at once")
 
-    def _new_cache(self, batch_size: int, max_len: int | None) -> RelationCache:
+    def init_cache(self, batch_size: int, max_len: int | None = None) -> RelationCache:
         """Running sums for ``batch_size`` sequences.  Their size does not grow with
         length; ``max_len`` (optional) only caps the number of tokens accepted."""
+        self.check_cache_args(batch_size, max_len)
         device = self.proj_h.weight.device
         total = torch.zeros(batch_size, self.inner_dim, dtype=torch.float64, device=device)
         count = torch.zeros(batch_size, dtype=torch.long, device=device)
-        return RelationCache(total, count, 0, max_len)
+        return own(RelationCache(total, count, 0, max_len), self)
 
-    def _mix_cached(self, x, mask, cache: RelationCache):
+    def extend(self, x, mask, cache: RelationCache):
         T = x.shape[1]
         if cache.capacity is not None and cache.position + T > cache.capacity:
             raise ValueError(f"cache capacity {cache.capacity} exceeded: {cache.position} "

@@ -11,19 +11,18 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..ops import (
+    sequence_packed_softmax_attention,
+    sequence_positions,
+    sequence_softmax_attention,
+)
 from ..ops.checks import check_mask, on_host
 from ..ops.packing import positions_in_document, segment_ids
-from ..ops.ring_attention import ring_softmax_attention
-from ..ops.rotary import rotary, rotary_angles, token_positions
-from ..ops.sequence_shards import gather_sequence
-from ..ops.softmax_attention import (
-    merge_heads,
-    packed_softmax_attention,
-    softmax_attention,
-    split_heads,
-)
+from ..ops.rotary import rotary, rotary_angles
+from ..ops.softmax_attention import softmax_attention
 from .base import MultiHeadMixer, clear_rows, select_rows
-from .registry import register
+from .ownership import own
+from .registry import register, register_cross
 
 
 @dataclass
@@ -81,7 +80,7 @@ class SoftmaxKVCache:
         self.mask = F.pad(self.mask, (0, extra), value=False)
 
 
-@register("softmax")
+@register("softmax", shared=("heads", "bias", "dropout", "rope", "rope_theta"))
 class SoftmaxAttention(MultiHeadMixer):
     """Multi-head softmax attention (``scaled_dot_product_attention``) on (B, L, dim).
 
@@ -92,9 +91,6 @@ class SoftmaxAttention(MultiHeadMixer):
     :class:`SoftmaxKVCache` (keys stored rotated).
     """
 
-    shared_settings = ("heads", "bias", "dropout", "rope", "rope_theta")
-
-    cache_type = SoftmaxKVCache
     initial_capacity = 256
 
     def __init__(self, dim: int, *, causal: bool = True, heads: int | None = None,
@@ -114,63 +110,38 @@ class SoftmaxAttention(MultiHeadMixer):
         if not self.rope:
             return q, k
         if positions is None:
-            positions = token_positions(mask, q.shape[0], q.shape[2], q.device, start)
+            positions = sequence_positions(mask, q.shape[0], q.shape[2], q.device, start)
         cos, sin = rotary_angles(positions, self.head_dim, self.rope_theta, q.dtype)
         return rotary(q, cos, sin), rotary(k, cos, sin)
 
-    def _mix(self, q, k, v, mask):
+    def _attend(self, q, k, v, mask):
         q, k = self._rotate(q, k, mask)
-        return softmax_attention(q, k, v, causal=self.causal, mask=mask,
-                                 dropout_p=self.dropout_p)
+        return sequence_softmax_attention(q, k, v, causal=self.causal, mask=mask,
+                                          dropout_p=self.dropout_p)
 
-    def _mix_packed(self, x, mask, doc_ids):
-        """Block-diagonal attention: a query sees the keys of its own document only, and
-        rotary positions restart at each document (the mask is built a block of query
-        rows at a time: :func:`packed_softmax_attention`)."""
+    def mix(self, x, mask, doc_ids=None):
+        """Packed documents: block-diagonal attention, a query sees the keys of its own
+        document only, and rotary positions restart at each document (the mask is built
+        a block of query rows at a time: :func:`packed_softmax_attention`)."""
+        if doc_ids is None:
+            return super().mix(x, mask)
         q, k, v = self.project_qkv(x)
         q, k = self._rotate(q, k, mask, positions=positions_in_document(doc_ids, mask))
-        return self.project_out(packed_softmax_attention(
+        return self.project_out(sequence_packed_softmax_attention(
             q, k, v, segment_ids(doc_ids), causal=self.causal, mask=mask,
             dropout_p=self.dropout_p))
 
-    cannot_shard = None
-
-    def _mix_sharded(self, x, mask, doc_ids, cp):
-        """Ring attention (:func:`~weirdnet.ops.ring_attention.ring_softmax_attention`)
-        over queries and keys rotated at their global positions: each rank holds its own
-        shard's K and V and one travelling block (docs/context_parallel.md: bytes).
-
-        The ring has no attention dropout: with ``dropout_p > 0`` (training with
-        ``dropout`` set) this falls back to an all-gather of K and V, the whole
-        sequence's (the causal form: up to this shard's end) on every rank, and one
-        :func:`softmax_attention` with dropout over them."""
-        cp.no_documents(doc_ids, self)
-        layout, group = cp.layout(x), cp.process_group
-        q, k, v = self.project_qkv(x)
-        if self.rope:
-            q, k = self._rotate(q, k, mask,
-                                positions=cp.positions(mask, layout, x.shape[0], x.device))
-        if self.dropout_p == 0:
-            return self.project_out(ring_softmax_attention(q, k, v, layout, group,
-                                                           causal=self.causal, mask=mask))
-        upto = layout.start + layout.length if self.causal else layout.total
-        kv = gather_sequence(torch.cat([merge_heads(k), merge_heads(v)], -1), layout, group,
-                             upto)
-        keys, values = (split_heads(t, self.heads) for t in kv.chunk(2, -1))
-        real = None if mask is None else gather_sequence(mask, layout, group, upto)
-        return self.project_out(softmax_attention(q, keys, values, causal=self.causal,
-                                                  mask=real, dropout_p=self.dropout_p))
-
-    def _new_cache(self, batch_size: int, max_len: int | None) -> SoftmaxKVCache:
+    def init_cache(self, batch_size: int, max_len: int | None = None) -> SoftmaxKVCache:
         """Buffers of ``max_len`` positions, or growable ones when ``max_len`` is None."""
+        self.check_cache_args(batch_size, max_len)
         p = self._param()
         cap = self.initial_capacity if max_len is None else max_len
         shape = (batch_size, self.heads, cap, self.head_dim)
-        return SoftmaxKVCache(p.new_zeros(shape), p.new_zeros(shape),
+        return own(SoftmaxKVCache(p.new_zeros(shape), p.new_zeros(shape),
                               torch.zeros(batch_size, cap, dtype=torch.bool, device=p.device),
-                              max_len)
+                              max_len), self)
 
-    def _extend(self, q, k, v, mask, cache: SoftmaxKVCache):
+    def _attend_cached(self, q, k, v, mask, cache: SoftmaxKVCache):
         if self.rope:  # positions continue from the real tokens cached so far
             q, k = self._rotate(q, k, mask, cache.mask[:, :cache.position].sum(1))
         keys, values, real = cache.append(k, v, mask)
@@ -190,6 +161,7 @@ class CrossAttentionContext:
     mask: torch.Tensor | None
 
 
+@register_cross("softmax")
 class SoftmaxCrossAttention(MultiHeadMixer):
     """Multi-head softmax attention from x (B, L, dim) to a context (B, Lc, context_dim),
     for encoder-decoder models: queries from x, keys and values from the context.

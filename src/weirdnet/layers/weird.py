@@ -17,12 +17,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..ops import WeirdScanCache, levels_needed
+from ..ops import WeirdScanCache, levels_needed, sequence_scan
 from ..ops.block_step import ScanMixerWeights
-from ..ops.weird_scan.context_parallel import weird_scan_bidirectional_context_parallel
-from ..ops.weird_scan.op import scan_op
 from .base import Mixer
-from .ownership import check_owner
+from .ownership import check_owner, own
 from .registry import register
 
 WEIGHT_MODES = ("cumexp", "exp", "ones")
@@ -58,7 +56,7 @@ class WeirdAttentionCache:
         self.scan.start_document(rows)
 
 
-@register("weird")
+@register("weird", shared=("max_len", "bias", "n_layers"))
 class WeirdAttention(Mixer):
     """Weird-attention mixer on (B, L, dim) inputs.
 
@@ -70,10 +68,6 @@ class WeirdAttention(Mixer):
         bias: biases on the A and V projections (the Moss variant).
         n_layers: number of layers N of the model, used by the papers' W_O initialisation.
     """
-
-    shared_settings = ("max_len", "bias", "n_layers")  # the backbone sets these
-
-    cache_type = WeirdAttentionCache
 
     def __init__(self, dim: int, *, causal: bool = True, max_len: int = 4096,
                  weights: str = "cumexp", bias: bool = False, n_layers: int = 1):
@@ -131,52 +125,38 @@ class WeirdAttention(Mixer):
                 f"with max_len >= {x.shape[1]}"
             )
 
-    def _mix_packed(self, x, mask, doc_ids=None):
+    def mix(self, x, mask, doc_ids=None):
         """The scan with its document gate (``doc_ids`` None: one document per row), one
         call into the scan's custom op: x, mask and doc_ids were checked on entry
         (:meth:`Mixer.forward`), A and V are projections of x and ``log_w`` covers
         ``max_len``, so the public op's checks would only repeat those."""
         a, v = self.proj_a(x), self.proj_v(x)
         n_causal = self.dim if self.causal else self.dim // 2  # encoder: half each way
-        return self.proj_o(scan_op(a, v, self.log_weights(), mask, doc_ids, n_causal, ""))
+        return self.proj_o(sequence_scan(a, v, self.log_weights(), mask, doc_ids, n_causal,
+                                         ""))
 
-    _mix_full = _mix_packed  # the full pass is the packed one with no document starts
-
-    cannot_shard = None
-
-    def _mix_sharded(self, x, mask, doc_ids, cp):
-        """The scan over the group (:func:`weird_scan_bidirectional_context_parallel`:
-        distributed halos), packed documents included."""
-        a, v = self.proj_a(x), self.proj_v(x)
-        n_causal = self.dim if self.causal else self.dim // 2
-        return self.proj_o(weird_scan_bidirectional_context_parallel(
-            a, v, self.log_weights(), group=cp.process_group, mask=mask, doc_ids=doc_ids,
-            split=n_causal, halos=cp.halos))
-
-    def _new_cache(self, batch_size: int, max_len: int | None) -> WeirdAttentionCache:
+    def init_cache(self, batch_size: int, max_len: int | None = None) -> WeirdAttentionCache:
         """Ring buffers for up to ``max_len`` tokens (default: the layer's max_len): about
         3 * max_len * dim numbers per sequence."""
+        self.check_cache_args(batch_size, max_len)
         max_len = self.max_len if max_len is None else max_len
         if max_len > self.max_len:
             raise ValueError(f"cache max_len={max_len} exceeds the layer's max_len={self.max_len}")
         scan = WeirdScanCache(self.log_weights().detach(), batch_size, max_len,
                               dtype=self.proj_o.weight.dtype)
-        return WeirdAttentionCache(scan)
+        return own(WeirdAttentionCache(scan), self)
 
-    def _mix_cached(self, x, mask, cache: WeirdAttentionCache):
+    def extend(self, x, mask, cache: WeirdAttentionCache):
         return self.proj_o(cache.scan.extend(self.proj_a(x), self.proj_v(x), mask))
 
-    def fused_step_parts(self, cache):
-        """``(ScanMixerWeights, scan cache)`` for a fused block step over ``cache``, or
-        None: not causal, not a Weird-attention cache, a scan cache on a backend other
-        than the C kernel, or a cache dtype other than the weights'.  Another layer's
-        cache is a ValueError (:func:`.ownership.check_owner`)."""
+    def scan_step(self, cache):
+        """``(ScanMixerWeights, scan cache)`` over ``cache`` (see :meth:`Mixer.scan_step`),
+        or None: not causal, or not a Weird-attention cache.  Another layer's cache is a
+        ValueError (:func:`.ownership.check_owner`)."""
         if not self.causal or not isinstance(cache, WeirdAttentionCache):
             return None
         check_owner(cache, self)
         scan = cache.scan
-        if scan.backend != "cpu" or scan.dtype != self.proj_o.weight.dtype:
-            return None
         weights = ScanMixerWeights(self.proj_a.weight, self.proj_a.bias, self.proj_v.weight,
                                    self.proj_v.bias, self.proj_o.weight, self.proj_o.bias,
                                    scan.log_w)
@@ -188,7 +168,7 @@ class WeirdAttention(Mixer):
                 f"bias={self.proj_a.bias is not None}")
 
 
-@register("ps")
+@register("ps", shared=("max_len", "bias", "n_layers"))
 class PSAttention(WeirdAttention):
     """PS-attention: Weird-attention with W = 1 (plain softmax-weighted prefix sums)."""
 

@@ -5,10 +5,11 @@ libraries' models for comparisons (``PeerLM``) are the lab's (``weirdnet_lab.pee
 
 from weirdnet.config.typed import ConfigError
 
-from .backbone import Backbone, BackboneCache
+from .backbone import Backbone
 from .base import CheckpointError, WeirdNetModel, load, register_model
 from .blocks import Block, FeedForward
 from .config import BackboneConfig, resolve_pattern
+from .decoding.cache import BackboneCache
 from .lm import LMConfig, LMOutput, WeirdNetLM, lm_loss, positions_at, selected_output, token_nll
 
 __all__ = ["Backbone", "BackboneCache", "BackboneConfig", "Block", "CheckpointError",

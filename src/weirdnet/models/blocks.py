@@ -74,6 +74,16 @@ def build_mixer(name: str, config: BackboneConfig) -> nn.Module:
         raise ValueError(f"mixer_options.{name}.{message}") from None
 
 
+def normal_init(module: nn.Module, std: float) -> None:
+    """Every ``nn.Linear`` and ``nn.Embedding`` weight in ``module`` from N(0, std), their
+    biases zeroed (``BackboneConfig.init_std``); other parameters are left as they are."""
+    for part in module.modules():
+        if isinstance(part, nn.Linear | nn.Embedding):
+            nn.init.normal_(part.weight, std=std)
+        if isinstance(part, nn.Linear) and part.bias is not None:
+            nn.init.zeros_(part.bias)
+
+
 def make_norm(config: BackboneConfig) -> nn.Module:
     """The backbone's normalisation over D: LayerNorm (1, 0) or RMSNorm (weight 1)."""
     if config.norm == "rmsnorm":
@@ -145,12 +155,8 @@ class Block(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.ffn_chunk = 0  # > 0: the FFN runs in checkpointed chunks of this many positions
 
-    carries_z = False
-    """Whether the mixer hands state to the next mixer of its kind (see
-    :class:`~weirdnet.models.z_carry.ZCarryBlock`)."""
-
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache=None,
-                context=None, context_mask: torch.Tensor | None = None, *,
+                context=None, context_mask: torch.Tensor | None = None,
                 doc_ids: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, D), mask (B, L) bool or None; with ``cache`` (from :meth:`init_cache`)
         the L tokens continue the cached sequence.  ``context``: the cross mixer's context
@@ -161,11 +167,6 @@ class Block(nn.Module):
             h, cache = self.conv.before_mixer(h, mask, cache, doc_ids)
         y = self.mixer(h, mask, cache=cache, doc_ids=doc_ids)
         return self._after_mixer(x + self.dropout(y), context, context_mask)
-
-    def carry(self, x: torch.Tensor, z, mask, context, context_mask, doc_ids):
-        """The backbone's full-pass call: ``(x, z) -> (output, z)``, where z is the state
-        Z-carrying blocks hand on; this block passes it through."""
-        return self(x, mask, context=context, context_mask=context_mask, doc_ids=doc_ids), z
 
     def init_cache(self, batch_size: int, max_len: int | None = None):
         """The block's decoding state: the mixer's cache, with the short convolution's

@@ -32,6 +32,7 @@ from weirdnet.config.typed import ConfigError
 from .backbone import Backbone
 from .base import WeirdNetModel, register_model
 from .config import BackboneConfig
+from .dba_authors import DBAuthorsBackbone, backbone_class, build_backbone
 
 POOLINGS = ("auto", "mean", "last", "first", "cls")
 """The readouts ``pooling`` takes (see the module docstring)."""
@@ -126,6 +127,11 @@ class ClsBackbone(Backbone):
         return torch.cat([self.cls.to(tokens.dtype).expand(len(tokens), 1, -1), tokens], 1)
 
 
+class ClsDBAuthorsBackbone(ClsBackbone, DBAuthorsBackbone):
+    """A :class:`ClsBackbone` whose DBA layers hand Z on
+    (:class:`~weirdnet.models.dba_authors.DBAuthorsBackbone`)."""
+
+
 def with_cls_slot(inputs: torch.Tensor, mask: torch.Tensor | None):
     """Prepend a placeholder column for the CLS token: inputs (B, L[, C]) -> (B, 1 + L[, C])
     (id 0, or zeros) and mask (B, L) -> (B, 1 + L) with a True column 0 (None stays)."""
@@ -142,10 +148,11 @@ class _PooledEncoder(WeirdNetModel):
     def _build_encoder(self, backbone: BackboneConfig, pooling: str) -> None:
         self.pooling = pooling if pooling != "auto" else ("last" if backbone.causal else "mean")
         if self.pooling == "cls":  # one more position, for the CLS token
-            self.backbone = ClsBackbone(dataclasses.replace(backbone,
-                                                            max_len=backbone.max_len + 1))
+            config = dataclasses.replace(backbone, max_len=backbone.max_len + 1)
+            carrying = backbone_class(config) is DBAuthorsBackbone
+            self.backbone = (ClsDBAuthorsBackbone if carrying else ClsBackbone)(config)
         else:
-            self.backbone = Backbone(backbone)
+            self.backbone = build_backbone(backbone)
 
     def encode(self, inputs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """inputs (B, L) ids or (B, L, input_dim) values; mask (B, L) -> pooled (B, D)."""

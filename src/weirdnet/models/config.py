@@ -39,7 +39,7 @@ def pattern_mixers(pattern: str | list[str] | tuple[str, ...]) -> tuple[str, ...
     if not names:
         raise ConfigError(f"pattern {pattern!r} names no mixer; use 'A', 'B' or registry "
                           "names such as 'weird,softmax'")
-    from weirdnet.layers import available  # deferred: the layers import torch
+    from weirdnet.layers.registry import available  # deferred: the layers import torch
 
     unknown = [name for name in names if name not in available()]
     if unknown:

@@ -20,7 +20,7 @@ from weirdnet.config.typed import ConfigError
 from .backbone import Backbone
 from .base import WeirdNetModel, register_model
 from .config import BackboneConfig
-from .generation import Sampling, decode
+from .decoding.generation import Sampling, decode
 
 
 def _lm_backbone() -> BackboneConfig:
@@ -101,7 +101,7 @@ class WeirdNetLM(WeirdNetModel):
         """Continue each prompt by ``max_new_tokens`` tokens: (B, Lp) -> (B, Lp + new).
 
         temperature 0 is greedy; ``top_k`` / ``top_p`` restrict sampling (see
-        :func:`~weirdnet.models.sampling.sample_next`).  Prompts of different lengths are
+        :func:`~weirdnet.models.decoding.sampling.sample_next`).  Prompts of different lengths are
         left-padded with ``prompt_mask`` (B, Lp) False at the padding.  After ``eos_id`` a
         sequence keeps emitting ``eos_id``; generation stops early once all have.
         Dropout is off during generation (the model's mode is restored afterwards).

@@ -14,13 +14,13 @@ from typing import Any
 import torch
 
 from weirdnet.config.typed import ConfigError
-from weirdnet.layers import DBACrossAttention
-from weirdnet.layers.softmax import SoftmaxCrossAttention
+from weirdnet.layers.registry import cross_factory
 
 from .backbone import Backbone, PerBlockContext
 from .base import WeirdNetModel, register_model
 from .config import BackboneConfig
-from .generation import Sampling, decode, inference
+from .dba_authors import build_backbone
+from .decoding.generation import Sampling, decode, inference
 from .lm import LMOutput, lm_loss, output_head, output_logits
 
 CROSS_MIXERS = ("softmax", "dba")
@@ -67,7 +67,7 @@ class WeirdNetSeq2Seq(WeirdNetModel):
     def __init__(self, config: Seq2SeqConfig | dict | None = None):
         super().__init__(Seq2SeqConfig() if config is None else config)
         cfg = self.config
-        self.encoder = Backbone(cfg.encoder)
+        self.encoder = build_backbone(cfg.encoder)
         self.decoder = Backbone(cfg.decoder, cross_factory=self._cross_factory())
         self.head = output_head(cfg.decoder, cfg.tie_embeddings)
 
@@ -79,9 +79,10 @@ class WeirdNetSeq2Seq(WeirdNetModel):
         if cfg.decoder.attn_dropout:
             options["dropout"] = cfg.decoder.attn_dropout
         options.update(cfg.cross_options)
-        if cfg.cross == "dba":
-            return lambda: DBACrossAttention(cfg.decoder.dim, per_query=True, **options)
-        return lambda: SoftmaxCrossAttention(cfg.decoder.dim, **options)
+        if cfg.cross == "dba":  # the per-query form: each output depends on one query
+            options["per_query"] = True
+        cross = cross_factory(cfg.cross)
+        return lambda: cross(cfg.decoder.dim, **options)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Decoder hidden states (..., D) -> logits (..., vocab)."""

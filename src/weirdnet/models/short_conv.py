@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from weirdnet.layers.base import clear_rows, select_rows
-from weirdnet.ops.sequence_shards import window_halo
+from weirdnet.ops import sequence_short_conv
 from weirdnet.ops.short_conv import short_conv
 
 
@@ -46,11 +46,6 @@ class ShortConv(nn.Module):
     """Depthwise causal convolution of width ``width`` over (B, L, D); ``bias`` per
     channel.  PyTorch's Conv1d initialisation."""
 
-    context_parallel = None
-    """A :class:`~weirdnet.layers.context_parallel.ContextParallel` when x is one rank's
-    shard of a sharded sequence: the taps before the shard come from the earlier ranks
-    (a halo of k − 1 inputs); None: one process."""
-
     def __init__(self, dim: int, width: int, bias: bool = True):
         super().__init__()
         self.width = width
@@ -69,9 +64,11 @@ class ShortConv(nn.Module):
         Returns y (B, L, D) and the state after the last position."""
         if mask is not None:
             x = x.masked_fill(~mask[..., None], 0.0)
-        if self.context_parallel is not None and state is None:
-            return self._sharded(x, doc_ids), None
-        y = short_conv(x, self.conv.weight[:, 0], self.conv.bias, state, doc_ids=doc_ids)
+        weight, bias = self.conv.weight[:, 0], self.conv.bias
+        if state is None:  # the whole sequence (or, sharded, its taps through a halo)
+            y = sequence_short_conv(x, weight, bias, doc_ids)
+        else:
+            y = short_conv(x, weight, bias, state, doc_ids=doc_ids)
         return y, None if doc_ids is not None else self._next_state(x, state)
 
     def before_mixer(self, x: torch.Tensor, mask: torch.Tensor | None, cache,
@@ -84,17 +81,6 @@ class ShortConv(nn.Module):
             return self(x, mask, None, doc_ids)[0], None
         y, cache.state = self(x, mask, cache.state)
         return y, cache.mixer
-
-    def _sharded(self, x: torch.Tensor, doc_ids: torch.Tensor | None) -> torch.Tensor:
-        """The convolution of this rank's shard x (B, n, D), its first k − 1 taps reading
-        the earlier ranks' inputs (and document ids) through a halo."""
-        cp = self.context_parallel
-        layout, group = cp.layout(x), cp.process_group
-        wide, front = window_halo(x, layout, self.width - 1, 0, group)
-        docs = None if doc_ids is None else window_halo(doc_ids, layout, self.width - 1, 0,
-                                                        group)[0]
-        y = short_conv(wide, self.conv.weight[:, 0], self.conv.bias, None, doc_ids=docs)
-        return y[:, front:]
 
     def _next_state(self, x: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
         """The last k − 1 inputs, reaching into ``state`` (None: zeros) when L < k − 1."""

@@ -1,6 +1,25 @@
 """Pure tensor functions of weirdnet, each with a plain reference beside its fast paths."""
 
 from .checks import levels_needed
+from .context_parallel import (
+    ContextParallel,
+    checkpoint_context_fn,
+    refuse_sharded,
+    sequence_dba_authors_attention,
+    sequence_dba_compress,
+    sequence_length,
+    sequence_linear_attention,
+    sequence_linformer_attention,
+    sequence_local_attention,
+    sequence_packed_softmax_attention,
+    sequence_per_document,
+    sequence_positions,
+    sequence_relation_mean,
+    sequence_relation_mix,
+    sequence_scan,
+    sequence_short_conv,
+    sequence_softmax_attention,
+)
 from .dba import (
     dba_attention,
     dba_compress,
@@ -37,6 +56,23 @@ from .weird_scan.context_parallel import (
 from .weird_scan.halo import count_sent_bytes
 
 __all__ = [
+    "ContextParallel",
+    "checkpoint_context_fn",
+    "refuse_sharded",
+    "sequence_dba_authors_attention",
+    "sequence_dba_compress",
+    "sequence_length",
+    "sequence_linear_attention",
+    "sequence_linformer_attention",
+    "sequence_local_attention",
+    "sequence_packed_softmax_attention",
+    "sequence_per_document",
+    "sequence_positions",
+    "sequence_relation_mean",
+    "sequence_relation_mix",
+    "sequence_scan",
+    "sequence_short_conv",
+    "sequence_softmax_attention",
     "dba_attention",
     "dba_compress",
     "dba_compress_reference",

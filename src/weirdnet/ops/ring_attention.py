@@ -319,7 +319,7 @@ def ring_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     :func:`~weirdnet.ops.softmax_attention.softmax_attention` on the whole sequence (0
     for a query that sees no real key).  Differentiable in q, k, v.  Every rank of the
     group must call it with the same B, H, d, dtype, ``causal`` and whether a mask is
-    given.  No dropout: see ``SoftmaxAttention._mix_sharded``.
+    given.  No dropout: see ``weirdnet.ops.sequence_softmax_attention``.
     """
     check_qkv(q, k, v, mask, same_length=True)
     if v.shape != k.shape:

@@ -1,7 +1,7 @@
 """Differentiable exchanges between the ranks that hold one sequence's contiguous shards.
 
-The sharded forms of the mixers other than the weird scan (``layers/*``, see
-``docs/context_parallel.md``) are built from these; group rank order is sequence order,
+The sharded forms of the sequence ops other than the weird scan (``ops/context_parallel.py``,
+see ``docs/context_parallel.md``) are built from these; group rank order is sequence order,
 shards of any length >= 1 (:class:`~weirdnet.ops.weird_scan.halo.ShardLayout`)::
 
     shard_layout(n, group, device)     every rank's shard length (one all_gather)

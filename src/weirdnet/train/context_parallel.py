@@ -4,8 +4,10 @@ Under ``torchrun`` with W processes, a 2-D :class:`~torch.distributed.device_mes
 ("dp", "cp") of shape (W / P, P) groups the processes: the P ranks of a "cp" row read the
 same items (the sampler runs over the W / P data-parallel places) and each takes its
 contiguous slice of every sequence: inputs, targets, mask and ``doc_ids``
-(:func:`shard_batch`).  The model's backbone runs context-parallel over the row
-(:meth:`weirdnet.models.backbone.Backbone.set_context_parallel`).  The loss is the sum of
+(:func:`shard_batch`).  The model runs context-parallel over the row inside
+:func:`sharded` (a :class:`~weirdnet.ops.context_parallel.ContextParallel` entered
+around the step's forward and backward: the ops that exchange data read it), after
+:func:`check_shardable` refused, at setup, a model that cannot.  The loss is the sum of
 the row's token losses over its global token count (one all_reduce of two numbers,
 :func:`sharded_loss`); DDP / FSDP then average the gradients over all W ranks, and the
 loss given to the backward is multiplied by P, so each parameter's gradient is the mean
@@ -15,7 +17,9 @@ same global batch.  Evaluation runs on whole sequences (context parallelism off)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +27,9 @@ import torch
 import torch.distributed as dist
 
 from weirdnet.config.typed import ConfigError
-from weirdnet.layers.context_parallel import ContextParallel
+from weirdnet.layers.registry import factory, whole_sequence
 from weirdnet.models.lm import token_nll
+from weirdnet.ops.context_parallel import ContextParallel
 from weirdnet.run.processes import Processes
 
 
@@ -41,8 +46,8 @@ class SequenceShards:
 
 def setup(P: int, processes: Processes, task: str, seq_len: int,
           model: torch.nn.Module) -> SequenceShards | None:
-    """The mesh for ``train.context_parallel = P`` (None for P = 1), with the model's
-    backbone switched to it.  ConfigError (one line) for another task than lm, P larger
+    """The mesh for ``train.context_parallel = P`` (None for P = 1), the model checked
+    to shard (:func:`check_shardable`).  ConfigError (one line) for another task than lm, P larger
     than the sequence, a mixer that cannot shard (naming it and why), or a world size P
     does not divide."""
     if P == 1:
@@ -53,7 +58,10 @@ def setup(P: int, processes: Processes, task: str, seq_len: int,
     if P > seq_len:
         raise ConfigError(f"train.context_parallel={P} is larger than the sequence length "
                           f"{seq_len}: every process needs at least one position")
-    _switch(model, P, ContextParallel())  # refuses a mixer that cannot shard, at once
+    try:
+        check_shardable(model)  # refuses a mixer that cannot shard, at once
+    except ValueError as err:
+        raise ConfigError(f"train.context_parallel={P}: {err}") from None
     if processes.world_size % P:
         raise ConfigError(f"train.context_parallel={P} does not divide the world size "
                           f"{processes.world_size} (run it under torchrun with a multiple of "
@@ -64,26 +72,38 @@ def setup(P: int, processes: Processes, task: str, seq_len: int,
                             mesh_dim_names=("dp", "cp"))
     data = dataclasses.replace(processes, rank=mesh.get_local_rank("dp"),
                                world_size=processes.world_size // P)
-    shards = SequenceShards(P, mesh.get_local_rank("cp"), mesh.get_group("cp"), data)
-    enable(model, shards)
-    return shards
+    return SequenceShards(P, mesh.get_local_rank("cp"), mesh.get_group("cp"), data)
 
 
-def enable(model: torch.nn.Module, shards: SequenceShards | None) -> None:
-    """Switch the model's backbone to context parallelism over ``shards.group``, or off
-    (None; a no-op for a model that never had it)."""
-    if shards is None:
-        if getattr(getattr(model, "backbone", None), "context_parallel", None) is not None:
-            model.backbone.set_context_parallel(None)
-        return
-    _switch(model, shards.size, ContextParallel(shards.group))
+def check_shardable(model: torch.nn.Module) -> None:
+    """ValueError (one line, naming why) unless ``model`` (a backbone, or a model with a
+    ``backbone``) can run on the shards of a sequence: no cross-attention block, no
+    mixer that needs the whole sequence at once
+    (:func:`weirdnet.layers.registry.whole_sequence`)."""
+    backbone = getattr(model, "backbone", model)
+    if any(block.cross is not None for block in backbone.blocks):
+        raise ValueError("cross-attention blocks cannot run context-parallel: their "
+                         "context belongs to one whole sequence")
+    for name in dict.fromkeys(backbone.config.mixers):
+        why = whole_sequence(name)
+        if why:
+            raise ValueError(f"{factory(name).__name__} cannot run context-parallel: {why}")
 
 
-def _switch(model: torch.nn.Module, P: int, cp: ContextParallel) -> None:
-    try:
-        model.backbone.set_context_parallel(cp)
-    except ValueError as err:
-        raise ConfigError(f"train.context_parallel={P}: {err}") from None
+@contextlib.contextmanager
+def sharded(model: torch.nn.Module, cp: ContextParallel) -> Iterator[ContextParallel]:
+    """``model`` checked (:func:`check_shardable`), then ``cp`` entered: inside, every
+    forward (and backward) of the model runs on this rank's shard of a sequence sharded
+    over ``cp.group``, exactly as the single-process model on the whole sequence."""
+    check_shardable(model)
+    with cp:
+        yield cp
+
+
+def entered(shards: SequenceShards | None):
+    """The context a training step runs in: ``ContextParallel(shards.group)`` entered
+    (None: one process, nothing entered)."""
+    return contextlib.nullcontext() if shards is None else ContextParallel(shards.group)
 
 
 def _bounds(length: int, P: int, index: int) -> tuple[int, int]:

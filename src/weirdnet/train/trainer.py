@@ -208,15 +208,11 @@ class Trainer:
         """Metrics of the model on ``split`` ("eval" or "test"), over all ranks: the first
         ``max_batches`` x ``train.batch_size`` items of it (0 = all).  A progress bar
         ``desc`` is shown while it runs; one process stops between batches when asked."""
-        context_parallel.enable(self.model, None)  # evaluation: whole sequences
-        try:
-            return evaluate(dist_util.eval_module(self.wrapped), self.splits[split],
-                            self.info, self.micro_batch, self.processes,
-                            max_batches * self.config.train.batch_size, self._autocast,
-                            progress=desc if self.progress_bar else None,
-                            pad_multiple=self.config.data.pad_multiple)
-        finally:
-            context_parallel.enable(self.model, self.shards)
+        return evaluate(dist_util.eval_module(self.wrapped), self.splits[split],  # whole
+                        self.info, self.micro_batch, self.processes,  # sequences
+                        max_batches * self.config.train.batch_size, self._autocast,
+                        progress=desc if self.progress_bar else None,
+                        pad_multiple=self.config.data.pad_multiple)
 
     def scope(self, split: str, max_batches: int) -> dict[str, int]:
         """What :meth:`evaluate` reads of ``split`` with ``max_batches`` (see
@@ -239,7 +235,8 @@ class Trainer:
             batch = next(stream)
             inputs += task.input_tokens(batch)  # on the host: no device sync
             batch = tasks.to_device(batch, self.processes.device)
-            with dist_util.no_sync(self.wrapped, k < accum - 1), self._autocast():
+            with dist_util.no_sync(self.wrapped, k < accum - 1), self._autocast(), \
+                    context_parallel.entered(self.shards):  # the sharded ops read it
                 if self.shards is None:
                     loss, count = task.loss(self.step_module, batch)
                     reported = float(loss.detach())

@@ -115,15 +115,17 @@ def check_cell(cell: dict[str, Any]) -> None:
     ValueError naming the cell otherwise."""
     import torch
 
-    from weirdnet.layers import ContextParallel
+    from weirdnet.ops import ContextParallel
+    from weirdnet.train import check_shardable
     from weirdnet_lab.context_parallel.worker import build_model
 
     try:
         with torch.device("meta"):
             model = build_model(cell["model"], cell["length"], cell["dim"], cell["depth"])
         if cell["P"] > 1:
-            model.backbone.set_context_parallel(ContextParallel(
-                halos=cell["halos"], recompute_exchanges=cell["recompute_exchanges"]))
+            ContextParallel(halos=cell["halos"],  # checks its settings
+                            recompute_exchanges=cell["recompute_exchanges"])
+            check_shardable(model)
     except ValueError as error:
         raise ValueError(f"{cell['model']} L={cell['length']} P={cell['P']} "
                          f"(--dim {cell['dim']}, --depth {cell['depth']}): {error}") from None

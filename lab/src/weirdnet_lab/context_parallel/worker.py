@@ -77,12 +77,14 @@ def _step(model, opt, tokens, length: int, group_size: int) -> None:
 def run(spec: dict, prefix: str) -> None:
     """This rank's part of one cell (module docstring); writes ``prefix.<rank>.json``."""
     allocator = return_freed_memory()
+    import contextlib
+
     import torch
     import torch.distributed as dist
 
-    from weirdnet.layers import ContextParallel, WeirdAttention
-    from weirdnet.ops import count_sent_bytes
-    from weirdnet.train import SequenceShards, shard_batch
+    from weirdnet.layers import WeirdAttention
+    from weirdnet.ops import ContextParallel, count_sent_bytes
+    from weirdnet.train import SequenceShards, check_shardable, shard_batch
     from weirdnet_lab.harness.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
 
     torch.set_num_threads(1)
@@ -92,10 +94,11 @@ def run(spec: dict, prefix: str) -> None:
     torch.manual_seed(0)
     model = build_model(spec["model"], L, spec["dim"], spec["depth"])
     model.backbone.set_activation_checkpointing("blocks", 2, spec["ffn_chunk"])
+    shards = contextlib.nullcontext() if P == 1 else ContextParallel(
+        halos=spec.get("halos", "resend"),
+        recompute_exchanges=bool(spec.get("recompute_exchanges", False)))
     if P > 1:
-        model.backbone.set_context_parallel(ContextParallel(
-            halos=spec.get("halos", "resend"),
-            recompute_exchanges=bool(spec.get("recompute_exchanges", False))))
+        check_shardable(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = torch.randint(0, 256, (1, L + 1), generator=torch.Generator().manual_seed(1))
     mine = shard_batch({"tokens": tokens}, SequenceShards(P, rank, None, None))["tokens"]
@@ -106,7 +109,7 @@ def run(spec: dict, prefix: str) -> None:
     seconds, sent = [], None
     for i in range(1 + int(spec["steps"])):
         start = time.perf_counter()
-        with count_sent_bytes() as counter:
+        with count_sent_bytes() as counter, shards:
             _step(model, opt, mine, L, P)
         dist.barrier()
         seconds.append(time.perf_counter() - start)

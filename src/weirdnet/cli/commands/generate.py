@@ -121,9 +121,9 @@ def generate_texts(args: argparse.Namespace) -> list[str]:
 
 
 def _graph_generate(model, ids, new_tokens: int, sampling: dict):
-    """``--cuda-graph``: :func:`weirdnet.models.graph_decode.graph_generate`."""
-    from weirdnet.models.generation import Sampling
-    from weirdnet.models.graph_decode import graph_generate
+    """``--cuda-graph``: :func:`weirdnet.models.decoding.graph_decode.graph_generate`."""
+    from weirdnet.models.decoding.generation import Sampling
+    from weirdnet.models.decoding.graph_decode import graph_generate
     from weirdnet.models.lm import WeirdNetLM
 
     if ids.device.type != "cuda":

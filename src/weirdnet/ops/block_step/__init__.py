@@ -8,8 +8,8 @@ reference beside the kernel.
 At decoding widths every separate PyTorch op costs more in dispatch than in arithmetic;
 the fused step does a whole block (two LayerNorms, five matrix-vector products, the
 activation and the scan's own decoding step) in one call.  ``Backbone.step`` uses it,
-through ``weirdnet.models.fused_decode``, for every block whose mixer offers one
-(``Mixer.fused_step_parts``) when decoding on CPU without autograd.
+through ``weirdnet.models.decoding.fused_decode``, for every block whose mixer offers one
+(``Mixer.scan_step``) when decoding on CPU without autograd.
 """
 
 from .cpu import BlockStep, unavailable_reason

@@ -14,7 +14,7 @@ class ScanMixerWeights:
     """The mixer part of a fused block step: a causal Weird-attention layer's
     projections in ``nn.Linear`` layouts (a_weight, v_weight, o_weight (D, D); biases (D,)
     or None) and its scan log-weights ``log_w`` (K, D), as a layer's
-    :meth:`~weirdnet.layers.Mixer.fused_step_parts` hands them to the block."""
+    :meth:`~weirdnet.layers.Mixer.scan_step` hands them to the block."""
 
     a_weight: torch.Tensor
     a_bias: torch.Tensor | None

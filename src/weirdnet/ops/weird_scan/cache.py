@@ -70,7 +70,7 @@ class WeirdScanCache:
         (on the cache's device) instead of :attr:`position`; whoever owns the tensor advances
         it.  Each step then runs the PyTorch backend's ring update with tensor indices
         (:func:`weirdnet.ops.weird_scan.pytorch.extend_at`), the same kernels at every
-        position, so it can be captured in a CUDA graph (``weirdnet.models.graph_decode``).
+        position, so it can be captured in a CUDA graph (``weirdnet.models.decoding.graph_decode``).
         ``None`` goes back to the Python position."""
         if position is not None and (position.dim() != 0 or position.dtype != torch.int64
                                      or position.device != self.device):

@@ -14,14 +14,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .backbone import Backbone
 from .sampling import check_sampling, sample_next
 
 
 @dataclass(frozen=True)
 class Sampling:
     """temperature (0 = greedy), top_k, top_p, eos_id, generator: see
-    :func:`~weirdnet.models.sampling.sample_next`."""
+    :func:`~weirdnet.models.decoding.sampling.sample_next`."""
 
     temperature: float = 1.0
     top_k: int | None = None
@@ -42,7 +41,7 @@ def check_length(prompt_length: int, max_new_tokens: int, max_len: int) -> None:
                          f"{total} exceeds the model's max_len={max_len}")
 
 
-def check_prompt(backbone: Backbone, prompt_ids: torch.Tensor, max_new_tokens: int,
+def check_prompt(backbone: torch.nn.Module, prompt_ids: torch.Tensor, max_new_tokens: int,
                  prompt_mask: torch.Tensor | None) -> torch.Tensor | None:
     """Validate a (left-padded) prompt; returns the mask, or None when nothing is padded."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
@@ -74,7 +73,7 @@ def inference(model: torch.nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def decode(model: torch.nn.Module, backbone: Backbone,
+def decode(model: torch.nn.Module, backbone: torch.nn.Module,
            logits_of: Callable[[torch.Tensor], torch.Tensor], prompt_ids: torch.Tensor,
            max_new_tokens: int, sampling: Sampling, prompt_mask=None, context=None
            ) -> torch.Tensor:

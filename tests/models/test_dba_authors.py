@@ -1,19 +1,28 @@
-"""The Z-carrying block (models/z_carry.py): DBA's authors' form hands its compressed
-sequence C on as the next DBA layer's Z.
+"""DBA's authors' form (models/dba_authors.py): its layers hand the compressed sequence C
+on as the next DBA layer's Z, in a backbone of its own.
 
 A ZCarryBlock keeps a Block's parameters and state_dict keys, returns (x, z) and is the
-manual pre-norm computation with the mixer's own (x, C); ``carry`` threads z through a
-plain block unchanged; the backbone chains the carriers (only the first keeps a learned
-Z) and refuses doc_ids at a carrier (it unpacks packed documents before).
+manual pre-norm computation with the mixer's own (x, C); the model builder picks
+DBAuthorsBackbone for a config whose mixers carry Z (the plain Backbone otherwise), which
+chains the carriers (only the first keeps a learned Z) and threads z past plain blocks.
 """
 
 import pytest
 import torch
 
 from helpers.numerics import rel_err
+from weirdnet.models.backbone import Backbone
 from weirdnet.models.blocks import Block, build_mixer
 from weirdnet.models.config import BackboneConfig
-from weirdnet.models.z_carry import ZCarryBlock, carries_z, link_z_carriers, make_block
+from weirdnet.models.dba_authors import (
+    DBAuthorsBackbone,
+    ZCarryBlock,
+    backbone_class,
+    build_backbone,
+    carries_z,
+    link_z_carriers,
+    make_block,
+)
 
 OPTIONS = {"form": "authors", "heads": 2, "d_p": 4, "d_in": 4}
 
@@ -31,8 +40,8 @@ def block(name, cfg, seed=0):
 
 def test_make_block_picks_the_type_from_the_mixer():
     cfg = config("dba,softmax")
-    assert type(block("dba", cfg)) is ZCarryBlock and block("dba", cfg).carries_z
-    assert type(block("softmax", cfg)) is Block and not block("softmax", cfg).carries_z
+    assert type(block("dba", cfg)) is ZCarryBlock and carries_z(block("dba", cfg).mixer)
+    assert type(block("softmax", cfg)) is Block
     plain = config(z_carry=False)
     assert type(block("dba", plain)) is Block and not carries_z(block("dba", plain).mixer)
 
@@ -63,17 +72,33 @@ def test_forward_is_the_manual_block_with_the_mixers_own_z(short_conv, length):
         want = h + b.ffn(b.norm_ffn(h))
         assert rel_err(got[mask], want[mask]) <= 1e-12 and torch.equal(z_out, want_z)
         assert not got.isnan().any()
-        assert b.carry(x, z, mask, None, None, None)[1].equal(z_out)
 
 
-def test_a_plain_block_passes_z_through_and_a_carrier_refuses_doc_ids():
-    cfg = config("softmax")
-    plain, z = block("softmax", cfg), torch.randn(2, 4, 8, dtype=torch.float64)
-    x = torch.randn(2, 5, 8, dtype=torch.float64)
-    out, z_out = plain.carry(x, z, None, None, None, None)
-    assert z_out is z and torch.equal(out, plain(x))
-    with pytest.raises(ValueError, match="takes no doc_ids"):
-        block("dba", config()).carry(x, None, None, None, None, torch.zeros(2, 5))
+def test_the_builder_picks_the_backbone_from_the_mixers():
+    assert backbone_class(config("dba,softmax")) is DBAuthorsBackbone
+    assert backbone_class(config("softmax")) is Backbone
+    assert backbone_class(config(z_carry=False)) is Backbone
+    torch.manual_seed(0)
+    built = build_backbone(config("dba,softmax,dba"))
+    assert type(built) is DBAuthorsBackbone
+    torch.manual_seed(0)  # the same weights as a plain backbone built from the same seed
+    plain = Backbone(config("dba,softmax,dba"))
+    assert set(built.state_dict()) == set(plain.state_dict()) - {"blocks.2.mixer.z"}
+    assert all(torch.equal(t, plain.state_dict()[k]) for k, t in built.state_dict().items())
+
+
+def test_z_passes_plain_blocks_unchanged_to_the_next_carrier():
+    """dba, softmax, dba: the second DBA layer's Z is the first's C, the softmax block
+    between them runs as a plain block."""
+    torch.manual_seed(0)
+    model = build_backbone(config("dba,softmax,dba")).double()
+    tokens = torch.randint(0, 11, (2, 6), generator=torch.Generator().manual_seed(1))
+    first, middle, last = model.blocks
+    h = model.embed_inputs(tokens, None)
+    h, z = first(h, None)
+    h = middle(h)
+    h, _ = last(h, None, z)
+    assert torch.equal(model(tokens), model.norm(h))
 
 
 def test_link_z_carriers_leaves_a_learned_z_only_in_the_first():

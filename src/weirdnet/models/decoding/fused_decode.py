@@ -9,8 +9,8 @@ cached forward without padding) takes this path when :func:`may_fuse` says so, s
 give bitwise the same outputs.
 
 A block is fused when it is LayerNorm + GELU/LeakyReLU FFN, without short convolution or
-cross mixer, its mixer offers a fused step (``Mixer.fused_step_parts``: causal
-Weird/PS-attention on the C scan backend) and its weights are float32/float64 on CPU.
+cross mixer, its mixer decodes through a weird scan (``Mixer.scan_step``: causal
+Weird/PS-attention) on the C scan backend and its weights are float32/float64 on CPU.
 The fused steps are made at a cache's first step, from the weights of that moment, and
 kept in ``cache.fused``.
 """
@@ -22,7 +22,7 @@ import torch.nn as nn
 
 from weirdnet.ops import WeirdScanCache, block_step
 
-from .blocks import Block, block_contexts
+from ..blocks import Block, block_contexts
 
 FUSED_STEP_MAX_BATCH = 8
 """Largest batch decoded through the fused block steps.  The fused step is one thread;
@@ -58,8 +58,8 @@ def fused_block_step(block: Block, cache) -> FusedBlockStep | None:
     if ffn is None or ffn.gate is not None or not isinstance(block.norm_mix, nn.LayerNorm) \
             or block.conv is not None or block.cross is not None:
         return None  # the fused step is LayerNorm + GELU/LeakyReLU, no convolution
-    parts = block.mixer.fused_step_parts(cache)
-    if parts is None or block_step.unavailable_reason() is not None:
+    parts = block.mixer.scan_step(cache)
+    if parts is None or parts[1].backend != "cpu" or block_step.unavailable_reason() is not None:
         return None
     mixer, scan = parts
     if any(t.device.type != "cpu" or t.dtype != scan.dtype for t in block.parameters()):

@@ -30,32 +30,33 @@ from collections.abc import Callable
 
 import torch
 
-from .backbone import Backbone, BackboneCache
+from .cache import BackboneCache
 from .generation import Sampling, check_prompt, inference
 from .sampling import sample_next
 
 
-def supported(backbone: Backbone) -> str | None:
+def supported(backbone: torch.nn.Module) -> str | None:
     """Why ``backbone`` cannot decode through a CUDA graph, or None: causal, token inputs,
-    every block a Weird-attention mixer (its scan cache's position can be a tensor) with
-    no short convolution or cross mixer (their caches index by a Python int)."""
-    from weirdnet.layers.weird import WeirdAttention
-
+    every block's mixer decoding through a weird scan (``Mixer.scan_step``: its scan
+    cache's position can be a tensor) with no short convolution or cross mixer (their
+    caches index by a Python int)."""
     if not backbone.config.causal or not backbone.takes_tokens:
         return "graph decoding needs a causal token model"
     for index, block in enumerate(backbone.blocks):
-        if not isinstance(block.mixer, WeirdAttention) or not block.mixer.causal:
-            return (f"graph decoding supports Weird-attention blocks only; block {index} "
-                    f"mixes with {type(block.mixer).__name__}")
+        mixer = block.mixer
+        if not mixer.causal or mixer.scan_step(mixer.init_cache(1, 1)) is None:
+            return (f"graph decoding supports Weird-attention blocks only (a mixer whose "
+                    f"decoding step is a weird scan); block {index} mixes with "
+                    f"{type(mixer).__name__}")
         if block.conv is not None or block.cross is not None:
             return f"graph decoding: block {index} has a short convolution or cross mixer"
     return None
 
 
-def _follow(cache: BackboneCache, position: torch.Tensor | None) -> None:
-    """Every layer's scan cache reads its position from ``position`` (None: its own)."""
-    for layer in cache.layers:
-        layer.scan.follow(position)
+def _scans(backbone: torch.nn.Module, cache) -> list:
+    """Every layer's scan cache (``Mixer.scan_step``), in block order."""
+    return [block.mixer.scan_step(layer)[1]
+            for block, layer in zip(backbone.blocks, cache.layers)]
 
 
 class StaticStep:
@@ -63,9 +64,10 @@ class StaticStep:
     cache advanced; captured as a CUDA graph with ``capture=True`` (then :meth:`__call__`
     is one replay).  Made after the prompt filled ``cache``."""
 
-    def __init__(self, backbone: Backbone, logits_of: Callable, cache: BackboneCache,
+    def __init__(self, backbone: torch.nn.Module, logits_of: Callable, cache: BackboneCache,
                  token: torch.Tensor, capture: bool):
         self.backbone, self.logits_of, self.cache = backbone, logits_of, cache
+        self.scans = _scans(backbone, cache)
         if cache.fused is None:  # every block as PyTorch ops (a fused C step reads the
             cache.fused = [None] * len(cache.layers)  # Python position)
         self.token = token.clone()
@@ -76,12 +78,17 @@ class StaticStep:
         if capture:
             self._capture()
 
+    def _follow(self, position: torch.Tensor | None) -> None:
+        """Every layer's scan cache reads its position from ``position`` (None: its own)."""
+        for scan in self.scans:
+            scan.follow(position)
+
     def _body(self) -> torch.Tensor:
-        _follow(self.cache, self.position)
+        self._follow(self.position)
         try:
             hidden = self.backbone.step(self.token, self.cache)
         finally:
-            _follow(self.cache, None)
+            self._follow(None)
         self.lengths.copy_(self.cache.lengths)
         self.cache.lengths = self.lengths
         self.position.add_(1)
@@ -103,12 +110,12 @@ class StaticStep:
         self._set_counters(saved)
 
     def _counters(self) -> tuple[int, list[int]]:
-        return self.cache.steps, [layer.scan.position for layer in self.cache.layers]
+        return self.cache.steps, [scan.position for scan in self.scans]
 
     def _set_counters(self, saved: tuple[int, list[int]]) -> None:
         self.cache.steps = saved[0]
-        for layer, position in zip(self.cache.layers, saved[1]):
-            layer.scan.position = position
+        for scan, position in zip(self.scans, saved[1]):
+            scan.position = position
 
     def __call__(self, token: torch.Tensor) -> torch.Tensor:
         """Feed ``token`` (B,); the next logits (B, V) (a buffer the next call rewrites)."""
@@ -121,11 +128,11 @@ class StaticStep:
         return self.logits
 
 
-def graph_generate(model: torch.nn.Module, backbone: Backbone, logits_of: Callable,
+def graph_generate(model: torch.nn.Module, backbone: torch.nn.Module, logits_of: Callable,
                    prompt_ids: torch.Tensor, max_new_tokens: int, sampling: Sampling,
                    capture: bool | None = None) -> torch.Tensor:
     """Continue ``prompt_ids`` (B, Lp) by ``max_new_tokens``: (B, Lp + new), as
-    :func:`weirdnet.models.generation.decode` does for unpadded prompts (the same
+    :func:`weirdnet.models.decoding.generation.decode` does for unpadded prompts (the same
     sampling and ``eos_id`` rule); each token after the first is a replay of a captured
     step.
     ``capture``: None = on CUDA; False runs the same static-buffer step eagerly.
