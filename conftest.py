@@ -72,3 +72,26 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(
             f"fast tier: {left} slow tests not run (`python -m pytest -q --slow` runs "
             "both tiers, `-m slow` the slow tier alone)")
+
+
+class _KeepModuleFixturesTogether:
+    """Under ``pytest-xdist --dist loadgroup`` (.ci/tiers.py's slow tier), the tests that
+    use a module- or class-scoped fixture of their own module share one worker, so that
+    fixture (a built wheel, a process group, a trained run) is built once; every other
+    test is handed out one by one, so a long module (the Triton interpreter's) no longer
+    holds one worker while the other idles, as ``--dist loadscope`` did (issue 74)."""
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's hook, which reads the marks
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            module = item.nodeid.split("::", 1)[0]
+            info = getattr(item, "_fixtureinfo", None)
+            defs = info.name2fixturedefs.values() if info is not None else ()
+            if any(d.scope in ("module", "class") and d.baseid.split("::", 1)[0] == module
+                   for chain in defs for d in chain):
+                item.add_marker(pytest.mark.xdist_group(module))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):  # the dev extra's; the marks are its own
+        config.pluginmanager.register(_KeepModuleFixturesTogether(), "weirdnet-xdist-groups")

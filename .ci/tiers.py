@@ -4,7 +4,7 @@
     python .ci/tiers.py [--slow-workers N] [--record] [--fast-only] [--keep DIR]
 
 - the fast tier: the README's command, ``python -m pytest -q``, as written;
-- the slow tier: ``python -m pytest -q -m slow`` (with ``-n N --dist loadscope`` from
+- the slow tier: ``python -m pytest -q -m slow`` (with ``-n N --dist loadgroup`` from
   pytest-xdist when N > 1);
 - each under coverage, started by ``COVERAGE_PROCESS_START`` (pyproject.toml's
   ``[tool.coverage.*]``) in pytest and in every Python subprocess a test starts;
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the coverage data files (DIR/fast, DIR/slow) and the "
                              "JUnit reports (per-test times) there")
     args = parser.parse_args(argv)
-    slow = SLOW + (["-n", str(args.slow_workers), "--dist", "loadscope"]
+    slow = SLOW + (["-n", str(args.slow_workers), "--dist", "loadgroup"]
                    if args.slow_workers > 1 else [])
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
