@@ -2,6 +2,7 @@
 (issue 74): one script for `.ci/run` and for a contributor.
 
     python .ci/tiers.py [--slow-workers N] [--record] [--fast-only] [--keep DIR]
+                        [--slow-uncovered]
 
 - the fast tier: the README's command, ``python -m pytest -q``, as written;
 - the slow tier: ``python -m pytest -q -m slow`` (with ``-n N --dist loadgroup`` from
@@ -15,6 +16,11 @@ Each tier's wall time, counts and the two coverage figures are printed; ``--reco
 writes them, with the machine, versions and commit, to lab/results/test_tiers.json and
 .md, the record the README's test paragraph quotes (tests/test_readme.py checks it).
 ``--fast-only`` runs the fast tier alone and reports its own coverage (no guard).
+``--slow-uncovered`` (what ``.ci/run`` gives) runs the slow tier without coverage (the
+line tracer costs the Triton interpreter's tests about 1.7 times their time) and holds
+the fast tier's lines to the guard against the lines both tiers covered in the record
+(lab/results/test_tiers.json, which ``--record`` rewrites with both tiers covered); a
+record without them runs the slow tier under coverage as without the option.
 
 Exit status: the first failing tier's pytest status, else 1 if the guard fails, else 0.
 """
@@ -56,18 +62,24 @@ def _counts(junit: Path) -> dict[str, int]:
             "skipped": total["skipped"], "tests": total["tests"]}
 
 
-def run_tier(name: str, command: list[str], work: Path) -> dict:
-    """Run one tier under coverage (data in work/name/); its status, time and counts."""
+def run_tier(name: str, command: list[str], work: Path, covered: bool = True) -> dict:
+    """Run one tier, under coverage unless ``covered`` is false (data in work/name/); its
+    status, time and counts."""
     data = work / name
     data.mkdir()
     junit = work / f"{name}.xml"
-    env = {**os.environ, "COVERAGE_PROCESS_START": str(ROOT / "pyproject.toml"),
-           "COVERAGE_FILE": str(data / ".coverage")}
+    env = dict(os.environ)
+    if covered:
+        env.update(COVERAGE_PROCESS_START=str(ROOT / "pyproject.toml"),
+                   COVERAGE_FILE=str(data / ".coverage"))
+    else:
+        env.pop("COVERAGE_PROCESS_START", None)
     if "-n" in command:  # one thread a worker: N workers share N cores (unless set)
         env.setdefault("OMP_NUM_THREADS", "1")
     args = [sys.executable if command[0] == "python" else command[0], *command[1:],
             "-p", "no:cacheprovider", f"--junitxml={junit}"]
-    print(f"--- {name} tier: {' '.join(command)}", flush=True)
+    print(f"--- {name} tier: {' '.join(command)}"
+          f"{'' if covered else ' (without coverage)'}", flush=True)
     start, load, cpu = time.monotonic(), os.getloadavg()[0], _children_cpu()
     status = subprocess.run(args, cwd=ROOT, env=env).returncode
     seconds, cpu = time.monotonic() - start, _children_cpu() - cpu
@@ -75,7 +87,8 @@ def run_tier(name: str, command: list[str], work: Path) -> dict:
     print(f"--- {name} tier: {counts.get('tests', 0)} tests in {seconds / 60:.1f} min, "
           f"{cpu / 60:.1f} CPU min (status {status}, load average {load:.1f} at the start, "
           f"{os.getloadavg()[0]:.1f} at the end)", flush=True)
-    return {"command": " ".join(command), "status": status, "seconds": round(seconds, 1),
+    return {"command": " ".join(command), "status": status, "covered": covered,
+            "seconds": round(seconds, 1),
             "cpu_seconds": round(cpu, 1), "load_start": round(load, 2),
             "load_end": round(os.getloadavg()[0], 2), **counts}
 
@@ -150,6 +163,31 @@ def coverage_figures(fast: dict[str, set[int]], slow: dict[str, set[int]]) -> di
                           if len(both[f] - fast.get(f, set())) >= 20}}
 
 
+def recorded_both_lines() -> tuple[int, str] | None:
+    """The lines both tiers covered in the record and the record's commit; None (and a
+    line saying so) when the record holds no coverage of both tiers."""
+    try:
+        record = json.loads(RECORD.read_text(encoding="utf-8"))
+        return int(record["coverage"]["both_lines"]), record["machine"]["commit"]
+    except (OSError, ValueError, KeyError, TypeError):
+        print(f"--- {RECORD.relative_to(ROOT)} holds no coverage of both tiers (`python "
+              ".ci/tiers.py --slow-workers 2 --record` writes it): the slow tier runs under "
+              "coverage after all", flush=True)
+        return None
+
+
+def against_record(figures: dict, recorded: tuple[int, str]) -> dict:
+    """The guard's figures with the record's both-tier lines (the slow tier ran without
+    coverage): the fast tier's lines now over the lines both tiers covered then."""
+    both, commit = recorded
+    print(f"--- the slow tier ran without coverage: both tiers' lines are the record's "
+          f"({both}, commit {commit[:12]})")
+    both = max(both, figures["fast_lines"])
+    return {**figures, "both_lines": both,
+            "both_percent": round(100 * both / figures["statements"], 1),
+            "fast_share_of_both": round(figures["fast_lines"] / both, 4), "only_slow": {}}
+
+
 def machine() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in
                 Path("/proc/cpuinfo").read_text().splitlines()
@@ -219,25 +257,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true",
                         help=f"write {RECORD.relative_to(ROOT)} and its .md")
     parser.add_argument("--fast-only", action="store_true", help="the fast tier alone")
+    parser.add_argument("--slow-uncovered", action="store_true",
+                        help="run the slow tier without coverage and guard the fast tier "
+                             "against the lines both tiers covered in the record")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="keep the coverage data files (DIR/fast, DIR/slow) and the "
                              "JUnit reports (per-test times) there")
     args = parser.parse_args(argv)
+    if args.slow_uncovered and (args.record or args.fast_only):
+        parser.error("--slow-uncovered measures no both-tier coverage to record; "
+                     "--record runs both tiers under coverage")
+    recorded = recorded_both_lines() if args.slow_uncovered else None
     slow = SLOW + (["-n", str(args.slow_workers), "--dist", "loadgroup"]
                    if args.slow_workers > 1 else [])
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         tiers = {"fast": run_tier("fast", FAST, work)}
         if not args.fast_only:
-            tiers["slow"] = run_tier("slow", slow, work)
+            tiers["slow"] = run_tier("slow", slow, work, covered=recorded is None)
         else:
             tiers["slow"] = {"command": " ".join(SLOW), "tests": collected(SLOW),
                              "not_run": True}
         fast_lines = covered_lines(work / "fast")
-        slow_lines = covered_lines(work / "slow") if not args.fast_only else {}
+        slow_lines = covered_lines(work / "slow") if tiers["slow"].get("covered") else {}
         if args.keep:
             shutil.copytree(work, args.keep, dirs_exist_ok=True)
     figures = coverage_figures(fast_lines, slow_lines)
+    if recorded is not None:
+        figures = against_record(figures, recorded)
     print(f"--- line coverage of src/weirdnet ({figures['statements']} statements): fast "
           f"tier {figures['fast_lines']} ({figures['fast_percent']}%), both tiers "
           f"{figures['both_lines']} ({figures['both_percent']}%); the fast tier covers "
