@@ -39,10 +39,23 @@ Passes (:func:`plan`).  Up to ``ONE_PASS_LEVELS`` (10, L <= 1K) levels: one kern
 whole columns.  Beyond: a last, whole-column pass over the levels from the lowest form
 point ``c`` with ``nlev - c <= COARSE_LEVELS`` (columns of at most 512 rows of ``2^c``
 residues, no halo), after fine passes over levels ``0 .. c - 1`` on tiles with a halo of
-``2^nl`` rows.  Two launches per direction up to L = 256K.
+``2^nl`` rows.  Each pass is one launch over every batch row, channel block and tile (grid
+``(tiles x column blocks, B)``), causal and anti-causal channels together (a column from
+``n_causal`` on reads and writes position ``L - 1 - p``): one launch up to L = 1K, two up
+to 256K, nothing on the host between them (no channel chunks, no sync).  The fp32
+intermediate between two passes is held whole, two (B, L, D) tensors of the state dtype.
 
-Shifts are ``tl.gather`` along the window rows, as in ``weird_scan.triton`` (the warp-shuffle
-and register-renaming forms of issue 73 are not built yet).
+Shifts are ``tl.gather`` along the window rows.  A program's window is WIN rows of
+BLOCK_R x BLOCK_D columns (16 columns by default), and Triton lays a gather out so that
+the gathered axis lies within one warp: the whole window of a column is in one warp's
+registers, and the gather compiles to warp shuffles, with no ``bar.sync`` and no shared
+memory inside the level loops (sm_90 PTX, ``weirdnet bench scan-cost``).  Its cost is one
+``shfl.sync`` and one select per row a thread holds, WIN / 32, for each gathered tensor and
+element: 8 at WIN = 256, 16 at 512.  The forms of issue 73 that cost one shuffle (below
+32 rows) or none (register renaming from 32 rows up) are not built: a (WIN / 32, 32,
+columns) view for the shifts of 32 rows and more compiled to one shuffle per element, but
+made Triton convert layouts (bar.sync, shared memory) inside the other level loops, and
+raised compile time from 2-4 s to 23-58 s (docs/kernels.md).
 
 Backward: the ``"triton"`` backend's kernels (``weird_scan.triton.bwd``), the exact gradient
 of the same function; they recompute the forward with the old running max, so the
