@@ -9,7 +9,11 @@ TRITON_INTERPRET is unset (:func:`compile_specs` refuses otherwise), and its PTX
 
 - loops: a label with a later branch back to it (``$L__BB0_3: ... bra $L__BB0_3``);
   nested loops are told apart and each loop's own body (its inner loops' lines excluded)
-  is counted.  The scan kernels' only ``range`` loops run over levels;
+  is counted.  *Level loops* are the innermost loops (no loop inside): the scan kernels'
+  ``range`` loops over levels.  An outer loop (``triton-e2``'s segment loop, which runs
+  between two form points and holds the level loops) is counted apart, so issue 73's
+  "no bar.sync and no shared memory inside a level loop" is measured on the level loops
+  alone (``in_level_loops``) and every loop together (``in_loops``) beside it;
 - per loop body: ``bar.sync``/``barrier``, shared-memory loads and stores, shuffles,
   FP32 arithmetic (``add/sub/mul/fma/min/max/neg/abs/div/rcp/sqrt/ex2/lg2 .f32``),
   ``ex2``, selects; per kernel: global load and store widths (``ld.global.v4.b32``: 128
@@ -103,14 +107,21 @@ def widths(ptx: str) -> dict[str, int]:
 
 
 def inspect_ptx(ptx: str, threads: int, block_elements: int) -> dict:
-    """The kernel's totals, its loops, load widths, and FP32 ops per level per element."""
+    """The kernel's totals, its loops (each marked ``level`` when innermost), load widths,
+    FP32 ops per level per element, and the barrier / shared-memory / shuffle counts in
+    all loops (``in_loops``) and in the level loops alone (``in_level_loops``)."""
     per_thread = max(1, block_elements // threads) if block_elements else None
     bodies = loop_bodies(ptx)
     for body in bodies:
         body["f32_per_element"] = body["f32"] / per_thread if per_thread else None
-    in_loops = {k: sum(b[k] for b in bodies) for k in ("bar_sync", "ld_shared", "st_shared")}
+    keys = ("bar_sync", "ld_shared", "st_shared", "shfl")
+    for body in bodies:
+        body["level"] = body["inner_loops"] == 0
+    in_loops = {k: sum(b[k] for b in bodies) for k in keys}
+    in_level_loops = {k: sum(b[k] for b in bodies if b["level"]) for k in keys}
     return {"totals": _count(ptx), "loops": bodies, "widths": widths(ptx),
-            "elements_per_thread": per_thread, "in_loops": in_loops}
+            "elements_per_thread": per_thread, "in_loops": in_loops,
+            "in_level_loops": in_level_loops}
 
 
 def specs(launches) -> list[dict]:

@@ -50,26 +50,32 @@ def _ptx_table(ptx: dict | None) -> list[str]:
     if ptx is None:
         return ["Not compiled (--no-ptx)."]
     rows = [f"Compiled for sm_{ptx['arch']} with Triton {ptx['triton']} on the CPU. Per kernel: "
-            "the loops of its PTX (its level loops), with each loop's own body (nested loops "
-            "excluded); FP32 = add/sub/mul/fma/min/max/neg/abs/div/rcp/sqrt/ex2/lg2 .f32 "
+            "the loops of its PTX, with each loop's own body (nested loops excluded), level "
+            "loops (the innermost ones) marked L, an outer loop (a segment loop around level "
+            "loops) O; FP32 = add/sub/mul/fma/min/max/neg/abs/div/rcp/sqrt/ex2/lg2 .f32 "
             "instructions, per element = per thread over the elements each thread holds.", "",
-            "| kernel | constexprs | s | loops: bar.sync / ld.shared / st.shared / shfl | "
+            "| kernel | constexprs | s | level loops: bar.sync / shared ld+st / shfl "
+            "| loops: bar.sync / ld.shared / st.shared / shfl | "
             "FP32 per level per element (per loop) | ex2 per loop | global widths (bits: count) "
-            "| whole kernel: bar.sync / shared ld+st |", "|---|---|---|---|---|---|---|---|"]
+            "| whole kernel: bar.sync / shared ld+st |", "|---|---|---|---|---|---|---|---|---|"]
     for k in ptx["kernels"]:
         c = k["constexprs"]
         key = ", ".join(f"{n}={c[n]}" for n in ("NL", "WIN", "BLOCK_R", "FIRST", "LAST", "TOP")
                         if n in c) or "–"
         if "error" in k:
-            rows.append(f"| {k['kernel']} | {key} | | error: {k['error'][:120]} | | | | |")
+            rows.append(f"| {k['kernel']} | {key} | | | error: {k['error'][:120]} | | | | |")
             continue
-        loops = "; ".join(f"{b['bar_sync']}/{b['ld_shared']}/{b['st_shared']}/{b['shfl']}"
-                          for b in k["loops"]) or "no loop"
+        loops = "; ".join(f"{'L' if b.get('level') else 'O'} {b['bar_sync']}/{b['ld_shared']}/"
+                          f"{b['st_shared']}/{b['shfl']}" for b in k["loops"]) or "no loop"
+        lv = k.get("in_level_loops")
+        level = (f"{lv['bar_sync']} / {lv['ld_shared'] + lv['st_shared']} / {lv['shfl']}"
+                 if lv else "–")
         f32 = "; ".join(_f(b["f32_per_element"], 2) for b in k["loops"]) or "–"
         ex2 = "; ".join(str(b["ex2"]) for b in k["loops"]) or "–"
         widths = ", ".join(f"{w}: {n}" for w, n in k["widths"].items())
         t = k["totals"]
-        rows.append(f"| {k['kernel']} | {key} | {k['seconds']} | {loops} | {f32} | {ex2} "
+        rows.append(f"| {k['kernel']} | {key} | {k['seconds']} | {level} | {loops} | {f32} "
+                    f"| {ex2} "
                     f"| {widths} | {t['bar_sync']} / {t['ld_shared'] + t['st_shared']} |")
     return rows
 

@@ -39,10 +39,23 @@ Passes (:func:`plan`).  Up to ``ONE_PASS_LEVELS`` (10, L <= 1K) levels: one kern
 whole columns.  Beyond: a last, whole-column pass over the levels from the lowest form
 point ``c`` with ``nlev - c <= COARSE_LEVELS`` (columns of at most 512 rows of ``2^c``
 residues, no halo), after fine passes over levels ``0 .. c - 1`` on tiles with a halo of
-``2^nl`` rows.  Two launches per direction up to L = 256K.
+``2^nl`` rows.  Each pass is one launch over every batch row, channel block and tile (grid
+``(tiles x column blocks, B)``), causal and anti-causal channels together (a column from
+``n_causal`` on reads and writes position ``L - 1 - p``): one launch up to L = 1K, two up
+to 256K, nothing on the host between them (no channel chunks, no sync).  The fp32
+intermediate between two passes is held whole, two (B, L, D) tensors of the state dtype.
 
-Shifts are ``tl.gather`` along the window rows, as in ``weird_scan.triton`` (the warp-shuffle
-and register-renaming forms of issue 73 are not built yet).
+Shifts are ``tl.gather`` along the window rows.  A program's window is WIN rows of
+BLOCK_R x BLOCK_D columns (16 columns by default), and Triton lays a gather out so that
+the gathered axis lies within one warp: the whole window of a column is in one warp's
+registers, and the gather compiles to warp shuffles, with no ``bar.sync`` and no shared
+memory inside the level loops (sm_90 PTX, ``weirdnet bench scan-cost``).  Its cost is one
+``shfl.sync`` and one select per row a thread holds, WIN / 32, for each gathered tensor and
+element: 8 at WIN = 256, 16 at 512.  The forms of issue 73 that cost one shuffle (below
+32 rows) or none (register renaming from 32 rows up) are not built: a (WIN / 32, 32,
+columns) view for the shifts of 32 rows and more compiled to one shuffle per element, but
+made Triton convert layouts (bar.sync, shared memory) inside the other level loops, and
+raised compile time from 2-4 s to 23-58 s (docs/kernels.md).
 
 Backward: the ``"triton"`` backend's kernels (``weird_scan.triton.bwd``), the exact gradient
 of the same function; they recompute the forward with the old running max, so the
@@ -60,7 +73,6 @@ from .triton import (  # shared helpers of the "triton" backend (not its kernels
     INTERPRETED,
     _device,
     _geometry,
-    _in_chunks,
     _load_doc,
     _same_doc,
     _state,
@@ -328,10 +340,10 @@ def _segment(m, h, u, ok, seg, logw_ptr, D, lo, k0, k1, d, dmask, w, row,
 
 @triton.jit
 def _e2_pass_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, y1_ptr, y2_ptr, out_ptr,
-                    stat_ptr, s1b, s1l, s2b, s2l, L, D, d_lo, d_hi, lo, nl, cuts, band0,
+                    stat_ptr, s1b, s1l, s2b, s2l, L, D, n_causal, lo, nl, cuts, band0,
                     nres, nq, tile, halo,
                     WIN: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
-                    REV: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr,
+                    FIRST: tl.constexpr, LAST: tl.constexpr,
                     HAS_MASK: tl.constexpr, HAS_DOC: tl.constexpr, STATE: tl.constexpr,
                     NEG: tl.constexpr, TRY_B: tl.constexpr, STATS: tl.constexpr,
                     F64: tl.constexpr):
@@ -343,19 +355,18 @@ def _e2_pass_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, y1_ptr, y2_ptr,
     its first form point past it (from ``band0``, the first position not yet written) and,
     when LAST, of the rest; else (log2 U, O) at the pass's end (a form point) into y1, y2.
     stat: (programs, 2) int32, segments run by path B and segments, when STATS.
-    Grid: (nq * column blocks, B).
+    Grid: (nq * column blocks, B): every channel in one launch, those from ``n_causal``
+    on anti-causal (their positions mirrored, L - 1 - p, when loaded and stored).
     """
     pid = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     q = pid % nq
-    w, row, d, pm, ok = _geometry(q * tile - halo, pid // nq, L, nres, d_lo, d_hi, WIN,
-                                  BLOCK_R, BLOCK_D, REV)
+    w, row, d, p, ok = _geometry(q * tile - halo, pid // nq, L, nres, 0, D, WIN, BLOCK_R,
+                                 BLOCK_D, False)
     COLS: tl.constexpr = BLOCK_R * BLOCK_D
-    dmask = d < d_hi
-    if REV:
-        p = L - 1 - pm
-    else:
-        p = pm
+    dmask = d < D
+    # p: the position in scan order; pm: in memory (channels from n_causal on run backwards)
+    pm = tl.where((d >= n_causal)[None, :], L - 1 - p, p)
     real = ok
     if FIRST:
         if HAS_MASK:
@@ -519,21 +530,22 @@ def plan(length: int, nlev: int) -> list[_E2Pass]:
     return passes + [_E2Pass(coarse, nlev, length, True, points)]
 
 
-def _launch(ps: _E2Pass, x, y, out, mask, doc, log_w, part: slice, rev: bool, first: bool,
+def _launch(ps: _E2Pass, x, y, out, mask, doc, log_w, n_causal: int, first: bool,
             stats: list | None) -> None:
+    """Pass ``ps`` over every channel in one launch (causal and anti-causal alike)."""
     x1, x2 = x
     B, L, D = x1.shape
-    block_r, block_d = ps.blocks(part.stop - part.start)
-    n_cb = triton.cdiv(ps.nres, block_r) * triton.cdiv(part.stop - part.start, block_d)
+    block_r, block_d = ps.blocks(D)
+    n_cb = triton.cdiv(ps.nres, block_r) * triton.cdiv(D, block_d)
     state, neg = _state(log_w.dtype)
     grid = (ps.nq * n_cb, B)
     stat = torch.zeros((B, grid[0], 2), dtype=torch.int32, device=x1.device) \
         if stats is not None else out
     _e2_pass_kernel[grid](
         x1, x2, x1 if mask is None else mask, x1 if doc is None else doc, log_w, y[0], y[1],
-        out, stat, x1.stride(0), x1.stride(1), x2.stride(0), x2.stride(1), L, D, part.start,
-        part.stop, ps.lo, ps.nl, ps.cuts, ps.band0, ps.nres, ps.nq, ps.tile, ps.halo,
-        WIN=ps.win, BLOCK_R=block_r, BLOCK_D=block_d, REV=rev, FIRST=first, LAST=ps.last,
+        out, stat, x1.stride(0), x1.stride(1), x2.stride(0), x2.stride(1), L, D, n_causal,
+        ps.lo, ps.nl, ps.cuts, ps.band0, ps.nres, ps.nq, ps.tile, ps.halo,
+        WIN=ps.win, BLOCK_R=block_r, BLOCK_D=block_d, FIRST=first, LAST=ps.last,
         HAS_MASK=first and mask is not None, HAS_DOC=doc is not None, STATE=state, NEG=neg,
         TRY_B=PATH_B, STATS=stats is not None, F64=log_w.dtype == torch.float64,
         num_warps=NUM_WARPS, **_EXACT)
@@ -541,30 +553,41 @@ def _launch(ps: _E2Pass, x, y, out, mask, doc, log_w, part: slice, rev: bool, fi
         stats.append((ps.lo, stat))
 
 
-def fwd(a, v, log_w, mask, doc, n_causal: int, nlev: int) -> torch.Tensor:
-    """O = H / U in ``a``'s dtype; the contract of ``weird_scan.triton.fwd``."""
-    return _in_chunks(_fwd_whole, a, v, log_w, n_causal, nlev, mask, doc)
+def fwd(a, v, log_w, mask, doc, n_causal: int, nlev: int, stats=None) -> torch.Tensor:
+    """O = H / U in ``a``'s dtype; the contract of ``weird_scan.triton.fwd``.
 
-
-def _fwd_whole(a, v, log_w, mask, doc, n_causal: int, nlev: int, stats=None):
+    One launch per pass (:func:`plan`: one up to L = 1K, two up to 256K), each over every
+    batch row, channel and tile, with nothing on the host between them: no channel
+    chunks, no host op, no sync.  The fp32 intermediate (log2 U, O) between two passes is
+    held whole: two (B, L, D) tensors of the state dtype (at B = 8, D = 1024, float32:
+    1 GiB at L = 16K, 16 GiB at 256K), freed when the next pass has run.  ``stats``: a
+    list that receives each pass's path counts (:func:`path_counts`).
+    """
+    out = torch.empty(a.shape, dtype=a.dtype, device=a.device)
+    if out.numel() == 0:
+        return out
     mask = None if mask is None else mask.contiguous()
-
-    def launch(ps, x, y, out, part, rev, first, last):
-        _launch(ps, x, y, out, mask, doc, log_w, part, rev, first, stats)
-
-    return _old.run_passes(a, v, log_w.dtype, plan(a.shape[1], nlev), n_causal, launch)
+    passes = plan(a.shape[1], nlev)
+    x = (a, v)
+    with _device(a):
+        for i, ps in enumerate(passes):
+            y = (out, out) if ps.last else tuple(
+                torch.empty(a.shape, dtype=log_w.dtype, device=a.device) for _ in range(2))
+            _launch(ps, x, y, out, mask, doc, log_w, n_causal, i == 0, stats)
+            x = y
+    return out
 
 
 def path_counts(a, v, log_w, mask=None, doc=None, n_causal: int | None = None):
-    """(O, counts): the forward on all channels at once (no channel chunks) and, per pass
-    (keyed by its first level), the segments its programs ran by path B and in all, as
-    ``{lo: (b_segments, segments)}``: how often path A is taken."""
+    """(O, counts): the forward and, per pass (keyed by its first level), the segments its
+    programs ran by path B and in all, as ``{lo: (b_segments, segments)}``: how often
+    path A is taken."""
     B, L, D = a.shape
     nlev = max(0, L - 1).bit_length()
     stats: list = []
     a_, v_ = (x if x.stride(-1) == 1 else x.contiguous() for x in (a, v))
-    out = _fwd_whole(a_, v_, log_w.contiguous(), mask, doc, D if n_causal is None else n_causal,
-                     nlev, stats)
+    out = fwd(a_, v_, log_w.contiguous(), mask, doc, D if n_causal is None else n_causal, nlev,
+              stats)
     counts: dict[int, tuple[int, int]] = {}
     for lo, stat in stats:
         took, segs = counts.get(lo, (0, 0))
