@@ -56,6 +56,7 @@ import triton
 import triton.language as tl
 
 from . import triton as _old
+from . import triton_e2_backward as _backward
 from .triton import (  # shared helpers of the "triton" backend (not its kernels)
     INTERPRETED,
     _device,
@@ -573,9 +574,9 @@ def path_counts(a, v, log_w, mask=None, doc=None, n_causal: int | None = None):
 
 
 def bwd(a, v, log_w, mask, doc, grad, n_causal: int, nlev: int):
-    """Gradients (dA, dV, dlog_w): the ``"triton"`` backend's backward kernels (see the
-    module docstring); the fixed-scale backward of issue 73 is not built yet."""
-    return _old.bwd(a, v, log_w, mask, doc, grad, n_causal, nlev)
+    """Gradients (dA, dV, dlog_w): the fixed-scale backward of
+    ``weird_scan.triton_e2_backward`` (see the module docstring)."""
+    return _backward.bwd(a, v, log_w, mask, doc, grad, n_causal, nlev)
 
 
 def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> torch.Tensor:
