@@ -347,7 +347,7 @@ def _e2_bwd_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, c1_ptr, c
         d_blk = d_lo + (pid_c // n_rb) * BLOCK_D + tl.arange(0, BLOCK_D)
         dblk_mask = d_blk < d_hi
         use_b = False
-        e = tl.zeros((COLS,), STATE)
+        e = tl.full((COLS,), 0.0, STATE)
         if TRY_B:
             use_b, e = _plan_b(m0, h0, u0, ok, t1, t2, logw_ptr, swk, lo, nl, d, dmask,
                                STATE, NEG, F64)
