@@ -44,10 +44,12 @@ residues, no halo), after fine passes over levels ``0 .. c - 1`` on tiles with a
 Shifts are ``tl.gather`` along the window rows, as in ``weird_scan.triton`` (the warp-shuffle
 and register-renaming forms of issue 73 are not built yet).
 
-Backward: the ``"triton"`` backend's kernels (``weird_scan.triton.bwd``), the exact gradient
-of the same function; they recompute the forward with the old running max, so the
-gradient is not the derivative of this forward's rounding (both match the float64
-reference to float32 accuracy).  The fixed-scale backward of issue 73 is not built yet.
+Backward: ``weird_scan.triton_e2_backward`` (its module docstring has the method), the
+exact gradient of the same function to float32 accuracy (not the derivative of this
+forward's rounding): fixed-scale FMA levels (path B) per program, with a running-max
+fallback (path A) where the spread test fails; the adjoint goes between passes as
+``(P, Q) = U_in S``; d log_w as per-program float32 partial sums added in float64, one
+reduction; one launch per pass and direction (per channel chunk), no host sync.
 """
 from __future__ import annotations
 

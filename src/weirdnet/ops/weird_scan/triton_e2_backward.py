@@ -14,7 +14,8 @@ forward state before level k and S_k+1 the adjoint after the levels above k.
 
 Passes (:func:`plan`).  Up to ``triton_e2.ONE_PASS_LEVELS`` levels, one kernel on whole
 columns.  Beyond: the forward's fine passes are recomputed (``MODE = 0``, each writes the
-fp32 intermediate ``(log2 U, O)`` at its end, as the forward does); the last pass (whole
+fp32 intermediate ``(log2 U, O)`` at its end, as the forward does; path B where the plan
+allows, else A: the intermediate need not be the forward's bits); the last pass (whole
 columns of ``2^lo`` residues, at most ``triton_e2.COARSE_LEVELS`` levels, no halo) turns G
 into T and runs its levels down; then each fine pass runs its levels down on windows
 with a halo before (the forward state) and after (the adjoint).  Between passes the
@@ -328,8 +329,20 @@ def _e2_bwd_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, c1_ptr, c
     mine = ok & ((w >= halo) & (w < halo + tile))[:, None]
     yoff = b * syb + pm * syl + d[None, :]
     if MODE == 0:
-        m, h, u = _fwd_a(m0, h0, u0, seg, logw_ptr, swk, lo, nl, d, dmask, w, row, WIN,
-                         COLS, STATE, HAS_DOC, F64)
+        use_b = False
+        e = tl.full((COLS,), 0.0, STATE)
+        if TRY_B:
+            zero = h0 * 0.0
+            use_b, e = _plan_b(m0, h0, u0, ok, zero, zero, logw_ptr, swk, lo, nl, d, dmask,
+                               STATE, NEG, F64)
+        if use_b:
+            scale = _pow2(m0 - e[None, :], F64)
+            h, u = _fwd_b(h0 * scale, u0 * scale, seg, logw_ptr, swk, lo, nl, d, dmask, w,
+                          row, WIN, COLS, STATE, HAS_DOC, F64)
+            m = tl.broadcast_to(e[None, :], (WIN, COLS))
+        else:
+            m, h, u = _fwd_a(m0, h0, u0, seg, logw_ptr, swk, lo, nl, d, dmask, w, row, WIN,
+                             COLS, STATE, HAS_DOC, F64)
         lu, o = _form(m, h, u, F64)
         tl.store(y1_ptr + yoff, lu, mask=mine)
         tl.store(y2_ptr + yoff, o, mask=mine)
