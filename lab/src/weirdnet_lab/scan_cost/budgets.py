@@ -59,13 +59,17 @@ BUDGETS: dict[str, Budget] = {
         bwd_launches={1024: 15, 4096: 21, 16384: 100, 65536: 496, 262144: 496},
         source="measured (the committed kernel)"),
     # measured at the merge of triton-e2 (forward: its two passes, run per channel chunk
-    # like "triton"'s; backward: "triton"'s, which it reuses): a regression fails.  The
-    # PTX counts are the largest of any loop: the checker counts every loop, and the
-    # kernel's author places these 8 barriers in the segment loop, outside the level loop
+    # like "triton"'s): a regression fails.  Backward: its own (triton_e2_backward),
+    # measured at 3f2ce18 (lab/results/scan-cost/scan_cost_triton-e2.md; at L = 2048:
+    # 68.398 B/elem forward + backward; at 16K the backward alone 46.59).  The PTX counts
+    # are the largest of any loop: the checker counts every loop, and the forward's
+    # author places these 8 barriers in the segment loop, outside the level loop; the
+    # backward's kernels have at most 4 barriers and 4 shared accesses in loops (2 and 2
+    # per adjoint level loop: the column sum of each level's d log_w partial)
     NEW_BACKEND: Budget(
-        fwd_bytes=22.01, fwdbwd_bytes=126.72, bytes_length=2048,
+        fwd_bytes=22.01, fwdbwd_bytes=68.41, bytes_length=2048,
         fwd_launches={1024: 1, 4096: 2, 16384: 16, 65536: 64, 262144: 64},
-        bwd_launches={1024: 15, 4096: 21, 16384: 100, 65536: 496, 262144: 496},
+        bwd_launches={1024: 2, 4096: 4, 16384: 13, 65536: 49, 262144: 81},
         loop_barriers=8, loop_shared=30, source="measured (triton-e2 at its merge)"),
 }
 

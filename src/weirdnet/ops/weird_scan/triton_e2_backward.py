@@ -29,9 +29,10 @@ power-of-two exponent ``E`` per column (``E = max m + sum_k max(n_k, 0)``) and w
 adjoint level ``s1 += W s1_q; s2 += W s2_q``, two FMAs, no max, no exp; the scales cancel in
 the d log_w term (``F~ S~ = F S``) and in ``dV = X~u S~1``.  The plan requires real finite
 states (no padding, zero weight, NaN or inf), a spread ``max m - min m + sum max(n_k, 0)``
-of at most 60 bits (fp32; 600 in fp64: every own term ``u~ >= 2^-61``, so a term that
-underflows is below 2^-60 of the sum it joins), ``|n_k| <= 100`` and moderate magnitudes
-of h and of the adjoint input (no overflow).  Otherwise the program takes path A: the
+of at most 96 bits (fp32; 960 in fp64: every own term ``u~ >= 2^-97``, so a term that
+underflows is below 2^-29 of the sum it joins), ``|n_k| <= 100``, and a bound on the
+adjoint's growth from the magnitudes of h and of the adjoint input (G, or P and Q) below
+the overflow (:func:`_plan_b`).  Otherwise the program takes path A: the
 exact running max in powers of two (per element ``(m, h, u)`` forward, ``(bm, b1, b2)``
 adjoint with ``S = 2^bm b``), which also carries NaN and padding as the reference says.
 Both compute the same gradient up to float32 rounding: the choice is per program and
@@ -68,9 +69,9 @@ __all__ = ["bwd", "plan", "path_counts"]
 def _e2():
     """``weird_scan.triton_e2`` (which imports this module): its pass and tile settings,
     read at each call (the tests set them)."""
-    import sys
+    import importlib
 
-    return sys.modules[__package__ + ".triton_e2"]
+    return importlib.import_module(__package__ + ".triton_e2")
 
 FINE_LEVELS = 7  # at most this many levels in a backward pass with halos (2^7 rows each side)
 WINDOW = 256  # rows of a halo pass's window (at least four times the halo)
@@ -240,25 +241,33 @@ def _fwd_b(h, u, seg, logw_ptr, swk, lo, nk, d, dmask, w, row,
 
 
 @triton.jit
-def _plan_b(m, h, u, ok, t1, t2, logw_ptr, swk, lo, nl, d, dmask, STATE: tl.constexpr,
-            NEG: tl.constexpr, F64: tl.constexpr):
+def _plan_b(m, h, u, ok, t1, t2, logw_ptr, swk, lo, nl, d, dmask, WIN: tl.constexpr,
+            STATE: tl.constexpr, NEG: tl.constexpr, F64: tl.constexpr):
     """(use, E): whether this program's window may take path B, and each column's
-    exponent.  See the module docstring for the conditions."""
+    exponent.  See the module docstring for the conditions.
+
+    Per column, with s = max m - min m + sum_k max(n_k, 0) (bits): every own term is at
+    least 2^(-s - 1) after the scaling, so s <= 96 (fp32; 960 in fp64) keeps a term that
+    underflows below 2^-29 of the sum it joins; the adjoint grows to at most
+    WIN max|T| (1 + 2 max|h|) 2^(s + 1) (T the adjoint input: G or P, Q; |O| <= 2 max|h|),
+    which must stay below 2^124 (2^1020)."""
     if F64:
-        spread = 600.0
+        spread = 960.0
+        ovf = 1020.0
         nlim = 900.0
         hlim = 1e150
-        tlim = 1e150
     else:
-        spread = 60.0
+        spread = 96.0
+        ovf = 124.0
         nlim = 100.0
         hlim = 1e12
-        tlim = 1e12
     inf = float("inf")
     fine = (~ok) | ((m > NEG * 0.1) & (m < inf) & (tl.abs(h) < hlim) & (u >= 0.5)
-                    & (u < inf) & (tl.abs(t1) < tlim) & (tl.abs(t2) < tlim))
+                    & (u < inf) & (tl.abs(t1) < inf) & (tl.abs(t2) < inf))
     mx = tl.reduce(tl.where(ok, m, -inf), 0, _max2)
     mn = tl.reduce(tl.where(ok, m, inf), 0, _min2)
+    tmax = tl.reduce(tl.where(ok, tl.maximum(tl.abs(t1), tl.abs(t2)), 0.0), 0, _max2)
+    hmax = tl.reduce(tl.where(ok, tl.abs(h), 0.0), 0, _max2)
     nsum = tl.full(mx.shape, 0.0, STATE)
     wfine = mx == mx
     for k in range(nl):
@@ -267,7 +276,9 @@ def _plan_b(m, h, u, ok, t1, t2, logw_ptr, swk, lo, nl, d, dmask, STATE: tl.cons
         wfine = wfine & (tl.abs(n) <= nlim)
     live = mx > -inf
     e = tl.where(live, mx + nsum, 0.0)
-    col = (~live) | (((mx + nsum) - mn <= spread) & wfine)
+    bits = (mx + nsum) - mn
+    grow = tl.log2(tmax * (1.0 + 2.0 * hmax) + 1e-30) + tl.log2(WIN * 1.0) + 2.0
+    col = (~live) | ((bits <= spread) & (bits + grow <= ovf) & wfine)
     use = tl.reduce(tl.reduce(fine.to(tl.int32), 0, _min2), 0, _min2) \
         * tl.reduce(col.to(tl.int32), 0, _min2)
     return use > 0, e
@@ -334,7 +345,7 @@ def _e2_bwd_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, c1_ptr, c
         if TRY_B:
             zero = h0 * 0.0
             use_b, e = _plan_b(m0, h0, u0, ok, zero, zero, logw_ptr, swk, lo, nl, d, dmask,
-                               STATE, NEG, F64)
+                               WIN, STATE, NEG, F64)
         if use_b:
             scale = _pow2(m0 - e[None, :], F64)
             h, u = _fwd_b(h0 * scale, u0 * scale, seg, logw_ptr, swk, lo, nl, d, dmask, w,
@@ -363,7 +374,7 @@ def _e2_bwd_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, c1_ptr, c
         e = tl.full((COLS,), 0.0, STATE)
         if TRY_B:
             use_b, e = _plan_b(m0, h0, u0, ok, t1, t2, logw_ptr, swk, lo, nl, d, dmask,
-                               STATE, NEG, F64)
+                               WIN, STATE, NEG, F64)
         took = tl.full((), 0, tl.int32)
         if use_b:
             took += 1
