@@ -60,7 +60,7 @@ BUDGETS: dict[str, Budget] = {
         source="measured (the committed kernel)"),
     # measured at the merge of triton-e2 (forward: its two passes, run per channel chunk
     # like "triton"'s): a regression fails.  Backward: its own (triton_e2_backward),
-    # measured at 3f2ce18 (lab/results/scan-cost/scan_cost_triton-e2.md; at L = 2048:
+    # measured at 897abac (lab/results/scan-cost/scan_cost_triton-e2.md; at L = 2048:
     # 68.398 B/elem forward + backward; at 16K the backward alone 46.59).  The PTX counts
     # are the largest of any loop: the checker counts every loop, and the forward's
     # author places these 8 barriers in the segment loop, outside the level loop; the
