@@ -3,7 +3,7 @@ scan inputs of a model's Weird-attention layers: at the default initialisation a
 trained run.  Under the Triton interpreter on the CPU (no GPU needed).
 
     OMP_NUM_THREADS=1 TRITON_INTERPRET=1 python lab/benchmarks/scan_e2_backward_paths.py \
-        RUN_DIR [--batch 4] [--length 256] [--layer-lengths 4096 16384]
+        RUN_DIR [--batch 4] [--length 256] [--layer-lengths 4096 16384] [--layer-dim 16]
 
 RUN_DIR: a trained run or checkpoint (``weirdnet train``); the default-initialisation
 model is the same class and config with fresh parameters (seed 0).  The tokens are bytes
@@ -70,8 +70,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--layer-lengths", type=int, nargs="*", default=[],
-                        help="also one default-initialised WeirdAttention layer (D = 16, "
-                        "x ~ N(0, 1), batch 1) at these lengths")
+                        help="also one default-initialised WeirdAttention layer (D = "
+                        "--layer-dim, x ~ N(0, 1), batch 1) at these lengths")
+    parser.add_argument("--layer-dim", type=int, default=16)
+    parser.add_argument("--skip-models", action="store_true",
+                        help="only the --layer-lengths measurements")
     args = parser.parse_args()
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("set TRITON_INTERPRET=1 (the kernels run in the interpreter)")
@@ -81,22 +84,25 @@ def main() -> None:
     torch.manual_seed(0)
     fresh = type(trained)(trained.config).eval()
     ids = tokens(args.batch, args.length)
-    for name, model in (("default initialisation", fresh), (f"trained ({args.run})", trained)):
+    models = () if args.skip_models else (("default initialisation", fresh),
+                                          (f"trained ({args.run})", trained))
+    for name, model in models:
         found = counts(model, ids)
         report(name, found)
     from weirdnet.layers.weird import WeirdAttention
 
     for length in args.layer_lengths:
         torch.manual_seed(0)
-        layer = WeirdAttention(16, max_len=length)
-        x = torch.randn(1, length, 16)
+        layer = WeirdAttention(args.layer_dim, max_len=length)
+        x = torch.randn(1, length, args.layer_dim)
         with torch.no_grad():
             a, v, log_w = layer.proj_a(x), layer.proj_v(x), layer.log_weights()
         grad = torch.randn(a.shape, generator=torch.Generator().manual_seed(0))
         from weirdnet.ops.weird_scan import triton_e2
 
         _, found = triton_e2._backward.path_counts(a, v, log_w, grad)
-        report(f"one layer, default initialisation, L = {length}", found)
+        report(f"one layer, default initialisation, L = {length}, D = {args.layer_dim}",
+               found)
 
 
 def report(name: str, found: dict) -> None:
