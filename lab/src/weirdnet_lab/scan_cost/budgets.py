@@ -66,22 +66,25 @@ BUDGETS: dict[str, Budget] = {
         fwd_launches={1024: 2, 4096: 3, 16384: 20, 65536: 96, 262144: 96},
         bwd_launches={1024: 15, 4096: 21, 16384: 100, 65536: 496, 262144: 496},
         source="measured (the committed kernel)"),
-    # measured (forward: its passes, one launch each over every channel since the commit
-    # "triton-e2 forward: one launch per pass"; at its merge 16 / 64 / 64 at 16K / 64K /
-    # 256K, run per channel chunk like "triton"'s; backward: "triton"'s, which it
-    # reuses): a regression fails.  PTX at 16K, forward: no bar.sync and no shared memory
-    # in the level loops (the gathers are warp shuffles); 8 bar.sync and 30 shared ld / st
-    # in the segment loop around them (the plan's column reductions, the path decision).
-    # Backward ("triton"'s kernels): 4 and 18 in a level loop, 8 and 29 in any loop.
-    # Forward bytes at L = 2048: 22.0027 = 22 + 4 K / (B L) of log_w (K = 11 levels, each
-    # launch reads its levels' weights once), which no tiling removes (docs/kernels.md)
+    # measured: a regression fails.  Forward: its passes, one launch each over every
+    # channel since the commit "triton-e2 forward: one launch per pass" (at its merge
+    # 16 / 64 / 64 at 16K / 64K / 256K, run per channel chunk like "triton"'s).  Backward:
+    # its own (triton_e2_backward: one kernel per pass and direction per channel chunk,
+    # and the float64 sum of the d log_w partials).  PTX at 16K, forward: no bar.sync and
+    # no shared memory in the level loops (the gathers are warp shuffles); 8 bar.sync and
+    # 30 shared ld / st in the segment loop around them (the plan's column reductions, the
+    # path decision).  Backward: 2 bar.sync and 2 shared accesses per adjoint level loop
+    # (the column sum of each level's d log_w partial across warps).  Forward bytes at
+    # L = 2048: 22.0027 = 22 + 4 K / (B L) of log_w (K = 11 levels, each launch reads its
+    # levels' weights once), which no tiling removes (docs/kernels.md); forward + backward
+    # 68.40 (with the "triton" backward it reused, 126.72)
     NEW_BACKEND: Budget(
-        fwd_bytes=22.003, fwdbwd_bytes=126.72, bytes_length=2048,
+        fwd_bytes=22.003, fwdbwd_bytes=68.41, bytes_length=2048,
         fwd_launches={1024: 1, 4096: 2, 16384: 2, 65536: 2, 262144: 2},
-        bwd_launches={1024: 15, 4096: 21, 16384: 100, 65536: 496, 262144: 496},
-        loop_barriers={"forward": 0, "backward": 4}, loop_shared={"forward": 0, "backward": 18},
-        any_loop_barriers={"forward": 8, "backward": 8},
-        any_loop_shared={"forward": 30, "backward": 29},
+        bwd_launches={1024: 2, 4096: 4, 16384: 13, 65536: 49, 262144: 81},
+        loop_barriers={"forward": 0, "backward": 4}, loop_shared={"forward": 0, "backward": 4},
+        any_loop_barriers={"forward": 8, "backward": 4},
+        any_loop_shared={"forward": 30, "backward": 4},
         source="measured (triton-e2)"),
 }
 

@@ -57,10 +57,12 @@ columns) view for the shifts of 32 rows and more compiled to one shuffle per ele
 made Triton convert layouts (bar.sync, shared memory) inside the other level loops, and
 raised compile time from 2-4 s to 23-58 s (docs/kernels.md).
 
-Backward: the ``"triton"`` backend's kernels (``weird_scan.triton.bwd``), the exact gradient
-of the same function; they recompute the forward with the old running max, so the
-gradient is not the derivative of this forward's rounding (both match the float64
-reference to float32 accuracy).  The fixed-scale backward of issue 73 is not built yet.
+Backward: ``weird_scan.triton_e2_backward`` (its module docstring has the method), the
+exact gradient of the same function to float32 accuracy (not the derivative of this
+forward's rounding): fixed-scale FMA levels (path B) per program, with a running-max
+fallback (path A) where the spread test fails; the adjoint goes between passes as
+``(P, Q) = U_in S``; d log_w as per-program float32 partial sums added in float64, one
+reduction; one launch per pass and direction (per channel chunk), no host sync.
 """
 from __future__ import annotations
 
@@ -69,6 +71,7 @@ import triton
 import triton.language as tl
 
 from . import triton as _old
+from . import triton_e2_backward as _backward
 from .triton import (  # shared helpers of the "triton" backend (not its kernels)
     INTERPRETED,
     _device,
@@ -596,9 +599,9 @@ def path_counts(a, v, log_w, mask=None, doc=None, n_causal: int | None = None):
 
 
 def bwd(a, v, log_w, mask, doc, grad, n_causal: int, nlev: int):
-    """Gradients (dA, dV, dlog_w): the ``"triton"`` backend's backward kernels (see the
-    module docstring); the fixed-scale backward of issue 73 is not built yet."""
-    return _old.bwd(a, v, log_w, mask, doc, grad, n_causal, nlev)
+    """Gradients (dA, dV, dlog_w): the fixed-scale backward of
+    ``weird_scan.triton_e2_backward`` (see the module docstring)."""
+    return _backward.bwd(a, v, log_w, mask, doc, grad, n_causal, nlev)
 
 
 def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> torch.Tensor:
