@@ -89,10 +89,15 @@ BUDGETS: dict[str, Budget] = {
 }
 
 TARGETS: dict[str, Budget] = {
-    # issue 73's targets for the new kernel (the backward's launches are not a target)
+    # issue 73's targets for the new kernel (the backward's launches are not a target).
+    # The backward's loop over the adjoint's levels holds the forward recompute's level
+    # loops inside it, so the checker's rule (a level loop is an innermost loop) does not
+    # see it as one: its 2 bar.sync per level (the column sum of d log_w) would pass the
+    # level-loop check.  The backward's target is held on every loop instead.
     NEW_BACKEND: Budget(
         fwd_bytes=22.0, fwdbwd_bytes=46.0, bytes_length=2048,
         fwd_launches=_each(2), bwd_launches=None, loop_barriers=0, loop_shared=0,
+        any_loop_barriers={"backward": 0}, any_loop_shared={"backward": 0},
         source="issue 73 targets"),
 }
 
