@@ -16,10 +16,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 API_PAGES = REPO / "docs" / "api"
-KERNEL_TOOLS = {"scan_kernel_ab.py", "scan_kernel_variants.py", "scan_tile_paths.py"}
+KERNEL_TOOLS = {"scan_kernel_ab.py", "scan_kernel_variants.py", "scan_tile_paths.py",
+                "scan_e2_backward_paths.py"}
 """Scripts that time one kernel's build or tuning knobs against another revision's, or
-measure its tiles' paths: they load the kernel modules' internals (the C build, the
-Triton constants, the tile specification) by design."""
+measure its tiles' or programs' paths: they load the kernel modules' internals (the C
+build, the Triton constants, the tile specification, the backward's path plan) by
+design."""
 LAB_FILES = sorted(p for folder in ("src", "benchmarks", "tests")
                    for p in (REPO / "lab" / folder).rglob("*.py")
                    if not (folder == "benchmarks" and p.name in KERNEL_TOOLS))
