@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed (pip install 'weirdnet[triton]')")
 
-from test_scan_triton import CUDA, DEVICE, e2, on_device  # noqa: E402
+from test_scan_triton import CUDA, DEVICE, e2, on_device, st  # noqa: E402
 
 from helpers.numerics import rel_err  # noqa: E402
 from helpers.scan import make_inputs, reach_mask  # noqa: E402
@@ -148,7 +148,7 @@ def test_backward_launches_and_no_host_sync():
         phase = count.count("triton-e2", 8, L, 1024, execute=False)["backward"]
         names = {x.kernel for x in phase.launches}
         assert names == {"_e2_bwd_kernel"}
-        assert len(phase.launches) == kernels * len(e2._old.channel_chunks(
+        assert len(phase.launches) == kernels * len(st.channel_chunks(
             8, L, 1024, torch.float32))
         assert not phase.syncs
         assert [o.name for o in phase.ops] == ["aten.sum"]

@@ -70,7 +70,6 @@ import torch
 import triton
 import triton.language as tl
 
-from . import triton as _old
 from . import triton_e2_backward as _backward
 from .triton import (  # shared helpers of the "triton" backend (not its kernels)
     INTERPRETED,
