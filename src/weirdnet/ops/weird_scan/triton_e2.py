@@ -79,6 +79,7 @@ from .triton import (  # shared helpers of the "triton" backend (not its kernels
     _same_doc,
     _state,
 )
+from .triton_e2_arith import _EXACT, _div, _max2, _min2, _split, _token
 
 __all__ = ["fwd", "bwd", "extend", "plan", "form_points", "INTERPRETED"]
 
@@ -93,39 +94,10 @@ MAX_BLOCK_D = 16
 NUM_WARPS = 8
 PATH_B = True  # False: every program takes path A (the property tests compare the two)
 
-# Compile options: libdevice's fma (tl.fma) without flush-to-zero, so that a subnormal
-# result stays nonzero and path B's cancellation check sees it (the interpreter has none).
-# (an option of Triton's CUDA backend only: ROCm builds keep libdevice's default)
-_EXACT = {} if INTERPRETED or torch.version.hip else {"enable_reflect_ftz": False}
-
-LOG2E_HI = tl.constexpr(1.4426950216293335)  # float32(log2 e); HI + LO = log2 e
-LOG2E_LO = tl.constexpr(1.9259629911266175e-08)
-
 
 # ----------------------------------------------------------------------------------------
 # Arithmetic helpers
 # ----------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _div(h, u):
-    """h / u rounded to nearest: tl.div_rn in float32 (plain ``/`` compiles to an
-    approximate division there), ``/`` in float64 (IEEE already; div_rn takes fp32 only)."""
-    if h.dtype == tl.float64:
-        q = h / u
-    else:
-        q = tl.div_rn(h, u)
-    return q
-
-
-@triton.jit
-def _max2(a, b):
-    return tl.maximum(a, b)
-
-
-@triton.jit
-def _min2(a, b):
-    return tl.minimum(a, b)
 
 
 @triton.jit
@@ -152,39 +124,6 @@ def _pow2(e, F64: tl.constexpr):
         ei = tl.where(keep, e, 0.0).to(tl.int32)
         p = ((ei + 127) << 23).to(tl.float32, bitcast=True)
     return tl.where(keep, p, 0.0)
-
-
-@triton.jit
-def _split(x, NATURAL: tl.constexpr):
-    """(n, f): n = floor(t) and f = 2^(t - n) (in [1, 2) up to rounding), t = x log2(e) for a
-    natural log (NATURAL) or t = x for a log2."""
-    if NATURAL:
-        n = tl.floor(x * LOG2E_HI)
-        r = tl.fma(x, LOG2E_HI, -n)
-        r = tl.fma(x, LOG2E_LO, r)
-    else:
-        n = tl.floor(x)
-        r = x - n
-    return n, tl.exp2(r)
-
-
-@triton.jit
-def _token(x, v, real, NATURAL: tl.constexpr, STATE: tl.constexpr, NEG: tl.constexpr):
-    """(m, h, u) of a token (A, V) (NATURAL) or of a form point's (log2 U, O).
-
-    Finite x: (n, (v + 0 v) f, f); x = -inf: (NEG / 4, 0 v, 0), a zero weight; NaN or +inf:
-    NaN h; not ``real`` (padding): (NEG, 0, 1).  ``weird_scan.triton._token``'s cases.
-    """
-    zero = x == float("-inf")
-    n, f = _split(x, NATURAL)
-    h = v + v * 0.0
-    h = tl.where(zero, h * 0.0, h)
-    h = tl.where(x < float("inf"), h, tl.full(x.shape, float("nan"), STATE))
-    h = tl.where(zero, h, h * f)
-    m = tl.where(zero, tl.full(x.shape, NEG * 0.25, STATE), n)
-    u = tl.where(zero, tl.where(real, 0.0, 1.0), f).to(STATE)
-    return tl.where(real, m, tl.full(x.shape, NEG, STATE)), tl.where(real, h, 0.0), \
-        tl.where(real, u, 1.0)
 
 
 @triton.jit

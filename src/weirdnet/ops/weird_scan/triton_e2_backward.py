@@ -62,6 +62,7 @@ import triton.language as tl
 from . import triton as _old
 from .pytorch import _parts
 from .triton import _device, _geometry, _load_doc, _same_doc, _state
+from .triton_e2_arith import _EXACT, _div, _max2, _min2, _split, _token
 
 __all__ = ["bwd", "plan", "path_counts"]
 
@@ -77,34 +78,12 @@ FINE_LEVELS = 7  # at most this many levels in a backward pass with halos (2^7 r
 WINDOW = 256  # rows of a halo pass's window (at least four times the halo)
 PATH_B = True  # False: every program takes path A (the tests compare the two)
 
-_EXACT = {} if _old.INTERPRETED or torch.version.hip else {"enable_reflect_ftz": False}
 _SUM = tl.standard._sum_combine
-LOG2E_HI = tl.constexpr(1.4426950216293335)
-LOG2E_LO = tl.constexpr(1.9259629911266175e-08)
 
 
 # ----------------------------------------------------------------------------------------
 # Arithmetic helpers
 # ----------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _max2(a, b):
-    return tl.maximum(a, b)
-
-
-@triton.jit
-def _min2(a, b):
-    return tl.minimum(a, b)
-
-
-@triton.jit
-def _div(h, u):
-    if h.dtype == tl.float64:
-        q = h / u
-    else:
-        q = tl.div_rn(h, u)
-    return q
 
 
 @triton.jit
@@ -132,35 +111,6 @@ def _pow2w(e, F64: tl.constexpr):
         bot = -126.0
     e1 = tl.minimum(tl.maximum(e, bot), top)
     return _pow2(e1, F64) * _pow2(e - e1, F64)
-
-
-@triton.jit
-def _split(x, NATURAL: tl.constexpr):
-    """(n, f): n = floor(t), f = 2^(t - n); t = x log2(e) (NATURAL) or x."""
-    if NATURAL:
-        n = tl.floor(x * LOG2E_HI)
-        r = tl.fma(x, LOG2E_HI, -n)
-        r = tl.fma(x, LOG2E_LO, r)
-    else:
-        n = tl.floor(x)
-        r = x - n
-    return n, tl.exp2(r)
-
-
-@triton.jit
-def _token(x, v, real, NATURAL: tl.constexpr, STATE: tl.constexpr, NEG: tl.constexpr):
-    """(m, h, u) of a token (A, V) or of an intermediate (log2 U, O), ``H = 2^m h``:
-    ``triton_e2._token``'s cases (finite, -inf a zero weight, NaN/+inf NaN h, padding)."""
-    zero = x == float("-inf")
-    n, f = _split(x, NATURAL)
-    h = v + v * 0.0
-    h = tl.where(zero, h * 0.0, h)
-    h = tl.where(x < float("inf"), h, tl.full(x.shape, float("nan"), STATE))
-    h = tl.where(zero, h, h * f)
-    m = tl.where(zero, tl.full(x.shape, NEG * 0.25, STATE), n)
-    u = tl.where(zero, tl.where(real, 0.0, 1.0), f).to(STATE)
-    return tl.where(real, m, tl.full(x.shape, NEG, STATE)), tl.where(real, h, 0.0), \
-        tl.where(real, u, 1.0)
 
 
 @triton.jit
