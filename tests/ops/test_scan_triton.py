@@ -507,7 +507,9 @@ def test_packed_documents_match_reference_and_torch(passes, L, levels, reverse):
     split = 2  # bidirectional: 2 causal channels, D - 2 anti-causal
     a, v, log_w, _ = make_inputs(B, L, D, seed=100 + L + levels, masked=False)
     doc_ids, mask = packed_layout(L)
-    grad = torch.randn(B, L, D, dtype=torch.float64)
+    # Seeded: the global generator's state depends on which tests an xdist worker ran first.
+    grad = torch.randn(B, L, D, dtype=torch.float64,
+                       generator=torch.Generator().manual_seed(L + levels))
     leaves = [x.clone().requires_grad_() for x in (a, v, log_w)]
     ref = packed_reference(*leaves, mask, doc_ids, reverse, split)
     keep = torch.isfinite(ref)  # the reference is 0/0 where no real token is in reach
@@ -533,8 +535,10 @@ def test_packed_documents_match_reference_and_torch(passes, L, levels, reverse):
     # A gradient that is zero in exact arithmetic (dA of a position alone in its reach: at
     # L = 2 every one) is float32 rounding noise in both backends, so its relative error
     # means nothing; the error is measured against at least 1e-3 of the output gradient's
-    # norm (found on an H100: 0.90 "relative" error between two noises of 1e-8).
-    floor = 1e-3 * grad.norm().item()
+    # norm (found on an H100: 0.90 "relative" error between two noises of 1e-8) times the
+    # values' largest magnitude: dA's and d log_w's terms are grad·p·(v - out), so their
+    # rounding noise grows with |v| (CI, stop 78: 1.0001e-4 at L = 1 with the floor |grad|).
+    floor = 1e-3 * grad.norm().item() * max(1.0, v.abs().max().item())
     for name, got, want in zip(("a", "v", "log_w"), grads, want_grads):
         assert torch.isfinite(got).all(), name
         err = (got.double() - want.double()).norm() / max(want.double().norm().item(), floor)
