@@ -35,14 +35,15 @@ def _div(h, u):
     return q
 
 
-@triton.jit
-def _max2(a, b):
-    return tl.maximum(a, b)
-
-
-@triton.jit
-def _min2(a, b):
-    return tl.minimum(a, b)
+# The combine functions of the kernels' max and min reductions (tl.reduce(x, axis, _max2)):
+# triton.language's own, which is what tl.max and tl.min compile to (tl.maximum: max.f32
+# ignores a NaN operand) and what the interpreter recognises and hands to numpy.nanmax /
+# nanmin.  A combine function of our own would be called by the interpreter once per
+# element in Python: the 64K stability forward took 240 s instead of a few (issue 74).
+# (tl.max itself is a jit function built when triton is imported, which the interpreter
+# cannot call if that happened before TRITON_INTERPRET=1 was set: see triton._SUM.)
+_max2 = tl.standard._elementwise_max
+_min2 = tl.standard._elementwise_min
 
 
 @triton.jit
