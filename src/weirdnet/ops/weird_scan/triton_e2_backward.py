@@ -61,8 +61,8 @@ import triton.language as tl
 
 from . import triton as _old
 from .pytorch import _parts
-from .triton import _device, _geometry, _load_doc, _same_doc, _state
-from .triton_e2_arith import _EXACT, _div, _max2, _min2, _split, _token
+from .triton import _device, _geometry, _load_doc, _pass_inputs, _same_doc, _state
+from .triton_e2_arith import _EXACT, _div, _level_weight, _max2, _min2, _token
 
 __all__ = ["bwd", "plan", "path_counts"]
 
@@ -122,13 +122,6 @@ def _form(m, h, u, F64: tl.constexpr):
 
 
 @triton.jit
-def _weight(logw_ptr, swk, k, d, dmask, STATE: tl.constexpr):
-    """(n, g) of level k's weight per column: W = g 2^n."""
-    c = tl.load(logw_ptr + k * swk + d, mask=dmask, other=0).to(STATE)
-    return _split(c, True)
-
-
-@triton.jit
 def _colsum(x, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
     """(BLOCK_D,) sum over the rows and residues of a (WIN, COLS) tensor."""
     return tl.reduce(tl.reshape(tl.reduce(x, 0, _SUM), (BLOCK_R, BLOCK_D)), 0, _SUM)
@@ -162,7 +155,7 @@ def _fwd_a(m, h, u, seg, logw_ptr, swk, lo, nk, d, dmask, w, row,
            HAS_DOC: tl.constexpr, F64: tl.constexpr):
     """Path A: levels lo .. lo+nk-1, exact power-of-two running max."""
     for k in range(nk):
-        n, g = _weight(logw_ptr, swk, lo + k, d, dmask, STATE)
+        n, g = _level_weight(logw_ptr, swk, lo + k, d, dmask, STATE)
         idx, has = _back(w, row, 1 << k, seg, WIN, COLS, HAS_DOC)
         mq = tl.gather(m, idx, 0) + n[None, :]
         big = tl.where(m >= mq, m, mq)
@@ -182,7 +175,7 @@ def _fwd_b(h, u, seg, logw_ptr, swk, lo, nk, d, dmask, w, row,
            HAS_DOC: tl.constexpr, F64: tl.constexpr):
     """Path B: the same levels as two FMAs on one exponent per column."""
     for k in range(nk):
-        n, g = _weight(logw_ptr, swk, lo + k, d, dmask, STATE)
+        n, g = _level_weight(logw_ptr, swk, lo + k, d, dmask, STATE)
         wk = (g * _pow2(n, F64))[None, :]
         idx, has = _back(w, row, 1 << k, seg, WIN, COLS, HAS_DOC)
         h = tl.where(has, tl.fma(tl.gather(h, idx, 0), wk, h), h)
@@ -221,7 +214,7 @@ def _plan_b(m, h, u, ok, t1, t2, logw_ptr, swk, lo, nl, d, dmask, WIN: tl.conste
     nsum = tl.full(mx.shape, 0.0, STATE)
     wfine = mx == mx
     for k in range(nl):
-        n, g = _weight(logw_ptr, swk, lo + k, d, dmask, STATE)
+        n, g = _level_weight(logw_ptr, swk, lo + k, d, dmask, STATE)
         nsum += tl.maximum(n, 0.0)
         wfine = wfine & (tl.abs(n) <= nlim)
     live = mx > -inf
@@ -279,12 +272,8 @@ def _e2_bwd_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, c1_ptr, c
                                   BLOCK_D, REV)
     COLS: tl.constexpr = BLOCK_R * BLOCK_D
     dmask = d < d_hi
-    real = ok
-    if FIRST:
-        if HAS_MASK:
-            real = ok & (tl.load(mask_ptr + b * L + pm, mask=ok, other=0) != 0)
-    x1 = tl.load(x1_ptr + b * s1b + pm * s1l + d[None, :], mask=real, other=0).to(STATE)
-    x2 = tl.load(x2_ptr + b * s2b + pm * s2l + d[None, :], mask=real, other=0).to(STATE)
+    x1, x2, real = _pass_inputs(x1_ptr, x2_ptr, mask_ptr, b, pm, d, ok, L, s1b, s1l, s2b,
+                                s2l, FIRST, HAS_MASK, STATE)
     m0, h0, u0 = _token(x1, x2, real, FIRST, STATE, NEG)
     seg = _load_doc(doc_ptr, b, pm, ok, L, HAS_DOC)
     mine = ok & ((w >= halo) & (w < halo + tile))[:, None]
@@ -342,7 +331,7 @@ def _e2_bwd_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, c1_ptr, c
                 k = nl - 1 - kk
                 fh, fu = _fwd_b(hs, us, seg, logw_ptr, swk, lo, k, d, dmask, w, row, WIN,
                                 COLS, STATE, HAS_DOC, F64)
-                n, g = _weight(logw_ptr, swk, lo + k, d, dmask, STATE)
+                n, g = _level_weight(logw_ptr, swk, lo + k, d, dmask, STATE)
                 wk = (g * _pow2(n, F64))[None, :]
                 idx, has = _ahead(w, 1 << k, seg, WIN, COLS, HAS_DOC)
                 p1 = tl.gather(t1, idx, 0)
@@ -382,7 +371,7 @@ def _e2_bwd_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, c1_ptr, c
                 k = nl - 1 - kk
                 fm, fh, fu = _fwd_a(m0, h0, u0, seg, logw_ptr, swk, lo, k, d, dmask, w, row,
                                     WIN, COLS, STATE, HAS_DOC, F64)
-                n, g = _weight(logw_ptr, swk, lo + k, d, dmask, STATE)
+                n, g = _level_weight(logw_ptr, swk, lo + k, d, dmask, STATE)
                 idx, has = _ahead(w, 1 << k, seg, WIN, COLS, HAS_DOC)
                 bq = tl.gather(bm, idx, 0) + n[None, :]
                 p1 = tl.gather(b1, idx, 0)
