@@ -96,12 +96,15 @@ def shell_commands(page: str) -> list[tuple[int, int, list[str]]]:
 
 
 # "The second line runs the fast tier of the tests: 1,234 tests, 8.5 CPU minutes (21 min
-# on the clock on a busy 2-core machine); `--slow` adds the slow tier's 3,456 ..."
+# on the clock on a busy 2-core machine); `--slow` adds the slow tier's 3,456 (...), 31
+# min on the clock on two workers ..."
 TEST_TIERS = re.compile(
     r"runs the fast tier of the tests: ([\d,]+) tests, ([\d.]+) CPU minutes \((\d+) min on "
-    r"the clock on a (busy|quiet) 2-core machine\); `--slow` adds the slow tier's ([\d,]+)")
+    r"the clock on a (busy|quiet) 2-core machine\); `--slow` adds the slow tier's ([\d,]+) "
+    r"\([^)]*\), (\d+) min on the clock on two workers")
 """The README's (and docs/index.md's) sentence on the tests: fast count, CPU minutes,
-wall minutes, busy or quiet, slow count (from lab/results/test_tiers.json)."""
+wall minutes, busy or quiet, slow count, slow wall minutes on two pytest-xdist workers
+(from lab/results/test_tiers.json)."""
 TIERS_RECORD = RESULTS / "test_tiers.json"
 
 

@@ -192,3 +192,31 @@ def test_a_cache_of_it_refuses_the_pytorch_ring_step():
     with pytest.raises(ValueError, match="decodes in its own kernel"):
         cache.follow(torch.tensor(0, device=cache.device))
     cache.follow(None)
+
+
+def test_bench_passes_runs_each_pass_of_the_forward(monkeypatch):
+    """The measuring hook of ``weirdnet bench gpu``: one entry per pass of :func:`plan`, the
+    passes run in order give :func:`fwd`'s output bit for bit, and the launch without
+    levels runs on the same tiles."""
+    monkeypatch.setattr(e2, "ONE_PASS_LEVELS", 4)  # L = 128: two passes
+    monkeypatch.setattr(e2, "FORM_LEVELS", (4,))
+    monkeypatch.setattr(e2, "COARSE_LEVELS", 3)
+    monkeypatch.setattr(e2, "FINE_LEVELS", 4)
+    L, D = 128, 3
+    a, v, log_w, _ = make_inputs(1, L, D, seed=7, masked=False)
+    a, v, log_w = on_device(a.float(), v.float(), log_w.float())
+    nlev = (L - 1).bit_length()
+    want = e2.fwd(a, v, log_w, None, None, D, nlev)
+    out = torch.full_like(a, float("nan"))
+    runs = e2.bench_passes(a, v, log_w, nlev, out)
+    assert torch.equal(out, want)  # the hook ran the forward once
+    assert [label for label, _, _ in runs] == [
+        f"pass {i + 1} of {len(e2.plan(L, nlev))}: levels {p.lo}-{p.lo + p.nl - 1}"
+        for i, p in enumerate(e2.plan(L, nlev))]
+    assert len(runs) == 2
+    for _, _, run_empty in runs:
+        run_empty()
+    out.fill_(float("nan"))
+    for _, run, _ in runs:
+        run()
+    assert torch.equal(out, want)

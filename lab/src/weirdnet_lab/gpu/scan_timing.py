@@ -27,6 +27,7 @@ the CPU with a wall clock (the Triton kernels under the interpreter): no GPU num
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -64,6 +65,15 @@ class Records:
         self.write(**row, status="skipped",
                    note=f"time budget: {max(self.left(), 0):.0f} s left, {need_s:g} s needed")
         return True
+
+    @contextlib.contextmanager
+    def errors_recorded(self, **row):
+        """Run the block; an exception in it becomes the row's "error" record (a record,
+        not a crash: the next measurement still runs)."""
+        try:
+            yield
+        except Exception as error:  # noqa: BLE001 - a record, not a crash
+            self.write(**row, status="error", note=f"{type(error).__name__}: {error}"[:300])
 
 
 def read_rows(path) -> list[dict]:
@@ -194,10 +204,8 @@ def _race(rec: Records, spec: dict, device, bench, methods: list[str]) -> None:
             if why:
                 rec.write(**base, status="skipped", note=why)
                 continue
-            try:
+            with rec.errors_recorded(**base):
                 rec.write(**base, status="ok", **_time(name, length, spec, device, bench))
-            except Exception as error:  # noqa: BLE001 - one row's failure is its record
-                rec.write(**base, status="error", note=f"{type(error).__name__}: {error}"[:300])
             if device.type == "cuda":
                 torch.cuda.empty_cache()
 
@@ -250,26 +258,38 @@ def _hook(name: str, hook: str, device):
     return fn, None
 
 
+def _hook_in_time(rec: Records, need_s: float, base: dict, name: str, hook: str, device):
+    """(the backend's measuring hook, "ok"), or (None, why not) with its record written:
+    "late" (fewer than ``need_s`` seconds left) or "missing" (no backend or no hook)."""
+    if rec.skip_if_late(need_s, **base):
+        return None, "late"
+    fn, why = _hook(name, hook, device)
+    if fn is None:
+        rec.write(**base, status="missing", note=why)
+        return None, "missing"
+    return fn, "ok"
+
+
+def _inputs(spec: dict, length: int, device):
+    """(a, v, log_w) at ``length`` in the spec's batch, width and dtype, without grad."""
+    return scan_inputs(spec["batch"], length, spec["dim"], getattr(torch, spec["dtype"]),
+                       device, grad=False)
+
+
 def _passes(rec: Records, spec: dict, device, bench, names: list[str]) -> None:
-    dtype = getattr(torch, spec["dtype"])
     for name in names:
         for length in spec["pass_lengths"]:
             base = {"step": "passes", "backend": name, "L": length}
-            if rec.skip_if_late(20, **base):
-                continue
-            hook, why = _hook(name, "bench_passes", device)
-            if hook is None:
-                rec.write(**base, status="missing", note=why)
+            hook, state = _hook_in_time(rec, 20, base, name, "bench_passes", device)
+            if state == "missing":
                 break
-            try:
-                with torch.no_grad():
-                    a, v, log_w = scan_inputs(spec["batch"], length, spec["dim"], dtype,
-                                              device, grad=False)
-                    for label, run, run_empty in hook(a, v, log_w, log_w.shape[0]):
-                        rec.write(**base, status="ok", pass_=label, ms=bench(run),
-                                  ms_no_levels=bench(run_empty) if run_empty else None)
-            except Exception as error:  # noqa: BLE001 - a record, not a crash
-                rec.write(**base, status="error", note=f"{type(error).__name__}: {error}"[:300])
+            if hook is None:
+                continue
+            with rec.errors_recorded(**base), torch.no_grad():
+                a, v, log_w = _inputs(spec, length, device)
+                for label, run, run_empty in hook(a, v, log_w, log_w.shape[0]):
+                    rec.write(**base, status="ok", pass_=label, ms=bench(run),
+                              ms_no_levels=bench(run_empty) if run_empty else None)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
 
@@ -277,24 +297,16 @@ def _passes(rec: Records, spec: dict, device, bench, names: list[str]) -> None:
 def _path_a(rec: Records, spec: dict, device, name: str) -> None:
     length = spec["pass_lengths"][-1]
     base = {"step": "path-a", "backend": name, "L": length}
-    if rec.skip_if_late(15, **base):
-        return
-    hook, why = _hook(name, "path_counts", device)
+    hook, _ = _hook_in_time(rec, 15, base, name, "path_counts", device)
     if hook is None:
-        rec.write(**base, status="missing", note=why)
         return
-    try:
-        with torch.no_grad():
-            a, v, log_w = scan_inputs(spec["batch"], length, spec["dim"],
-                                      getattr(torch, spec["dtype"]), device, grad=False)
-            _, counts = hook(a, v, log_w)
+    with rec.errors_recorded(**base), torch.no_grad():
+        _, counts = hook(*_inputs(spec, length, device))
         took_b = sum(b for b, _ in counts.values())
         total = sum(n for _, n in counts.values())
         rec.write(**base, status="ok", rate=1 - took_b / total if total else None,
                   per_pass={str(lo): {"path_b": b, "segments": n}
                             for lo, (b, n) in counts.items()})
-    except Exception as error:  # noqa: BLE001 - a record, not a crash
-        rec.write(**base, status="error", note=f"{type(error).__name__}: {error}"[:300])
 
 
 def job_scan_timing(spec: dict) -> dict:

@@ -220,16 +220,27 @@ def _pass_form(m, h, u):
 
 
 @triton.jit
-def _load_state(x1_ptr, x2_ptr, mask_ptr, s1b, s1l, s2b, s2l, b, pm, d, ok, L,
-                FIRST: tl.constexpr, HAS_MASK: tl.constexpr, STATE: tl.constexpr,
-                NEG: tl.constexpr):
-    """(m, h, u, real) of the pass input, (A, V) or (log U, O), through ``_token``."""
+def _pass_inputs(x1_ptr, x2_ptr, mask_ptr, b, pm, d, ok, L, s1b, s1l, s2b, s2l,
+                 FIRST: tl.constexpr, HAS_MASK: tl.constexpr, STATE: tl.constexpr):
+    """(x1, x2, real) of a pass program's rows (both Triton backends): its input pair at
+    memory positions ``pm`` (WIN, COLS) and channels ``d``, in STATE; ``real``: in range
+    (``ok``) and, in the first pass with a mask, a real token."""
     real = ok
     if FIRST:
         if HAS_MASK:
             real = ok & (tl.load(mask_ptr + b * L + pm, mask=ok, other=0) != 0)
-    m = tl.load(x1_ptr + b * s1b + pm * s1l + d[None, :], mask=real, other=0).to(STATE)
-    h = tl.load(x2_ptr + b * s2b + pm * s2l + d[None, :], mask=real, other=0).to(STATE)
+    x1 = tl.load(x1_ptr + b * s1b + pm * s1l + d[None, :], mask=real, other=0).to(STATE)
+    x2 = tl.load(x2_ptr + b * s2b + pm * s2l + d[None, :], mask=real, other=0).to(STATE)
+    return x1, x2, real
+
+
+@triton.jit
+def _load_state(x1_ptr, x2_ptr, mask_ptr, s1b, s1l, s2b, s2l, b, pm, d, ok, L,
+                FIRST: tl.constexpr, HAS_MASK: tl.constexpr, STATE: tl.constexpr,
+                NEG: tl.constexpr):
+    """(m, h, u, real) of the pass input, (A, V) or (log U, O), through ``_token``."""
+    m, h, real = _pass_inputs(x1_ptr, x2_ptr, mask_ptr, b, pm, d, ok, L, s1b, s1l, s2b, s2l,
+                              FIRST, HAS_MASK, STATE)
     m, h, u = _token(m, h, real, STATE, NEG)
     return m, h, u, real
 
@@ -406,6 +417,28 @@ def _bwd_pass_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, bi_m, b
 
 
 @triton.jit
+def _decode_columns(D, BLOCK_D: tl.constexpr):
+    """(b, d, dm) of a decode program: its batch row, its channels and which are in range."""
+    b = tl.program_id(1).to(tl.int64)
+    d = tl.program_id(0) * BLOCK_D + tl.arange(0, BLOCK_D)
+    return b, d, d < D
+
+
+@triton.jit
+def _decode_inputs(a_ptr, v_ptr, valid_ptr, b, tt, d, dm, sab, sat, svb, svt, T,
+                   HAS_MASK: tl.constexpr, STATE: tl.constexpr):
+    """(a, v, real) of decoded token ``tt`` of batch row ``b`` over channels ``d`` (in range
+    where ``dm``), in STATE; ``real``: in range and, with a mask, a real token (the decode
+    kernels of both Triton backends)."""
+    real = dm
+    if HAS_MASK:
+        real = dm & (tl.load(valid_ptr + b * T + tt + d * 0) != 0)  # a (BLOCK_D,) mask
+    x1 = tl.load(a_ptr + b * sab + tt * sat + d, mask=real, other=0).to(STATE)
+    x2 = tl.load(v_ptr + b * svb + tt * svt + d, mask=real, other=0).to(STATE)
+    return x1, x2, real
+
+
+@triton.jit
 def _extend_kernel(a_ptr, v_ptr, valid_ptr, logw_ptr, rm_ptr, rh_ptr, ru_ptr, out_ptr,
                    sab, sat, svb, svt, B, T, D, nlev, t0, cpass,
                    HAS_MASK: tl.constexpr, BLOCK_D: tl.constexpr, STATE: tl.constexpr,
@@ -417,16 +450,11 @@ def _extend_kernel(a_ptr, v_ptr, valid_ptr, logw_ptr, rm_ptr, rh_ptr, ru_ptr, ou
     After every ``cpass`` levels the state takes the form the full pass hands from one
     pass to the next, so the outputs are bitwise those of the full pass.
     """
-    b = tl.program_id(1).to(tl.int64)
-    d = tl.program_id(0) * BLOCK_D + tl.arange(0, BLOCK_D)
-    dm = d < D
+    b, d, dm = _decode_columns(D, BLOCK_D)
     for tt in range(T):
         t = t0 + tt
-        real = dm
-        if HAS_MASK:
-            real = dm & (tl.load(valid_ptr + b * T + tt + d * 0) != 0)  # a (BLOCK_D,) mask
-        m = tl.load(a_ptr + b * sab + tt * sat + d, mask=real, other=0).to(STATE)
-        h = tl.load(v_ptr + b * svb + tt * svt + d, mask=real, other=0).to(STATE)
+        m, h, real = _decode_inputs(a_ptr, v_ptr, valid_ptr, b, tt, d, dm, sab, sat, svb,
+                                    svt, T, HAS_MASK, STATE)
         m, h, u = _token(m, h, real, STATE, NEG)
         for k in range(nlev):
             s = 1 << k
@@ -690,6 +718,14 @@ def _bwd_whole(a, v, log_w, mask, doc, grad, n_causal: int, nlev: int):
     return da, dv, dlogw + dlogw.sum(0) * 0  # a NaN level poisons all levels of its channel
 
 
+def _decode_setup(a: torch.Tensor, log_w: torch.Tensor):
+    """(out, state, neg, block_d) of a decode launch over ``a`` (B, T, D): the empty
+    output, the state dtype and its floor, and the channels of one program."""
+    out = torch.empty(a.shape, dtype=a.dtype, device=a.device)
+    state, neg = _state(log_w.dtype)
+    return out, state, neg, min(256, triton.next_power_of_2(a.shape[-1]))
+
+
 def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> torch.Tensor:
     """Decode tokens t0 .. t0+T-1 in one launch; contract of ``weird_scan.pytorch.extend``.
 
@@ -697,11 +733,9 @@ def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> to
     (2^nlev - 1, B, D) contiguous.  Returns O (B, T, D), bitwise ``fwd``'s outputs.
     """
     B, T, D = a.shape
-    out = torch.empty((B, T, D), dtype=a.dtype, device=a.device)
+    out, state, neg, block_d = _decode_setup(a, log_w)
     if out.numel() == 0:
         return out
-    state, neg = _state(log_w.dtype)
-    block_d = min(256, triton.next_power_of_2(D))
     mask_arg = a if valid is None else valid.contiguous()
     with _device(a):
         _extend_kernel[(triton.cdiv(D, block_d), B)](

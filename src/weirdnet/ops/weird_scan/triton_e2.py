@@ -66,6 +66,8 @@ reduction; one launch per pass and direction (per channel chunk), no host sync.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 import triton
 import triton.language as tl
@@ -73,13 +75,17 @@ import triton.language as tl
 from . import triton_e2_backward as _backward
 from .triton import (  # shared helpers of the "triton" backend (not its kernels)
     INTERPRETED,
+    _decode_columns,
+    _decode_inputs,
+    _decode_setup,
     _device,
     _geometry,
     _load_doc,
+    _pass_inputs,
     _same_doc,
     _state,
 )
-from .triton_e2_arith import _EXACT, _div, _max2, _min2, _split, _token
+from .triton_e2_arith import _EXACT, _div, _level_weight, _max2, _min2, _token
 
 __all__ = ["fwd", "bwd", "extend", "plan", "form_points", "INTERPRETED"]
 
@@ -143,13 +149,6 @@ def _form(m, h, u, F64: tl.constexpr):
         normal = (u >= 1.1754943508222875e-38) & (u < float("inf"))
     lu = tl.where(normal, (m + e.to(m.dtype)) + tl.log2(fr), m + tl.log2(u))
     return lu, o
-
-
-@triton.jit
-def _level_weight(logw_ptr, D, k, d, dmask, STATE: tl.constexpr):
-    """(n, g) of level k's weight per column: W = g 2^n."""
-    c = tl.load(logw_ptr + k * D + d, mask=dmask, other=0).to(STATE)
-    return _split(c, True)
 
 
 @triton.jit
@@ -308,12 +307,8 @@ def _e2_pass_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, y1_ptr, y2_ptr,
     dmask = d < D
     # p: the position in scan order; pm: in memory (channels from n_causal on run backwards)
     pm = tl.where((d >= n_causal)[None, :], L - 1 - p, p)
-    real = ok
-    if FIRST:
-        if HAS_MASK:
-            real = ok & (tl.load(mask_ptr + b * L + pm, mask=ok, other=0) != 0)
-    x1 = tl.load(x1_ptr + b * s1b + pm * s1l + d[None, :], mask=real, other=0).to(STATE)
-    x2 = tl.load(x2_ptr + b * s2b + pm * s2l + d[None, :], mask=real, other=0).to(STATE)
+    x1, x2, real = _pass_inputs(x1_ptr, x2_ptr, mask_ptr, b, pm, d, ok, L, s1b, s1l, s2b,
+                                s2l, FIRST, HAS_MASK, STATE)
     m, h, u = _token(x1, x2, real, FIRST, STATE, NEG)
     seg = _load_doc(doc_ptr, b, pm, ok, L, HAS_DOC)
     offs = (b * L + pm) * D + d[None, :]
@@ -370,16 +365,11 @@ def _e2_extend_kernel(a_ptr, v_ptr, valid_ptr, logw_ptr, rm_ptr, rh_ptr, ru_ptr,
     row (2^k - 1) + (t mod 2^k) holding position t's state before level k), in this
     backend's form: m an integer, H = 2^m h.  ``points``: bit j set when j is a form point.
     """
-    b = tl.program_id(1).to(tl.int64)
-    d = tl.program_id(0) * BLOCK_D + tl.arange(0, BLOCK_D)
-    dm = d < D
+    b, d, dm = _decode_columns(D, BLOCK_D)
     for tt in range(T):
         t = t0 + tt
-        real = dm
-        if HAS_MASK:
-            real = dm & (tl.load(valid_ptr + b * T + tt + d * 0) != 0)
-        x1 = tl.load(a_ptr + b * sab + tt * sat + d, mask=real, other=0).to(STATE)
-        x2 = tl.load(v_ptr + b * svb + tt * svt + d, mask=real, other=0).to(STATE)
+        x1, x2, real = _decode_inputs(a_ptr, v_ptr, valid_ptr, b, tt, d, dm, sab, sat, svb,
+                                      svt, T, HAS_MASK, STATE)
         m, h, u = _token(x1, x2, real, True, STATE, NEG)
         o_out = _div(h, u)
         done = tl.full((), 0, tl.int32)
@@ -519,6 +509,40 @@ def fwd(a, v, log_w, mask, doc, n_causal: int, nlev: int, stats=None) -> torch.T
     return out
 
 
+def bench_passes(a, v, log_w, nlev: int, out: torch.Tensor | None = None
+                 ) -> list[tuple[str, object, object]]:
+    """Measuring hook (``weirdnet bench gpu``, issue 73): each pass of :func:`fwd` alone,
+    as ``weird_scan.triton.bench_passes``.
+
+    a, v: (B, L, D) causal, no mask or documents; log_w: (>= nlev, D) in the state dtype.
+    Runs the forward once, pass by pass, keeping each pass's input, and returns per pass
+    (label, run, run_without_levels): ``run()`` launches that pass on its input (one
+    launch over every channel, as :func:`fwd`), ``run_without_levels()`` the same launch
+    with no level and no form point (the loads, the token states and the stores alone).
+    ``out``: where the last pass writes O (a new tensor if None).
+    """
+    B, L, D = a.shape
+    out = torch.empty(a.shape, dtype=a.dtype, device=a.device) if out is None else out
+    passes, x, runs = plan(L, nlev), (a, v), []
+    with _device(a):
+        for i, ps in enumerate(passes):
+            y = (out, out) if ps.last else tuple(
+                torch.empty(a.shape, dtype=log_w.dtype, device=a.device) for _ in range(2))
+            empty = copy.copy(ps)
+            empty.nl, empty.cuts = 0, 0  # same tiles and windows, no level
+
+            def launch(p, x=x, y=y, first=i == 0):
+                with _device(a):
+                    _launch(p, x, y, out, None, None, log_w, D, first, None)
+
+            launch(ps)
+            runs.append((f"pass {i + 1} of {len(passes)}: levels {ps.lo}-{ps.lo + ps.nl - 1}",
+                         lambda launch=launch, ps=ps: launch(ps),
+                         lambda launch=launch, empty=empty: launch(empty)))
+            x = y
+    return runs
+
+
 def path_counts(a, v, log_w, mask=None, doc=None, n_causal: int | None = None):
     """(O, counts): the forward and, per pass (keyed by its first level), the segments its
     programs ran by path B and in all, as ``{lo: (b_segments, segments)}``: how often
@@ -550,11 +574,9 @@ def extend(a, v, log_w, valid, ring_m, ring_h, ring_u, nlev: int, t0: int) -> to
     ring's (NEG, 0, 1) rows are that form too).
     """
     B, T, D = a.shape
-    out = torch.empty((B, T, D), dtype=a.dtype, device=a.device)
+    out, state, neg, block_d = _decode_setup(a, log_w)
     if out.numel() == 0:
         return out
-    state, neg = _state(log_w.dtype)
-    block_d = min(256, triton.next_power_of_2(D))
     points = sum(1 << p for p in form_points(nlev))
     with _device(a):
         _e2_extend_kernel[(triton.cdiv(D, block_d), B)](

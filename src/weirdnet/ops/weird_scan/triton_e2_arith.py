@@ -77,3 +77,12 @@ def _token(x, v, real, NATURAL: tl.constexpr, STATE: tl.constexpr, NEG: tl.const
     u = tl.where(zero, tl.where(real, 0.0, 1.0), f).to(STATE)
     return tl.where(real, m, tl.full(x.shape, NEG, STATE)), tl.where(real, h, 0.0), \
         tl.where(real, u, 1.0)
+
+
+@triton.jit
+def _level_weight(logw_ptr, stride_k, k, d, dmask, STATE: tl.constexpr):
+    """(n, g) of level k's weight per column ``d``: W = g 2^n (log_w's rows ``stride_k``
+    apart)."""
+    c = tl.load(logw_ptr + k * stride_k + d, mask=dmask, other=0).to(STATE)
+    return _split(c, True)
+

@@ -42,9 +42,11 @@ The forward state before level k is recomputed from the window's input for every
 (``nl (nl - 1) / 2`` level steps in registers) instead of being stored: nothing but the
 intermediates and the adjoint goes through memory.
 
-d log_w.  Each program writes its float32 sum of each of its levels' terms (source rows
-in its tile) into its own slot of one buffer (levels, slots, D) and zeroes the slots its
-pass does not use; the host sums the slots in float64, one reduction, in a fixed order:
+d log_w.  Each program writes, per residue column, its float32 sum over its rows of each
+of its levels' terms (source rows in its tile) into its own slots of one buffer (levels,
+slots, D), one slot per residue of its block, and zeroes the slots its pass does not use
+(a sum over the rows alone stays within a warp: no barrier in the level loop); the host
+sums the slots in float64, one reduction, in a fixed order:
 deterministic, no atomics.  A NaN output (or NaN adjoint input) adds NaN to every partial
 of its program: the reference's poisoning of the channel's d log_w.
 
@@ -61,8 +63,8 @@ import triton.language as tl
 
 from . import triton as _old
 from .pytorch import _parts
-from .triton import _device, _geometry, _load_doc, _same_doc, _state
-from .triton_e2_arith import _EXACT, _div, _max2, _min2, _split, _token
+from .triton import _device, _geometry, _load_doc, _pass_inputs, _same_doc, _state
+from .triton_e2_arith import _EXACT, _div, _level_weight, _max2, _min2, _token
 
 __all__ = ["bwd", "plan", "path_counts"]
 
@@ -122,16 +124,10 @@ def _form(m, h, u, F64: tl.constexpr):
 
 
 @triton.jit
-def _weight(logw_ptr, swk, k, d, dmask, STATE: tl.constexpr):
-    """(n, g) of level k's weight per column: W = g 2^n."""
-    c = tl.load(logw_ptr + k * swk + d, mask=dmask, other=0).to(STATE)
-    return _split(c, True)
-
-
-@triton.jit
-def _colsum(x, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
-    """(BLOCK_D,) sum over the rows and residues of a (WIN, COLS) tensor."""
-    return tl.reduce(tl.reshape(tl.reduce(x, 0, _SUM), (BLOCK_R, BLOCK_D)), 0, _SUM)
+def _rowsum(x):
+    """(1, COLS) sum over the rows of a (WIN, COLS) tensor, kept in its layout (stored as
+    it is: a (COLS,) result would go through shared memory to a store layout)."""
+    return tl.reduce(x, 0, _SUM, keep_dims=True)
 
 
 @triton.jit
@@ -162,7 +158,7 @@ def _fwd_a(m, h, u, seg, logw_ptr, swk, lo, nk, d, dmask, w, row,
            HAS_DOC: tl.constexpr, F64: tl.constexpr):
     """Path A: levels lo .. lo+nk-1, exact power-of-two running max."""
     for k in range(nk):
-        n, g = _weight(logw_ptr, swk, lo + k, d, dmask, STATE)
+        n, g = _level_weight(logw_ptr, swk, lo + k, d, dmask, STATE)
         idx, has = _back(w, row, 1 << k, seg, WIN, COLS, HAS_DOC)
         mq = tl.gather(m, idx, 0) + n[None, :]
         big = tl.where(m >= mq, m, mq)
@@ -182,7 +178,7 @@ def _fwd_b(h, u, seg, logw_ptr, swk, lo, nk, d, dmask, w, row,
            HAS_DOC: tl.constexpr, F64: tl.constexpr):
     """Path B: the same levels as two FMAs on one exponent per column."""
     for k in range(nk):
-        n, g = _weight(logw_ptr, swk, lo + k, d, dmask, STATE)
+        n, g = _level_weight(logw_ptr, swk, lo + k, d, dmask, STATE)
         wk = (g * _pow2(n, F64))[None, :]
         idx, has = _back(w, row, 1 << k, seg, WIN, COLS, HAS_DOC)
         h = tl.where(has, tl.fma(tl.gather(h, idx, 0), wk, h), h)
@@ -221,7 +217,7 @@ def _plan_b(m, h, u, ok, t1, t2, logw_ptr, swk, lo, nl, d, dmask, WIN: tl.conste
     nsum = tl.full(mx.shape, 0.0, STATE)
     wfine = mx == mx
     for k in range(nl):
-        n, g = _weight(logw_ptr, swk, lo + k, d, dmask, STATE)
+        n, g = _level_weight(logw_ptr, swk, lo + k, d, dmask, STATE)
         nsum += tl.maximum(n, 0.0)
         wfine = wfine & (tl.abs(n) <= nlim)
     live = mx > -inf
@@ -235,15 +231,27 @@ def _plan_b(m, h, u, ok, t1, t2, logw_ptr, swk, lo, nl, d, dmask, WIN: tl.conste
 
 
 @triton.jit
-def _store_part(part_ptr, spk, sps, k, slot, nslot, slot_n, acc, d_blk, dblk_mask):
-    """This program's partial of level k at its slot, and zeros at the slots slot +
-    j slot_n (j >= 1) below nslot: every slot of the level is written exactly once."""
-    base = part_ptr + k * spk + d_blk
-    tl.store(base + slot * sps, acc, mask=dblk_mask)
-    t = slot + slot_n
+def _store_parts(part_ptr, spk, sps, lo, nl, first, rr, nslot, slot_n, acc, d, dmask,
+                 NL: tl.constexpr):
+    """This program's partials of levels lo .. lo+nl-1, ``acc`` (NL, COLS) (row kk: level
+    lo + kk), at the slots first + rr (rr: each column's residue in the block), and zeros
+    at the slots first + rr + j slot_n (j >= 1) below nslot: every slot of each level is
+    written exactly once.  After the level loop: its layout change goes through shared
+    memory once per program, not once per level."""
+    kk = tl.arange(0, NL)
+    base = part_ptr + (lo + kk)[:, None] * spk + d[None, :]
+    use = (kk < nl)[:, None] & dmask[None, :]
+    tl.store(base + (first + rr[None, :]) * sps, acc, mask=use)
+    t = first + slot_n
     while t < nslot:
-        tl.store(base + t * sps, acc * 0.0, mask=dblk_mask)
+        tl.store(base + (t + rr[None, :]) * sps, acc * 0.0, mask=use & (t + rr < nslot)[None, :])
         t += slot_n
+
+
+@triton.jit
+def _put_level(acc, kk, part):
+    """``acc`` (NL, COLS) with row kk replaced by ``part`` (1, COLS)."""
+    return tl.where((tl.arange(0, acc.shape[0]) == kk)[:, None], part, acc)
 
 
 # ----------------------------------------------------------------------------------------
@@ -256,7 +264,8 @@ def _e2_bwd_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, c1_ptr, c
                    y1_ptr, y2_ptr, part_ptr, stat_ptr,
                    s1b, s1l, s2b, s2l, sgb, sgl, scb, scl, syb, syl, swk, spk, sps,
                    L, d_lo, d_hi, lo, nl, nres, nq, tile, halo, nslot,
-                   MODE: tl.constexpr, WIN: tl.constexpr, BLOCK_R: tl.constexpr,
+                   MODE: tl.constexpr, NL: tl.constexpr, WIN: tl.constexpr,
+                   BLOCK_R: tl.constexpr,
                    BLOCK_D: tl.constexpr, REV: tl.constexpr, FIRST: tl.constexpr,
                    TOP: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DOC: tl.constexpr,
                    STATE: tl.constexpr, NEG: tl.constexpr, TRY_B: tl.constexpr,
@@ -279,12 +288,8 @@ def _e2_bwd_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, c1_ptr, c
                                   BLOCK_D, REV)
     COLS: tl.constexpr = BLOCK_R * BLOCK_D
     dmask = d < d_hi
-    real = ok
-    if FIRST:
-        if HAS_MASK:
-            real = ok & (tl.load(mask_ptr + b * L + pm, mask=ok, other=0) != 0)
-    x1 = tl.load(x1_ptr + b * s1b + pm * s1l + d[None, :], mask=real, other=0).to(STATE)
-    x2 = tl.load(x2_ptr + b * s2b + pm * s2l + d[None, :], mask=real, other=0).to(STATE)
+    x1, x2, real = _pass_inputs(x1_ptr, x2_ptr, mask_ptr, b, pm, d, ok, L, s1b, s1l, s2b,
+                                s2l, FIRST, HAS_MASK, STATE)
     m0, h0, u0 = _token(x1, x2, real, FIRST, STATE, NEG)
     seg = _load_doc(doc_ptr, b, pm, ok, L, HAS_DOC)
     mine = ok & ((w >= halo) & (w < halo + tile))[:, None]
@@ -316,16 +321,17 @@ def _e2_bwd_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, c1_ptr, c
             t1 = tl.load(c1_ptr + coff, mask=ok, other=0).to(STATE)
             t2 = tl.load(c2_ptr + coff, mask=ok, other=0).to(STATE)
         n_rb = (nres + BLOCK_R - 1) // BLOCK_R
-        slot = (b * nq + q) * n_rb + pid_c % n_rb
-        slot_n = tl.num_programs(1) * nq * n_rb
-        d_blk = d_lo + (pid_c // n_rb) * BLOCK_D + tl.arange(0, BLOCK_D)
-        dblk_mask = d_blk < d_hi
+        # d log_w: a slot per residue column, the program's first + the column's residue
+        first = ((b * nq + q) * n_rb + pid_c % n_rb) * BLOCK_R
+        rr = tl.arange(0, COLS) // BLOCK_D
+        slot_n = tl.num_programs(1) * nq * n_rb * BLOCK_R
         use_b = False
         e = tl.full((COLS,), 0.0, STATE)
         if TRY_B:
             use_b, e = _plan_b(m0, h0, u0, ok, t1, t2, logw_ptr, swk, lo, nl, d, dmask,
                                WIN, STATE, NEG, F64)
         took = tl.full((), 0, tl.int32)
+        dlw = tl.full((NL, COLS), 0.0, STATE)  # row kk: level lo + kk's partials
         if use_b:
             took += 1
             scale = _pow2(m0 - e[None, :], F64)
@@ -342,14 +348,13 @@ def _e2_bwd_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, c1_ptr, c
                 k = nl - 1 - kk
                 fh, fu = _fwd_b(hs, us, seg, logw_ptr, swk, lo, k, d, dmask, w, row, WIN,
                                 COLS, STATE, HAS_DOC, F64)
-                n, g = _weight(logw_ptr, swk, lo + k, d, dmask, STATE)
+                n, g = _level_weight(logw_ptr, swk, lo + k, d, dmask, STATE)
                 wk = (g * _pow2(n, F64))[None, :]
                 idx, has = _ahead(w, 1 << k, seg, WIN, COLS, HAS_DOC)
                 p1 = tl.gather(t1, idx, 0)
                 p2 = tl.gather(t2, idx, 0)
                 term = tl.where(mine & has, wk * (fh * p1 - fu * p2), 0.0)
-                _store_part(part_ptr, spk, sps, lo + k, slot, nslot, slot_n,
-                            _colsum(term, BLOCK_R, BLOCK_D), d_blk, dblk_mask)
+                dlw = _put_level(dlw, k, _rowsum(term))
                 t1 = tl.where(has, tl.fma(p1, wk, t1), t1)
                 t2 = tl.where(has, tl.fma(p2, wk, t2), t2)
             if FIRST:
@@ -371,26 +376,25 @@ def _e2_bwd_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, c1_ptr, c
                 b1 = tl.where(bad, o, b1)
                 b2 = tl.where(bad, o, b2)
                 bm = tl.where(live, -mf, tl.full(mf.shape, NEG, STATE))
-                poison = _colsum(tl.where(ok, o * 0.0, 0.0), BLOCK_R, BLOCK_D)
+                poison = _rowsum(tl.where(ok, o * 0.0, 0.0))
             else:
                 live = ok & (mf > NEG * 0.5) & (uf > 0)
                 b1 = tl.where(live, _div(t1, uf), t1 * 0.0)
                 b2 = tl.where(live, _div(t2, uf), t2 * 0.0)
                 bm = tl.where(live, -mf, tl.full(mf.shape, NEG, STATE))
-                poison = _colsum(tl.where(ok, t1 * 0.0 + t2 * 0.0, 0.0), BLOCK_R, BLOCK_D)
+                poison = _rowsum(tl.where(ok, t1 * 0.0 + t2 * 0.0, 0.0))
             for kk in range(nl):
                 k = nl - 1 - kk
                 fm, fh, fu = _fwd_a(m0, h0, u0, seg, logw_ptr, swk, lo, k, d, dmask, w, row,
                                     WIN, COLS, STATE, HAS_DOC, F64)
-                n, g = _weight(logw_ptr, swk, lo + k, d, dmask, STATE)
+                n, g = _level_weight(logw_ptr, swk, lo + k, d, dmask, STATE)
                 idx, has = _ahead(w, 1 << k, seg, WIN, COLS, HAS_DOC)
                 bq = tl.gather(bm, idx, 0) + n[None, :]
                 p1 = tl.gather(b1, idx, 0)
                 p2 = tl.gather(b2, idx, 0)
                 scale = g[None, :] * _pow2w(fm + bq, F64)
                 term = tl.where(mine & has, scale * (fh * p1 - fu * p2), 0.0)
-                _store_part(part_ptr, spk, sps, lo + k, slot, nslot, slot_n,
-                            _colsum(term, BLOCK_R, BLOCK_D) + poison, d_blk, dblk_mask)
+                dlw = _put_level(dlw, k, _rowsum(term) + poison)
                 big = tl.where(bm >= bq, bm, bq)
                 sp = g[None, :] * _pow2(bq - big, F64)
                 ss = _pow2(bm - big, F64)
@@ -408,6 +412,7 @@ def _e2_bwd_kernel(x1_ptr, x2_ptr, mask_ptr, doc_ptr, logw_ptr, g_ptr, c1_ptr, c
                 dv = tl.where(real, x * b2, 0.0)
         tl.store(y1_ptr + yoff, da.to(y1_ptr.dtype.element_ty), mask=mine)
         tl.store(y2_ptr + yoff, dv.to(y2_ptr.dtype.element_ty), mask=mine)
+        _store_parts(part_ptr, spk, sps, lo, nl, first, rr, nslot, slot_n, dlw, d, dmask, NL)
         if STATS:
             tl.store(stat_ptr + b * tl.num_programs(0) + pid, took)
 
@@ -441,10 +446,10 @@ class _BPass:
         return min(triton.next_power_of_2(self.nres), fill), block_d
 
     def slots(self, batch: int, width: int) -> int:
-        """d log_w slots of one launch on ``width`` channels (one per program and
-        column block of residues)."""
+        """d log_w slots of one launch on ``width`` channels (one per program, column
+        block of residues and residue of the block)."""
         block_r, _ = self.blocks(width)
-        return batch * self.nq * triton.cdiv(self.nres, block_r)
+        return batch * self.nq * triton.cdiv(self.nres, block_r) * block_r
 
 
 def plan(length: int, nlev: int) -> list[_BPass]:
@@ -479,7 +484,8 @@ def _launch(ps: _BPass, mode: int, x, c, g, y, part, stat, mask, doc, log_w, par
         log_w.stride(0), part.stride(0), part.stride(1),
         L, part_slice.start, part_slice.stop, ps.lo, ps.nl, ps.nres, ps.nq, ps.tile,
         ps.halo, nslot,
-        MODE=mode, WIN=ps.win, BLOCK_R=block_r, BLOCK_D=block_d, REV=rev, FIRST=first,
+        MODE=mode, NL=triton.next_power_of_2(max(ps.nl, 1)), WIN=ps.win, BLOCK_R=block_r,
+        BLOCK_D=block_d, REV=rev, FIRST=first,
         TOP=top, HAS_MASK=first and mask is not None, HAS_DOC=doc is not None, STATE=state,
         NEG=neg, TRY_B=PATH_B, STATS=stat is not None, F64=log_w.dtype == torch.float64,
         num_warps=_e2().NUM_WARPS, **_EXACT)
