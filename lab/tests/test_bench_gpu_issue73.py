@@ -88,3 +88,22 @@ def test_the_dry_run_writes_each_measurement_and_says_what_is_missing(tmp_path):
     report = (out / "report.md").read_text()
     assert "## Targets of issue 73" in report and "CPU dry run: no GPU numbers" in report
     assert "Backend `not-merged-yet` against SDPA causal" in report
+
+
+@pytest.mark.slow  # the Triton interpreter: about 20 s
+def test_the_dry_run_measures_the_new_backend_through_its_hooks(tmp_path):
+    """With ``--new-backend triton-e2`` (the default), its self-check, each forward pass
+    alone and without levels (``triton_e2.bench_passes``) and its path-A rate
+    (``path_counts``) are measured, not recorded as missing."""
+    pytest.importorskip("triton")
+    out = tmp_path / "dry"
+    assert main(["bench", "gpu", "--out", str(out), "--dry-run-cpu", "--steps",
+                 "env,scan-timing", "--new-backend", "triton-e2"]) == 0
+    rows = json.loads((out / "records" / "10-scan-timing.json").read_text())["data"]["rows"]
+    mine = [r for r in rows if r.get("backend") == "triton-e2"]
+    assert {r["step"] for r in mine} == {"selfcheck", "passes", "path-a"}
+    assert all(r["status"] == "ok" for r in mine), mine
+    passes = [r for r in mine if r["step"] == "passes"]
+    assert [r["pass_"] for r in passes] == ["pass 1 of 1: levels 0-5", "pass 1 of 1: levels 0-6"]
+    assert all(r["ms"] > 0 and r["ms_no_levels"] > 0 for r in passes)
+    assert 0.0 <= next(r for r in mine if r["step"] == "path-a")["rate"] <= 1.0
