@@ -222,3 +222,37 @@ def test_bad_arguments_are_usage_errors(tmp_path, capsys):
     assert main(["bench", "scan-cost", "--backend", "nope", "--no-ptx", "--out",
                  str(tmp_path / "x")]) == 2
     assert "backend 'nope' is not in this checkout" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # 22 small kernels compiled for sm_90: about 30 s
+def test_every_form_of_the_new_backend_compiles_for_a_gpu(monkeypatch):
+    """The interpreter runs every form of "triton-e2", but only a GPU compiler sees a
+    specialization that does not compile: the forward and backward kernels of the scan
+    with a padding mask, packed documents and both directions (bidirectional), in bf16
+    and in float64, in one pass and in a fine and a coarse pass, compiled for sm_90.  The
+    passes are shrunk (4 levels each) so the windows are small; the kernels' code paths
+    are the same at any window."""
+    _interpreted(NEW_BACKEND)
+    e2 = dispatch.BACKENDS[NEW_BACKEND].load()
+    for name, value in (("ONE_PASS_LEVELS", 4), ("FORM_STEP", 4), ("COARSE_LEVELS", 3),
+                        ("FINE_LEVELS", 4), ("FORM_LEVELS", (4,)), ("FINE_WINDOW", 1)):
+        monkeypatch.setattr(e2, name, value)
+    launches = []
+    for length, dtype in ((16, torch.bfloat16), (64, torch.bfloat16), (16, torch.float64),
+                          (64, torch.float64)):
+        phases = count.count(NEW_BACKEND, 2, length, 64, execute=False, masked=True,
+                             documents=True, n_causal=32, dtype=dtype)
+        launches += [x.as_dict() for phase in phases.values() for x in phase.launches]
+    found = ptx.specs(launches)
+    kinds = {(s["kernel"], s["constexprs"].get("MODE"), s["constexprs"]["F64"]) for s in found}
+    assert kinds == {(k, mode, f64) for f64 in (False, True) for k, mode in (
+        ("_e2_pass_kernel", None), ("_e2_bwd_kernel", 0), ("_e2_bwd_kernel", 1))}
+    assert all(s["constexprs"]["HAS_DOC"] for s in found)
+    from weirdnet_lab.harness import children
+
+    result = children.run_job("scan-ptx", {"specs": found}, env=child_env(False),
+                              timeout_s=900)
+    assert "error" not in result, result
+    assert len(result["kernels"]) == len(found)
+    for row in result["kernels"]:
+        assert "error" not in row, row

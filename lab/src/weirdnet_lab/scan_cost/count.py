@@ -318,19 +318,30 @@ def inputs(batch: int, length: int, dim: int, dtype=torch.bfloat16, seed: int = 
 
 
 def count(backend: str, batch: int, length: int, dim: int, *, backward: bool = True,
-          execute: bool = True) -> dict[str, Phase]:
+          execute: bool = True, masked: bool = False, documents: bool = False,
+          n_causal: int | None = None, dtype=torch.bfloat16) -> dict[str, Phase]:
     """{"forward": Phase, "backward": Phase} of one causal bf16 scan at (B, L, D).
 
     ``execute=False``: on meta tensors (no memory, no arithmetic), the kernels recorded
     but not run: the host code's launches, ops and syncs at any shape.  Host code that
-    reads device data raises there; that is recorded as a sync ("raised: ...")."""
+    reads device data raises there; that is recorded as a sync ("raised: ...").  The
+    other forms of the op, for the kernels' specializations: ``masked`` (a padding mask),
+    ``documents`` (packed documents' ids), ``n_causal`` (the first n channels causal, the
+    rest anti-causal: the bidirectional form) and ``dtype`` (a, v and grad's; float64
+    also makes log_w and the states float64)."""
     from weirdnet.ops.weird_scan import dispatch
 
     why = interpreter_ready(backend)
     if why is not None:
         raise RuntimeError(why)
     chosen = dispatch.BACKENDS[backend]
-    a, v, log_w, grad = inputs(batch, length, dim, fill=execute)
+    a, v, log_w, grad = inputs(batch, length, dim, dtype, fill=execute)
+    if dtype == torch.float64:
+        log_w = log_w.double()
+    device = a.device
+    mask = torch.ones(batch, length, dtype=torch.bool, device=device) if masked else None
+    doc = torch.zeros(batch, length, dtype=torch.int64, device=device) if documents else None
+    n_causal = dim if n_causal is None else n_causal
     nlev = log_w.shape[0]
     phases = {}
     for name in ("forward", "backward") if backward else ("forward",):
@@ -338,9 +349,9 @@ def count(backend: str, batch: int, length: int, dim: int, *, backward: bool = T
         with recorder.patched(), _HostOps(recorder), torch.no_grad():
             try:
                 if name == "forward":
-                    chosen.fwd(a, v, log_w, None, None, dim, nlev)
+                    chosen.fwd(a, v, log_w, mask, doc, n_causal, nlev)
                 else:
-                    chosen.bwd(a, v, log_w, None, None, grad, dim, nlev)
+                    chosen.bwd(a, v, log_w, mask, doc, grad, n_causal, nlev)
             except (NotImplementedError, RuntimeError) as error:
                 if execute or "meta" not in str(error).lower():
                     raise
