@@ -224,12 +224,28 @@ def test_bad_arguments_are_usage_errors(tmp_path, capsys):
     assert "backend 'nope' is not in this checkout" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # 22 small kernels compiled for sm_90: about 30 s
+def _decode_launches(e2, dtype) -> list[dict]:
+    """The decode kernel's launch (``e2.extend``: 3 tokens, a validity mask) on meta
+    tensors, recorded and not run."""
+    state = torch.float64 if dtype == torch.float64 else torch.float32
+    B, T, D, nlev = 2, 3, 64, 6
+    meta = dict(device="meta", dtype=state)
+    rings = [torch.empty((2 ** nlev - 1, B, D), **meta) for _ in range(3)]
+    recorder = count._Recorder(execute=False)
+    with recorder.patched(), torch.no_grad():
+        e2.extend(torch.empty((B, T, D), **meta), torch.empty((B, T, D), **meta),
+                  torch.empty((nlev, D), **meta),
+                  torch.empty((B, T), dtype=torch.bool, device="meta"), *rings, nlev, 5)
+    return [x.as_dict() for x in recorder.phase.launches]
+
+
+@pytest.mark.slow  # 24 small kernels compiled for sm_90: about 40 s
 def test_every_form_of_the_new_backend_compiles_for_a_gpu(monkeypatch):
     """The interpreter runs every form of "triton-e2", but only a GPU compiler sees a
     specialization that does not compile: the forward and backward kernels of the scan
     with a padding mask, packed documents and both directions (bidirectional), in bf16
-    and in float64, in one pass and in a fine and a coarse pass, compiled for sm_90.  The
+    and in float64, in one pass and in a fine and a coarse pass, and the decode kernel
+    with a validity mask, compiled for sm_90.  The
     passes are shrunk (4 levels each) so the windows are small; the kernels' code paths
     are the same at any window."""
     _interpreted(NEW_BACKEND)
@@ -243,11 +259,13 @@ def test_every_form_of_the_new_backend_compiles_for_a_gpu(monkeypatch):
         phases = count.count(NEW_BACKEND, 2, length, 64, execute=False, masked=True,
                              documents=True, n_causal=32, dtype=dtype)
         launches += [x.as_dict() for phase in phases.values() for x in phase.launches]
+        launches += _decode_launches(e2, dtype)
     found = ptx.specs(launches)
     kinds = {(s["kernel"], s["constexprs"].get("MODE"), s["constexprs"]["F64"]) for s in found}
     assert kinds == {(k, mode, f64) for f64 in (False, True) for k, mode in (
-        ("_e2_pass_kernel", None), ("_e2_bwd_kernel", 0), ("_e2_bwd_kernel", 1))}
-    assert all(s["constexprs"]["HAS_DOC"] for s in found)
+        ("_e2_pass_kernel", None), ("_e2_bwd_kernel", 0), ("_e2_bwd_kernel", 1),
+        ("_e2_extend_kernel", None))}
+    assert all(s["constexprs"]["HAS_MASK"] for s in found if "extend" in s["kernel"])
     from weirdnet_lab.harness import children
 
     result = children.run_job("scan-ptx", {"specs": found}, env=child_env(False),
