@@ -247,7 +247,10 @@ def test_sharded_step_memory_is_one_channel_block_of_levels(tmp_path):
         inputs_bytes = (2 * B * n * D + nlev * D) * 4
         want_saved = inputs_bytes + 3 * B * D * 4 * _received_positions((n, n), index)
         assert r["one-block"]["saved"] == r["blocks"]["saved"] == want_saved
-        bound = want_saved + 6 * B * n * D * 4 + 2 * _MEM_BUDGET * 4
+        # + 1 MiB: allocations under the 64 KiB mmap threshold (Python objects, small
+        # tensors) come from the heap, whose pages the peak RSS keeps (CI, stop 79: 21 KB
+        # over the exact sum); the one-block run's extra is 300 MiB more
+        bound = want_saved + 6 * B * n * D * 4 + 2 * _MEM_BUDGET * 4 + (1 << 20)
         assert r["blocks"]["extra"] <= bound, (index, r, bound)
         assert r["one-block"]["extra"] >= 0.8 * all_levels, (index, r, all_levels)
         assert r["blocks"]["extra"] <= 0.5 * r["one-block"]["extra"], (index, r)
