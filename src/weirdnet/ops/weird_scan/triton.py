@@ -653,23 +653,29 @@ def bench_passes(a, v, log_w, nlev: int) -> list[tuple[str, object, object]]:
     """
     B, L, D = a.shape
     passes, x, out = plan(L, nlev), (a, v), []
-    with _device(a):
-        for i, ps in enumerate(passes):
-            last = i == len(passes) - 1
-            y = (torch.empty_like(a),) * 2 if last else _buffers(a, log_w.dtype, 2)
-            empty = _Pass(ps.lo, ps.nl, L, last)
-            empty.nl = 0  # same tile and window, no level
+    for i, ps in enumerate(passes):
+        last = i == len(passes) - 1
+        y = (torch.empty_like(a),) * 2 if last else _buffers(a, log_w.dtype, 2)
+        empty = _Pass(ps.lo, ps.nl, L, last)
+        empty.nl = 0  # same tile and window, no level
 
-            def launch(p, x=x, y=y, first=i == 0, last=last):
-                with _device(a):
-                    _launch_fwd(p, x, y, None, None, log_w, slice(0, D), False, first, last)
+        def launch(p, x=x, y=y, first=i == 0, last=last):
+            with _device(a):
+                _launch_fwd(p, x, y, None, None, log_w, slice(0, D), False, first, last)
 
-            launch(ps)
-            out.append((f"pass {i + 1} of {len(passes)}: levels {ps.lo}-{ps.lo + ps.nl - 1}",
-                        lambda launch=launch, ps=ps: launch(ps),
-                        lambda launch=launch, empty=empty: launch(empty)))
-            x = y
+        out.append(_bench_entry(i, len(passes), ps, empty, launch))
+        x = y
     return out
+
+
+def _bench_entry(i: int, n: int, ps, empty, launch) -> tuple[str, object, object]:
+    """Pass ``i`` of ``n`` of a ``bench_passes`` hook (both Triton backends): runs it once
+    (``launch(p)`` launches pass ``p`` on that pass's input, so the next pass has its
+    input) and returns (label, run, run_without_levels), ``empty`` being the pass with
+    no level."""
+    launch(ps)
+    return (f"pass {i + 1} of {n}: levels {ps.lo}-{ps.lo + ps.nl - 1}",
+            lambda: launch(ps), lambda: launch(empty))
 
 
 def bwd(a, v, log_w, mask, doc, grad, n_causal: int, nlev: int):

@@ -75,6 +75,7 @@ import triton.language as tl
 from . import triton_e2_backward as _backward
 from .triton import (  # shared helpers of the "triton" backend (not its kernels)
     INTERPRETED,
+    _bench_entry,
     _decode_columns,
     _decode_inputs,
     _decode_setup,
@@ -524,22 +525,18 @@ def bench_passes(a, v, log_w, nlev: int, out: torch.Tensor | None = None
     B, L, D = a.shape
     out = torch.empty(a.shape, dtype=a.dtype, device=a.device) if out is None else out
     passes, x, runs = plan(L, nlev), (a, v), []
-    with _device(a):
-        for i, ps in enumerate(passes):
-            y = (out, out) if ps.last else tuple(
-                torch.empty(a.shape, dtype=log_w.dtype, device=a.device) for _ in range(2))
-            empty = copy.copy(ps)
-            empty.nl, empty.cuts = 0, 0  # same tiles and windows, no level
+    for i, ps in enumerate(passes):
+        y = (out, out) if ps.last else tuple(
+            torch.empty(a.shape, dtype=log_w.dtype, device=a.device) for _ in range(2))
+        empty = copy.copy(ps)
+        empty.nl, empty.cuts = 0, 0  # same tiles and windows, no level
 
-            def launch(p, x=x, y=y, first=i == 0):
-                with _device(a):
-                    _launch(p, x, y, out, None, None, log_w, D, first, None)
+        def launch(p, x=x, y=y, first=i == 0):
+            with _device(a):
+                _launch(p, x, y, out, None, None, log_w, D, first, None)
 
-            launch(ps)
-            runs.append((f"pass {i + 1} of {len(passes)}: levels {ps.lo}-{ps.lo + ps.nl - 1}",
-                         lambda launch=launch, ps=ps: launch(ps),
-                         lambda launch=launch, empty=empty: launch(empty)))
-            x = y
+        runs.append(_bench_entry(i, len(passes), ps, empty, launch))
+        x = y
     return runs
 
 
