@@ -102,7 +102,7 @@ def _scan_backend(name: str):
 
 def _run(case: ModelCase, group, index: int):
     from weirdnet.ops.context_parallel import ContextParallel
-    from weirdnet.ops.weird_scan.halo import count_sent_bytes
+    from weirdnet.ops.shard_transfers import count_sent_bytes
     from weirdnet.train.context_parallel import check_shardable
 
     model = _mode(build(case), case)

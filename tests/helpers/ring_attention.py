@@ -91,7 +91,7 @@ def kernel(case: RingCase):
 def _run_op(case: RingCase, group, index: int) -> dict:
     from weirdnet.ops.ring_attention import ring_softmax_attention
     from weirdnet.ops.sequence_shards import shard_layout
-    from weirdnet.ops.weird_scan.halo import count_sent_bytes
+    from weirdnet.ops.shard_transfers import count_sent_bytes
 
     group = dist.group.WORLD if group is None else group
     q, k, v, mask, grad = inputs(case)
@@ -120,7 +120,7 @@ def _run_dropout_layer(case: RingCase, group, index: int) -> dict:
     """Bytes sent point to point by a SoftmaxAttention with dropout, training and eval."""
     from weirdnet.layers.softmax import SoftmaxAttention
     from weirdnet.ops.context_parallel import ContextParallel
-    from weirdnet.ops.weird_scan.halo import count_sent_bytes
+    from weirdnet.ops.shard_transfers import count_sent_bytes
 
     torch.manual_seed(case.seed)
     layer = SoftmaxAttention(case.H * case.d, heads=case.H, causal=case.causal, dropout=0.5)

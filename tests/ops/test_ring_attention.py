@@ -16,8 +16,8 @@ from helpers.context_parallel import ranks_of, spawn
 from helpers.numerics import rel_err
 from helpers.ring_attention import RingCase, inputs, run_ring_cases
 from weirdnet.ops.ring_attention import ring_sent_bytes, ring_softmax_attention
+from weirdnet.ops.shard_transfers import ShardLayout
 from weirdnet.ops.softmax_attention import softmax_attention, softmax_attention_reference
-from weirdnet.ops.weird_scan.halo import ShardLayout
 
 F32 = "float32"
 TWO = [

@@ -21,7 +21,7 @@ from weirdnet.ops import (
     weird_scan_reference,
 )
 from weirdnet.ops.checks import levels_needed
-from weirdnet.ops.weird_scan.halo import ShardLayout
+from weirdnet.ops.shard_transfers import ShardLayout
 from weirdnet_lab.context_parallel.cost import (  # the lab's cost model
     halo_values,
     halo_values_equal,

@@ -40,6 +40,7 @@ from .local_attention import local_attention, local_attention_reference
 from .packing import check_doc_ids, per_document
 from .relation import relation_mix, relation_mix_continue, relation_reference
 from .sequence_shards import sharded_checkpoint_context
+from .shard_transfers import count_sent_bytes
 from .short_conv import short_conv, short_conv_reference
 from .softmax_attention import softmax_attention, softmax_attention_reference
 from .weird_scan import (
@@ -53,7 +54,6 @@ from .weird_scan.context_parallel import (
     weird_scan_bidirectional_context_parallel,
     weird_scan_context_parallel,
 )
-from .weird_scan.halo import count_sent_bytes
 
 __all__ = [
     "ContextParallel",

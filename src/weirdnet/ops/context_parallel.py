@@ -68,6 +68,7 @@ from .sequence_shards import (
     sharded_checkpoint_context,
     window_halo,
 )
+from .shard_transfers import ShardLayout
 from .short_conv import short_conv
 from .softmax_attention import (
     merge_heads,
@@ -76,7 +77,6 @@ from .softmax_attention import (
     split_heads,
 )
 from .weird_scan.context_parallel import HALOS, weird_scan_bidirectional_context_parallel
-from .weird_scan.halo import ShardLayout
 from .weird_scan.op import scan_op
 
 

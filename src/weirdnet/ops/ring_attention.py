@@ -1,7 +1,7 @@
 """Ring attention: exact softmax attention over a sequence sharded over a process group.
 
 Group rank r holds the r-th contiguous shard of the sequence (any lengths >= 1,
-:class:`~weirdnet.ops.weird_scan.halo.ShardLayout`): queries ``q``, keys ``k`` and
+:class:`~weirdnet.ops.shard_transfers.ShardLayout`): queries ``q``, keys ``k`` and
 values ``v`` (B, H, n_r, d) of its n_r positions, and their key-padding ``mask`` (B, n_r)
 bool (True = real key).  Each rank gets its rows of the single-process
 :func:`~weirdnet.ops.softmax_attention.softmax_attention` of the whole sequence,
@@ -31,7 +31,7 @@ Elsewhere (or with ``_BLOCK_KERNEL = "matmul"``) plain matmuls in query chunks o
 (out, lse), dQ and the travelling (dK, dV) are kept in float32 for float16 / bfloat16.
 
 **Bytes** each rank sends (:func:`ring_sent_bytes`; counted by
-:func:`weirdnet.ops.weird_scan.halo.count_sent_bytes`): forward, the blocks of every
+:func:`weirdnet.ops.shard_transfers.count_sent_bytes`): forward, the blocks of every
 shard but the next rank's, 2·H·d values per position for (K, V) plus 1 for the mask;
 backward, those again plus (dK, dV), 2·H·d per position, of every shard but its own.  For
 P equal shards of n: 2(P - 1)·n·H·d (+ (P - 1)·n) and 4(P - 1)·n·H·d (+ (P - 1)·n) per
@@ -45,8 +45,8 @@ import math
 import torch
 import torch.distributed as dist
 
+from .shard_transfers import ShardLayout, op_group, op_group_name, record_sent
 from .softmax_attention import check_qkv
-from .weird_scan.halo import ShardLayout, op_group, op_group_name, record_sent
 
 SCORES_BUDGET = 1 << 22
 """Most score elements (all batch rows and heads) that one query chunk of the matmul

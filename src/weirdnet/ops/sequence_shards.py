@@ -2,7 +2,7 @@
 
 The sharded forms of the sequence ops other than the weird scan (``ops/context_parallel.py``,
 see ``docs/context_parallel.md``) are built from these; group rank order is sequence order,
-shards of any length >= 1 (:class:`~weirdnet.ops.weird_scan.halo.ShardLayout`)::
+shards of any length >= 1 (:class:`~weirdnet.ops.shard_transfers.ShardLayout`)::
 
     shard_layout(n, group, device)     every rank's shard length (one all_gather)
     global_positions(mask, layout, ..) (B, n) token positions in the whole sequence
@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-from .weird_scan.halo import ShardLayout, post_transfers
+from .shard_transfers import ShardLayout, post_transfers
 
 
 def shard_layout(n: int, group, device) -> ShardLayout:

@@ -40,8 +40,8 @@ import torch
 import torch.distributed as dist
 
 from ..checks import FLOAT_DTYPES, check_finite_log_w, check_scan_inputs, levels_needed, on_host
+from ..shard_transfers import ReadyHalo, ShardLayout, op_group, op_group_name, start_halo
 from .dispatch import compute_dtype
-from .halo import ReadyHalo, ShardLayout, op_group, op_group_name, start_halo
 from .pytorch import adjoint_scale, combine, initial_state, level_weights, merge_level, natural
 
 _META = 8  # n, B, D, dtype, K, mask?, doc?, local error?
@@ -102,7 +102,7 @@ def weird_scan_context_parallel(a, v, log_w, *, group=None, reverse=False, mask=
             ``halos`` not one of :data:`HALOS` (this rank, before any message).
 
     Computation in float32 (float64 for float64 inputs), on any device.  Bytes sent:
-    ``docs/context_parallel.md`` (:func:`weirdnet.ops.weird_scan.halo.count_sent_bytes`
+    ``docs/context_parallel.md`` (:func:`weirdnet.ops.shard_transfers.count_sent_bytes`
     counts them).
     """
     if halos not in HALOS:
