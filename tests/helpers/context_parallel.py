@@ -15,6 +15,7 @@ import pickle
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -96,10 +97,10 @@ def _run_case(case: Case, group, index: int) -> dict:
 
 def _run_scan(case: Case, group, index: int) -> dict:
     from weirdnet.ops import weird_scan_context_parallel
+    from weirdnet.ops.shard_transfers import count_sent_bytes
     from weirdnet.ops.weird_scan.context_parallel import (
         weird_scan_bidirectional_context_parallel,
     )
-    from weirdnet.ops.weird_scan.halo import count_sent_bytes
 
     a, v, log_w, mask, doc, grad = inputs(case)
     leaves = [shard(a, case, index).clone().requires_grad_(),
@@ -210,9 +211,11 @@ def _free_port() -> int:
 
 def spawn(world: int, run, cases: list, tmp: Path) -> list[dict]:
     """Spawn ``world`` gloo processes; each calls ``run(cases, rank, world)`` (a
-    module-level function) and returns a picklable dict; returns them in rank order."""
-    os.environ["OMP_NUM_THREADS"] = "1"
-    mp.spawn(_worker, args=(world, _free_port(), run, cases, str(tmp)), nprocs=world)
+    module-level function) and returns a picklable dict; returns them in rank order.
+    The children run one thread each (``OMP_NUM_THREADS=1`` in their environment only:
+    this process's is put back, so running one test file alone sees what the suite does)."""
+    with mock.patch.dict(os.environ, {"OMP_NUM_THREADS": "1"}):
+        mp.spawn(_worker, args=(world, _free_port(), run, cases, str(tmp)), nprocs=world)
     return [pickle.loads((tmp / f"{r}.pkl").read_bytes()) for r in range(world)]
 
 
