@@ -19,6 +19,7 @@ from .context_parallel import (
     sequence_scan,
     sequence_short_conv,
     sequence_softmax_attention,
+    sharded_checkpoint_context,
 )
 from .dba import (
     dba_attention,
@@ -39,7 +40,6 @@ from .linformer import linformer_attention, linformer_reference
 from .local_attention import local_attention, local_attention_reference
 from .packing import check_doc_ids, per_document
 from .relation import relation_mix, relation_mix_continue, relation_reference
-from .sequence_shards import sharded_checkpoint_context
 from .shard_transfers import count_sent_bytes
 from .short_conv import short_conv, short_conv_reference
 from .softmax_attention import softmax_attention, softmax_attention_reference

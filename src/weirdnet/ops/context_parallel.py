@@ -26,6 +26,11 @@ What each exchanges (docs/context_parallel.md, "The other mixers"):
                                 the shards' real-token counts)
     sequence_length             the whole sequence's length L (an all_gather)
 
+Under the backbone's activation checkpointing, :func:`sharded_checkpoint_context` keeps
+the outputs of the ops that exchange the most (the sharded scan, ring attention), so a
+block's recomputation sends nothing (:func:`checkpoint_context_fn`: the ``context_fn`` a
+block takes now).
+
 A mixer whose sequence mixing has no sharded form (relation, dba, linformer) declares
 why at its registration (``whole_sequence=``, :func:`weirdnet.layers.registry.
 whole_sequence`), and :func:`weirdnet.train.context_parallel.sharded` refuses it before
@@ -44,6 +49,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from .dba import compress_positions, dba_authors_attention
 from .linear_attention import (
@@ -65,7 +71,6 @@ from .sequence_shards import (
     global_positions,
     group_sum,
     shard_layout,
-    sharded_checkpoint_context,
     window_halo,
 )
 from .shard_transfers import ShardLayout
@@ -323,7 +328,31 @@ def sequence_length(cp: ContextParallel, x: torch.Tensor) -> int:
 def checkpoint_context_fn():
     """The ``context_fn`` a block's ``torch.utils.checkpoint`` takes now: under an
     entered context that keeps its exchanges' outputs (``recompute_exchanges=False``),
-    :func:`~weirdnet.ops.sequence_shards.sharded_checkpoint_context`, so the
+    :func:`sharded_checkpoint_context`, so the
     recomputation sends nothing; else None (the plain checkpoint)."""
     cp = active()
     return None if cp is None or cp.recompute_exchanges else sharded_checkpoint_context
+
+
+KEPT_BY_CHECKPOINTS = ("weirdnet::weird_scan_cp", "weirdnet::ring_attention")
+"""The custom ops whose outputs :func:`sharded_checkpoint_context` keeps."""
+
+
+def _keep_exchanges(ctx, op, *args, **kwargs):
+    """Selective checkpointing's policy: keep the outputs of :data:`KEPT_BY_CHECKPOINTS`,
+    recompute the rest."""
+    if op.name() in KEPT_BY_CHECKPOINTS:
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def sharded_checkpoint_context():
+    """A ``context_fn`` for ``torch.utils.checkpoint.checkpoint(fn, ...,
+    use_reentrant=False, context_fn=sharded_checkpoint_context)``: selective
+    checkpointing that keeps the outputs of the sharded scan
+    (:func:`weirdnet.ops.weird_scan_context_parallel`; with ``halos="keep"`` its halos
+    too) and of ring attention (:func:`weirdnet.ops.ring_attention.ring_softmax_attention`:
+    out and log-sum-exp), so the recomputation of the checkpointed region neither runs
+    them nor exchanges their messages again; everything else is recomputed.  Returns the
+    pair of contexts that ``checkpoint`` expects."""
+    return create_selective_checkpoint_contexts(_keep_exchanges)

@@ -1,7 +1,7 @@
 """Differentiable exchanges between the ranks that hold one sequence's contiguous shards.
 
-The sharded forms of the sequence ops other than the weird scan (``ops/context_parallel.py``,
-see ``docs/context_parallel.md``) are built from these; group rank order is sequence order,
+The sharded forms of the sequence ops other than the weird scan and softmax attention
+(which have their own modules) are built from these; group rank order is sequence order,
 shards of any length >= 1 (:class:`~weirdnet.ops.shard_transfers.ShardLayout`)::
 
     shard_layout(n, group, device)     every rank's shard length (one all_gather)
@@ -13,9 +13,6 @@ shards of any length >= 1 (:class:`~weirdnet.ops.shard_transfers.ShardLayout`)::
                                        sum of every rank's gradient, own slice)
     exclusive_prefix(s, layout, grp)   sum of s over the earlier shards (all_gather)
     group_sum(s, grp)                  sum of s over the group (all_reduce)
-    sharded_checkpoint_context         selective activation checkpointing that keeps the
-                                       outputs of the ops that exchange the most (the
-                                       sharded scan, ring attention)
 
 Every gradient returned is this rank's share of the single-process gradient's inputs:
 what flows back to a tensor on this rank from every rank's outputs.
@@ -25,7 +22,6 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from .shard_transfers import ShardLayout, post_transfers
 
@@ -39,7 +35,7 @@ def shard_layout(n: int, group, device) -> ShardLayout:
     dist.all_gather(gathered, mine, group=group)
     lengths = tuple(int(t) for t in gathered)
     if min(lengths) < 1:
-        raise ValueError(f"context parallelism needs at least one position on each of the "
+        raise ValueError(f"a sharded sequence needs at least one position on each of the "
                          f"P = {P} ranks, got shard lengths {list(lengths)} "
                          f"(L = {sum(lengths)})")
     ranks = tuple(dist.get_global_rank(group, q) for q in range(P))
@@ -192,27 +188,3 @@ class _GroupSum(torch.autograd.Function):
 def group_sum(s: torch.Tensor, group) -> torch.Tensor:
     """The sum of ``s`` over the group (every rank gets it); backward the same."""
     return _GroupSum.apply(s, group)
-
-
-KEPT_BY_CHECKPOINTS = ("weirdnet::weird_scan_cp", "weirdnet::ring_attention")
-"""The custom ops whose outputs :func:`sharded_checkpoint_context` keeps."""
-
-
-def _keep_exchanges(ctx, op, *args, **kwargs):
-    """Selective checkpointing's policy: keep the outputs of :data:`KEPT_BY_CHECKPOINTS`,
-    recompute the rest."""
-    if op.name() in KEPT_BY_CHECKPOINTS:
-        return CheckpointPolicy.MUST_SAVE
-    return CheckpointPolicy.PREFER_RECOMPUTE
-
-
-def sharded_checkpoint_context():
-    """A ``context_fn`` for ``torch.utils.checkpoint.checkpoint(fn, ...,
-    use_reentrant=False, context_fn=sharded_checkpoint_context)``: selective
-    checkpointing that keeps the outputs of the sharded scan
-    (:func:`weirdnet.ops.weird_scan_context_parallel`; with ``halos="keep"`` its halos
-    too) and of ring attention (:func:`weirdnet.ops.ring_attention.ring_softmax_attention`:
-    out and log-sum-exp), so the recomputation of the checkpointed region neither runs
-    them nor exchanges their messages again; everything else is recomputed.  Returns the
-    pair of contexts that ``checkpoint`` expects."""
-    return create_selective_checkpoint_contexts(_keep_exchanges)

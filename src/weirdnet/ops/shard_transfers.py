@@ -1,16 +1,18 @@
-"""Halo exchange of scan states between the ranks that hold one sequence's shards.
+"""Who holds which positions of a sharded sequence, and the transfers between them.
 
-A rank of a context-parallel scan holds positions ``[offset, offset + n)`` of the global
-sequence.  At the level with shift ``s`` a position combines with its partner ``s`` back
-(forward) or ``s`` ahead (the backward's adjoint); the partners that lie on other ranks
-form the *halo*: one contiguous range of global positions, sent point to point
-(``isend`` / ``irecv``) by the ranks that own it.
+A group's ranks hold one sequence in contiguous shards, in group rank order; the rank
+with index q holds global positions ``[offset(q), offset(q) + lengths[q])``.  An op
+that needs positions another rank holds (the scan's partner ``s`` back or ahead at the
+level with shift ``s``: its *halo*; a window's positions in front and behind) gets them
+point to point (``isend`` / ``irecv``) from the ranks that own them.
 
-    ShardLayout        who holds which positions, in sequence order
-    ShardLayout.plan   the (source, destination, positions) transfers of one level
-    start_halo         posts one level's sends and receives; the caller works on the
-                       positions it already has, then calls ``.wait()`` for the halo
-    count_sent_bytes   a context manager that counts the bytes this rank sends
+    ShardLayout          who holds which positions, in sequence order
+    ShardLayout.plan     the (source, destination, positions) transfers of one scan level
+    ShardLayout.plan_window  those of a window (positions in front and behind)
+    post_transfers       posts one plan's sends and receives; ``.wait()`` gives what
+                         arrived (start_halo: a scan level's; ReadyHalo: one at hand)
+    op_group_name        a process group by name, for the custom ops that take one
+    count_sent_bytes     a context manager that counts the bytes this rank sends
 
 Every rank computes the same plan from the layout, so no message carries a header.
 """
@@ -131,7 +133,7 @@ def count_sent_bytes():
     """Count the halo bytes this rank sends inside the block::
 
         with count_sent_bytes() as sent:
-            out = weird_scan_context_parallel(a, v, log_w)
+            out = sharded_op(x)          # the scan's halos, ring attention's hops, ...
             out.sum().backward()
         sent.forward, sent.backward   # bytes, this rank's own sends
         sent.recompute                # halos="resend": the forward's, sent again
