@@ -157,7 +157,7 @@ def test_the_context_is_entered_and_left_and_refuses_what_needs_one_process():
     from weirdnet.models import Seq2SeqConfig, WeirdNetLM, WeirdNetSeq2Seq
     from weirdnet.ops import ContextParallel
     from weirdnet.ops.context_parallel import active
-    from weirdnet.train import check_shardable
+    from weirdnet.train.context_parallel import check_shardable
 
     cp = ContextParallel()
     assert active() is None

@@ -24,7 +24,6 @@ _PUBLIC = {
     "plot": ("read_log",),
     "named_configs": ("config_dir",),
     "positions": ("short_bytes", "span_label", "truncation_rows"),
-    "context_parallel": ("SequenceShards", "check_shardable", "shard_batch", "sharded"),
     "trained_eval": ("evaluate_trained",),
     "setup": ("enable_activation_checkpointing", "make_optimizer"),
     "weirdnet.run.checkpoint": ("TRAIN_CONFIG", "list_checkpoints"),

@@ -116,7 +116,7 @@ def check_cell(cell: dict[str, Any]) -> None:
     import torch
 
     from weirdnet.ops import ContextParallel
-    from weirdnet.train import check_shardable
+    from weirdnet.train.context_parallel import check_shardable
     from weirdnet_lab.context_parallel.worker import build_model
 
     try:

@@ -84,7 +84,7 @@ def run(spec: dict, prefix: str) -> None:
 
     from weirdnet.layers import WeirdAttention
     from weirdnet.ops import ContextParallel, count_sent_bytes
-    from weirdnet.train import SequenceShards, check_shardable, shard_batch
+    from weirdnet.train.context_parallel import SequenceShards, check_shardable, shard_batch
     from weirdnet_lab.harness.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
 
     torch.set_num_threads(1)
