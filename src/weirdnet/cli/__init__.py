@@ -29,6 +29,7 @@ import sys
 from types import ModuleType
 
 from weirdnet import __version__
+from weirdnet.config import plugins
 from weirdnet.run.line_end import LineEndTracker, end_the_line
 from weirdnet.run.signals import STOP, Interrupted
 
@@ -61,11 +62,11 @@ GROUPS = {
 }
 """Each group's (one-line help, description, metavar of its subcommand)."""
 
-PLUGIN_GROUP = "weirdnet.commands"
+PLUGIN_GROUP = plugins.PLUGIN_GROUP
 """The entry-point group other distributions add commands through (the lab's
-``weirdnet bench``): each entry point is named after its command and loads a module that
-is a command (the protocol above) or a group (``GROUP``: its one-line help, description
-and metavar; ``COMMANDS``: its table of subcommands)."""
+``weirdnet bench``; :mod:`weirdnet.config.plugins`): each entry point is named after its
+command and loads a module that is a command (the protocol above) or a group (``GROUP``:
+its one-line help, description and metavar; ``COMMANDS``: its table of subcommands)."""
 
 PLUGINS = {
     "bench": ("run a benchmark (needs the weirdnet-lab distribution)",
@@ -90,10 +91,7 @@ def command_module(path: str) -> ModuleType:
 def plugin_commands() -> dict[str, ModuleType]:
     """The commands installed distributions add (:data:`PLUGIN_GROUP`): name -> the module
     its entry point loads, in name order."""
-    from importlib.metadata import entry_points
-
-    found = sorted(entry_points(group=PLUGIN_GROUP), key=lambda point: point.name)
-    return {point.name: point.load() for point in found}
+    return plugins.plugin_modules()
 
 
 def _add_commands(subparsers: argparse._SubParsersAction, table: Commands,

@@ -29,15 +29,20 @@ class Registry(Generic[T]):
     """Entries of one ``kind`` ("mixer", "dataset", "model class") by name.
 
     ``modules``: the modules whose decorators register the built-in entries, imported
-    on the first lookup.  ``error``: the exception type of an unknown name.
+    on the first lookup.  ``more_modules``: called on the first lookup, after those
+    are imported, for further modules to import (the models that installed plugins
+    add, :mod:`weirdnet.config.plugins`).  ``error``: the exception type of an unknown
+    name.
     ``wrap(name, obj, **info)``: what is stored for a decorated object (default: the
     object itself); the decorator still returns the object.
     """
 
     def __init__(self, kind: str, modules: tuple[str, ...] = (), *,
+                 more_modules: Callable[[], tuple[str, ...]] | None = None,
                  error: type[Exception] = ValueError,
                  wrap: Callable[..., T] | None = None):
         self.kind, self.modules, self.error = kind, tuple(modules), error
+        self._more_modules = more_modules
         self._wrap = wrap
         self._entries: dict[str, T] = {}
         self._objects: dict[str, object] = {}  # the decorated object of each entry
@@ -62,6 +67,8 @@ class Registry(Generic[T]):
         if not self._loaded:
             self._loaded = True
             for module in self.modules:
+                importlib.import_module(module)
+            for module in self._more_modules() if self._more_modules else ():
                 importlib.import_module(module)
 
     def names(self) -> list[str]:

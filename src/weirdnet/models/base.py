@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 
 from weirdnet import __version__
+from weirdnet.config.plugins import plugin_modules
 from weirdnet.config.registry import Registry
 from weirdnet.config.typed import ConfigError, from_dict, to_dict
 from weirdnet.run.checkpoint import WEIGHTS_FILE, CheckpointError
@@ -31,41 +32,22 @@ HF_MODEL_TYPE = "weirdnet"
 """The ``model_type`` of a Hugging Face ``config.json`` written by :mod:`weirdnet.hf`; it
 holds the document of :meth:`WeirdNetModel.document` under the key ``weirdnet``, so one
 folder loads both with ``weirdnet.models.load`` and with ``from_pretrained``."""
-PLUGIN_GROUP = "weirdnet.commands"
-"""The entry-point group through which another distribution adds to weirdnet (the same
-group whose commands the command line reads): a module its entry point loads may list
-``MODEL_MODULES``, the modules whose ``@register_model`` classes join :data:`MODELS`
-(the lab's ``transformers`` and fla peers, ``PeerLM``)."""
-
-
 def plugin_model_modules() -> tuple[str, ...]:
-    """The ``MODEL_MODULES`` of every installed distribution's :data:`PLUGIN_GROUP`
-    entry point, in entry-point name order."""
-    from importlib.metadata import entry_points
-
-    points = sorted(entry_points(group=PLUGIN_GROUP), key=lambda point: point.name)
-    return tuple(name for point in points for name in getattr(point.load(), "MODEL_MODULES", ()))
+    """The ``MODEL_MODULES`` the installed plugins' modules list
+    (:func:`weirdnet.config.plugins.plugin_modules`), in entry-point name order."""
+    return tuple(name for module in plugin_modules().values()
+                 for name in getattr(module, "MODEL_MODULES", ()))
 
 
-class _ModelTable(Registry):
-    """The registry of model classes: on the first lookup, the built-in modules and then
-    the plugins' (:func:`plugin_model_modules`) are imported."""
-
-    def _load(self) -> None:
-        if not self._loaded:
-            self.modules += plugin_model_modules()
-        super()._load()
-
-
-MODELS: Registry[type[WeirdNetModel]] = _ModelTable("model class", (
+MODELS: Registry[type[WeirdNetModel]] = Registry("model class", (
     "weirdnet.models.lm",          # WeirdNetLM
     "weirdnet.models.classifier",  # WeirdNetClassifier, WeirdNetDualEncoder
     "weirdnet.models.seq2seq",     # WeirdNetSeq2Seq
-), error=KeyError)
+), more_modules=plugin_model_modules, error=KeyError)
 """Every model class a saved ``config.json`` may name.  The modules listed hold the
-built-in ones (``@register_model`` on each class), imported on the first lookup, with
-those the installed plugins list (:data:`PLUGIN_GROUP`).  A new built-in model module
-goes in this list."""
+built-in ones (``@register_model`` on each class), imported on the first lookup, then
+those the installed plugins list (:mod:`weirdnet.config.plugins`).  A new built-in
+model module goes in this list."""
 
 
 def register_model(cls: type[WeirdNetModel]) -> type[WeirdNetModel]:
