@@ -31,7 +31,8 @@ CASES = [
     ("generate", ["--device", "tpu"], "is not a device name"),
     ("generate", ["--encoding", "nosuch"], "unknown text encoding 'nosuch'"),
     ("generate", ["--seed", "99999999999999999999999"],
-     "--seed must be an int of at most 64 bits (|value| < 2^63), got 99999999999999999999999"),
+     "--seed must be an int of at most 64 bits (-2^63 <= value < 2^63), "
+     "got 99999999999999999999999"),
     ("generate", ["--seed", "-9223372036854775809"], "--seed must be an int of at most 64 bits"),
 ]
 if not torch.cuda.is_available():
@@ -69,7 +70,7 @@ def test_every_seed_of_the_cli_is_checked_as_train_checks_run_seed(command, tmp_
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0] == (f"weirdnet {' '.join(command[:2]) if command[0] == 'data' else command[0]}"
-                        ": --seed must be an int of at most 64 bits (|value| < 2^63), got "
+                        ": --seed must be an int of at most 64 bits (-2^63 <= value < 2^63), got "
                         "99999999999999999999999")
     assert not out.exists()
 

@@ -12,7 +12,8 @@ Every command is a module with
 and one line here.  The core's commands live in :mod:`weirdnet.cli.commands`.  Other
 distributions add commands through the entry points of :data:`PLUGIN_GROUP`: the lab
 (``weirdnet-lab``, ``lab/`` in the repository) adds ``weirdnet bench ...``; while it is
-not installed, ``weirdnet bench`` says how to install it (:data:`PLUGINS`).
+not installed, ``weirdnet bench`` says how to install it (:data:`PLUGINS`).  Their
+commands check a seed as the core's do (:func:`check_seed`).
 
 Command modules import torch inside ``run``, never at import time (deliberately: building
 the parser imports every command module), so ``--help``, ``--version`` and every
@@ -29,6 +30,7 @@ import sys
 from types import ModuleType
 
 from weirdnet import __version__
+from weirdnet.cli.commands._common import check_seed  # noqa: F401 - public: the lab checks its seeds so
 from weirdnet.config import plugins
 from weirdnet.run.line_end import LineEndTracker, end_the_line
 from weirdnet.run.signals import STOP, Interrupted

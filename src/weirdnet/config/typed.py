@@ -97,7 +97,7 @@ def _scalar(hint: Any, value: Any, where: str) -> Any:
                           f"({type(value).__name__})")
     if hint is int and not INT_RANGE[0] <= value <= INT_RANGE[1]:
         raise ConfigError(f"{where} must be an int of at most 64 bits "
-                          f"(|value| < 2^63), got {value}")
+                          f"(-2^63 <= value < 2^63), got {value}")
     if hint is float and not math.isfinite(value):
         raise ConfigError(f"{where} must be a finite number, got {value}")
     return value

@@ -16,6 +16,7 @@ import gc
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from weirdnet.cli import check_seed
 from weirdnet_lab.harness import output
 from weirdnet_lab.opbench.spec import OpBench
 
@@ -124,15 +125,31 @@ def _flatten(values: list[list] | None) -> list | None:
     return None if values is None else [x for group in values for x in group]
 
 
+def _width(args: argparse.Namespace) -> tuple[int, int]:
+    """(D, head dim) of the run; BenchError when D is not a multiple of the head dim."""
+    dim = args.dim or (QUICK if args.quick else DEFAULTS)["dim"]
+    head_dim = min(args.head_dim, dim)
+    if dim % head_dim:
+        raise output.BenchError(f"--dim {dim} is not a multiple of --head-dim {head_dim}")
+    return dim, head_dim
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """BenchError (one line) for the arguments no run can take, before the output folder
+    is touched: a width D that the head dim does not divide, a seed over 64 bits."""
+    _width(args)
+    try:
+        check_seed(args.seed)
+    except ValueError as error:
+        raise output.BenchError(str(error)) from None
+
+
 def resolve_config(args: argparse.Namespace, suite: OpBench) -> Config:
     """Defaults (or the ``--quick`` ones) for every option not given."""
     import torch
 
     base = QUICK if args.quick else {**DEFAULTS, "lengths": suite.default_lengths}
-    dim = args.dim or base["dim"]
-    head_dim = min(args.head_dim, dim)
-    if dim % head_dim:
-        raise SystemExit(f"--dim {dim} is not a multiple of --head-dim {head_dim}")
+    dim, head_dim = _width(args)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     default_methods = suite.default_methods or suite.method_names()
     methods = _flatten(args.methods) or list(default_methods)
@@ -380,6 +397,7 @@ def run(suite: OpBench, args: argparse.Namespace, argv: list[str]) -> int:
                                           args.force)
 
     try:
+        check_arguments(args)
         refuse()
         with output.writing(out, f"weirdnet bench {suite.name}") as session:
             refuse()  # again, now that no one else can write there
