@@ -34,8 +34,9 @@ def test_a_batch_decodes_together(tmp_path, capsys):
     doc = json.loads((tmp_path / "decode_cpu.json").read_text())
     assert doc["config"]["batch"] == 3
     assert all(r["batch"] == 3 and r["tokens_per_s"] > 0 for r in doc["results"])
-    assert main(["bench", "decode", "--quick", "--batch", "0", "--out",
-                 str(tmp_path / "zero")]) == 2
+    with pytest.raises(SystemExit) as stop:  # argparse: --batch has a floor of 1
+        main(["bench", "decode", "--quick", "--batch", "0", "--out", str(tmp_path / "zero")])
+    assert stop.value.code == 2 and not (tmp_path / "zero").exists()
 
 
 def test_bench_lm_models_and_a_transformers_peer_decode_side_by_side(tmp_path, capsys):
@@ -56,10 +57,15 @@ def test_bench_lm_models_and_a_transformers_peer_decode_side_by_side(tmp_path, c
                  str(tmp_path / "bad")]) == 2
 
 
-def test_too_long_context_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="within its max_len=16384"):
-        main(["bench", "decode", "--contexts", "20000", "--new-tokens", "8",
-              "--models", "weirdnet-small-cpu", "--out", str(tmp_path)])
+def test_too_long_context_is_a_clear_error(tmp_path, capsys):
+    """One line, exit status 2, before the output folder is touched."""
+    out = tmp_path / "reports"
+    assert main(["bench", "decode", "--contexts", "20000", "--new-tokens", "8",
+                 "--models", "weirdnet-small-cpu", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        "weirdnet bench: weirdnet-small-cpu: context 20000 must exceed the 8 new tokens "
+        "and stay within its max_len=16384\n")
+    assert not out.exists()
 
 
 def test_the_old_spellings_are_gone(capsys):

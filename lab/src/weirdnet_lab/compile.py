@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet_lab.harness import output
+from weirdnet_lab.harness.arguments import above, at_least, positive
 
 HELP = "training steps/s eager vs torch.compile(fullgraph=True)"
 
@@ -53,10 +54,10 @@ VOCAB = 257
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help=f"comma-separated, from {', '.join(WORKLOADS)} (default: all)")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
-    parser.add_argument("--warmup", type=int, default=2,
+    parser.add_argument("--steps", type=positive, default=10, help="timed steps (default 10)")
+    parser.add_argument("--warmup", type=at_least(0), default=2,
                         help="untimed steps after the first (default 2)")
-    parser.add_argument("--timeout", type=float, default=1200.0,
+    parser.add_argument("--timeout", type=above(0), default=1200.0,
                         help="seconds per (workload, mode) process (default 1200)")
     output.add_out_arguments(parser, "compile_<device>.{json,md}")
 
@@ -209,11 +210,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"weirdnet bench compile: unknown workload {', '.join(unknown) or '(none)'}; "
               f"choose from {', '.join(WORKLOADS)}", file=sys.stderr)
         return 2
-    for key in ("steps", "warmup"):
-        if getattr(args, key) < (1 if key == "steps" else 0):
-            print(f"weirdnet bench compile: --{key} must be >= "
-                  f"{1 if key == 'steps' else 0}", file=sys.stderr)
-            return 2
     out = output.out_dir(args.out)
     try:
         with output.writing(out, "weirdnet bench compile") as session:

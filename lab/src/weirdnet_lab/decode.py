@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from weirdnet_lab.harness import output
+from weirdnet_lab.harness.arguments import positive
 
 DEFAULT_MODELS = ("weirdnet-a-small-cpu", "weirdnet-small-cpu", "gpt2-small-cpu")
 DEFAULT_CONTEXTS = (1024, 2048, 4096, 8192, 16384)
@@ -55,13 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "recurrent-gemma, xlstm; "
                              "parameter-matched at bench lm's sizes); the last is the "
                              "baseline of the ratios (default: %(default)s)")
-    parser.add_argument("--contexts", type=int, nargs="+", default=list(DEFAULT_CONTEXTS),
+    parser.add_argument("--contexts", type=positive, nargs="+", default=list(DEFAULT_CONTEXTS),
                         metavar="L", help="context lengths (default: %(default)s)")
-    parser.add_argument("--new-tokens", type=int, default=32, metavar="N",
+    parser.add_argument("--new-tokens", type=positive, default=32, metavar="N",
                         help="tokens decoded per measurement (default: %(default)s)")
-    parser.add_argument("--batch", type=int, default=1, metavar="B",
+    parser.add_argument("--batch", type=positive, default=1, metavar="B",
                         help="sequences decoded together (default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=positive, default=None,
                         help="torch threads (default: all usable cores)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument("--cuda-graph", action="store_true",
@@ -201,14 +202,24 @@ def _build(name: str, context: int, device):
         return matching.build(table, max_len=context)
 
 
-def _check_models(models: list[str]) -> None:
+def _check_models(models: list[str], contexts: list[int], new_tokens: int) -> None:
     """BenchError (one line, status 2) for a name that is neither a preset nor a bench lm
-    model, or a model that cannot be matched."""
-    from weirdnet.models import PRESETS
+    model, a model that cannot be matched, or a context that does not exceed the new
+    tokens or exceeds a preset's max_len (a bench lm model is built for the context)."""
+    from weirdnet.models import PRESETS, preset_config
 
     for name in models:
         if name in PRESETS:
+            max_len = preset_config(name)["backbone"].get("max_len") or max(contexts)
+            bad = [L for L in contexts if not new_tokens < L <= max_len]
+            if bad:
+                raise output.BenchError(
+                    f"{name}: context {bad[0]} must exceed the {new_tokens} new tokens and "
+                    f"stay within its max_len={max_len}")
             continue
+        if min(contexts) <= new_tokens:
+            raise output.BenchError(f"{name}: context {min(contexts)} must exceed the "
+                                    f"{new_tokens} new tokens")
         from weirdnet_lab import matching
         from weirdnet_lab.lm.models import MODEL
 
@@ -364,12 +375,21 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                                           args.force)
 
     try:
+        _check_models(*_plan(args))  # before the output folder is touched
         refuse()
         with output.writing(out, "weirdnet bench decode") as session:
             refuse()  # again, now that no one else can write there
             return _run(args, argv, out, session)
     except output.BenchError as error:
         return output.fail(error)
+
+
+def _plan(args: argparse.Namespace) -> tuple[list[str], list[int], int]:
+    """(models, contexts, new tokens) of the run (--quick: contexts 256 512, 8 tokens)."""
+    models = [m for m in args.models.split(",") if m]
+    if args.quick:
+        return models, [256, 512], 8
+    return models, list(args.contexts), args.new_tokens
 
 
 def _run(args: argparse.Namespace, argv: list[str], out: Path,
@@ -380,15 +400,10 @@ def _run(args: argparse.Namespace, argv: list[str], out: Path,
     from weirdnet_lab.harness.progress import Progress
     from weirdnet_lab.opbench import report
 
-    models = [m for m in args.models.split(",") if m]
-    contexts = [256, 512] if args.quick else args.contexts
+    models, contexts, new_tokens = _plan(args)
     # long contexts: freed blocks go back to the system, so the peak is what is held
     allocator = (alloc.return_freed_memory() if max(contexts) > PREFILL_CHUNK
                  else alloc.reuse_freed_memory())
-    new_tokens = 8 if args.quick else args.new_tokens
-    if args.batch < 1:
-        raise output.BenchError("--batch must be >= 1")
-    _check_models(models)
     device = torch.device(args.device)
     previous = torch.get_num_threads()
     torch.set_num_threads(args.threads or machine.usable_cores())

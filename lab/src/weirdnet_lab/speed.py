@@ -59,6 +59,7 @@ from typing import Any
 from weirdnet.run import Interrupted, signal_name
 from weirdnet_lab.harness import output
 from weirdnet_lab.harness.alloc import return_freed_memory, reuse_freed_memory
+from weirdnet_lab.harness.arguments import positive
 
 HELP = "training steps/s and peak memory of each model vs the Transformer"
 
@@ -158,12 +159,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "transformers peers; long: language models at 4K to 1M bytes "
                              "with activation checkpointing")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
-    parser.add_argument("--lengths", type=int, nargs="+", default=None,
+    parser.add_argument("--lengths", type=positive, nargs="+", default=None,
                         help="default: " + each_task(lambda t: " ".join(map(str, t.lengths))))
     parser.add_argument("--mechanisms", default=None, help="comma-separated (default: "
                         + each_task(lambda t: ",".join(t.mechanisms or [suite])) + ")")
     for key in ("dim", "depth", "d_ff", "heads", "batch"):
-        parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=None,
+        parser.add_argument(f"--{key.replace('_', '-')}", type=positive, default=None,
                             help="default: " + each_task(
                                 lambda t, key=key: f"{t.sizes['cpu'][key]} (CPU), "
                                                    f"{t.sizes['cuda'][key]} (CUDA)"))

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet_lab.context.settings import BOUNDS, CORPORA, CORPUS
+from weirdnet_lab.harness.arguments import at_least, positive
 from weirdnet_lab.variants import Variant, get_variant
 
 TRAIN_CONTEXT = 16384
@@ -154,12 +155,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--mechanisms", default=",".join(MECHANISMS),
                         help="comma-separated (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=STEPS,
+    parser.add_argument("--steps", type=positive, default=STEPS,
                         help="training steps, batch 1 (default %(default)s)")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds per model (default 1)")
-    parser.add_argument("--train-context", type=int, default=TRAIN_CONTEXT,
+    parser.add_argument("--seeds", type=positive, default=1, help="seeds per model (default 1)")
+    parser.add_argument("--train-context", type=at_least(2), default=TRAIN_CONTEXT,
                         help="training window in bytes (default %(default)s)")
-    parser.add_argument("--eval-contexts", type=int, nargs="+", default=list(EVAL_CONTEXTS),
+    parser.add_argument("--eval-contexts", type=at_least(2), nargs="+", default=list(EVAL_CONTEXTS),
                         help="test windows in bytes (default: %(default)s)")
     parser.add_argument("--corpus", default=CORPUS,
                         help=f"long documents to train and test on: {', '.join(CORPORA)} "

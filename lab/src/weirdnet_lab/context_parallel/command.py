@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from weirdnet_lab.harness import output
+from weirdnet_lab.harness.arguments import above, at_least, positive
 
 HELP = "context parallelism: memory per process, tokens/s and bytes sent, P = 1, 2, 4"
 DESCRIPTION = __doc__.split("\n\n", 1)[1].replace("``", "`")
@@ -45,11 +46,11 @@ FFN_CHUNK = 16384
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default=",".join(MODELS),
                         help="comma-separated, of %(default)s")
-    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS),
+    parser.add_argument("--lengths", type=positive, nargs="+", default=list(LENGTHS),
                         help="sequence lengths in bytes (default: %(default)s)")
     parser.add_argument("--model-lengths", action="append", default=[], metavar="NAME=L,L",
                         help="lengths for one model instead of --lengths (repeatable)")
-    parser.add_argument("--processes", type=int, nargs="+", default=list(PROCESSES),
+    parser.add_argument("--processes", type=positive, nargs="+", default=list(PROCESSES),
                         help="P, processes per sequence (default: %(default)s)")
     parser.add_argument("--halos", nargs="+", default=["resend"], choices=HALOS,
                         help="what the sharded scan keeps for its backward, one cell per "
@@ -58,11 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="let the block checkpoints recompute the sharded scans (their "
                              "halos sent again) instead of keeping their outputs: less "
                              "memory, more bytes (ContextParallel.recompute_exchanges)")
-    parser.add_argument("--steps", type=int, default=1,
+    parser.add_argument("--steps", type=at_least(0), default=1,
                         help="timed steps after the first (memory) step (default 1)")
-    parser.add_argument("--dim", type=int, default=128, help="D (default 128)")
-    parser.add_argument("--depth", type=int, default=2, help="N, blocks (default 2)")
-    parser.add_argument("--timeout", type=float, default=1800.0,
+    parser.add_argument("--dim", type=positive, default=128, help="D (default 128)")
+    parser.add_argument("--depth", type=positive, default=2, help="N, blocks (default 2)")
+    parser.add_argument("--timeout", type=above(0), default=1800.0,
                         help="seconds per cell before it is stopped (default 1800)")
     parser.add_argument("--quick", action="store_true",
                         help="tiny: L = 512, P = 1, 2, D = 32 (for tests)")

@@ -53,6 +53,7 @@ from typing import Any
 
 from weirdnet.data import DataMissingError
 from weirdnet_lab.harness import output
+from weirdnet_lab.harness.arguments import above, positive
 from weirdnet_lab.lm.models import model_table, reference_parameters
 from weirdnet_lab.lm.settings import MIN_STEPS
 from weirdnet_lab.sweep.engine import add_jobs_argument
@@ -287,13 +288,13 @@ def _names(text: str) -> list[str]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mechanisms", default=",".join(MECHANISMS),
                         help="comma-separated (default: %(default)s)")
-    parser.add_argument("--contexts", type=int, nargs="+", default=list(CONTEXTS))
-    parser.add_argument("--minutes", type=float, default=DEFAULT_MINUTES,
+    parser.add_argument("--contexts", type=positive, nargs="+", default=list(CONTEXTS))
+    parser.add_argument("--minutes", type=above(0), default=DEFAULT_MINUTES,
                         help="training minutes per model and context (default %(default)s)")
-    parser.add_argument("--steps", type=int, default=None, metavar="N",
+    parser.add_argument("--steps", type=positive, default=None, metavar="N",
                         help="equal steps instead of equal minutes: every model trains N "
                              "steps (the same bytes); no calibration")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds per cell (default 1)")
+    parser.add_argument("--seeds", type=positive, default=1, help="seeds per cell (default 1)")
     parser.add_argument("--work", default=None,
                         help="run directories (default: $WEIRDNET_BENCH_DIR/runs)")
     parser.add_argument("--recalibrate", action="store_true",
@@ -329,10 +330,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     store = CellStore(out / folder, work / folder)
     scale = QUICK if args.quick else Scale()
     try:
-        if args.minutes <= 0 or args.seeds < 1:
-            raise ValueError("--minutes must be > 0 and --seeds >= 1")
-        if args.steps is not None and args.steps < 1:
-            raise ValueError("--steps must be >= 1")
         if args.recalibrate and (args.report_only or args.steps):
             raise ValueError("--recalibrate measures the rates of an equal-minutes run; it "
                              "cannot go with --report-only or --steps")

@@ -18,19 +18,12 @@ from pathlib import Path
 
 from weirdnet.cli import check_seed
 from weirdnet_lab.harness import output
+from weirdnet_lab.harness.arguments import at_least, positive, positive_list
 from weirdnet_lab.opbench.spec import OpBench
 
 QUICK = {"batch": 1, "dim": 32, "lengths": (64, 128), "repeats": 1}
 """--quick shapes; --quick also runs 1 torch thread (tiny ops gain nothing from more)."""
 DEFAULTS = {"batch": 4, "dim": 256, "repeats": None}
-
-
-def _int_list(text: str) -> list[int]:
-    """Parse ``"1024,2048"`` (argparse ``type`` for list options given with commas)."""
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected integers, got {text!r}") from exc
 
 
 def _method_list(suite: OpBench):
@@ -53,11 +46,11 @@ def add_arguments(p: argparse.ArgumentParser, suite: OpBench) -> None:
     lengths = ",".join(map(str, suite.default_lengths))
     methods_help = suite.methods_help or (
         f"from {', '.join(suite.default_methods or ())} (default: all)")
-    p.add_argument("--lengths", type=_int_list, nargs="+", metavar="L",
+    p.add_argument("--lengths", type=positive_list, nargs="+", metavar="L",
                    help=f"sequence lengths, space or comma separated (default: {lengths})")
-    p.add_argument("--batch", type=int, help="batch size B (default: 4)")
-    p.add_argument("--dim", type=int, help="channels D (default: 256)")
-    p.add_argument("--head-dim", type=int, default=64,
+    p.add_argument("--batch", type=positive, help="batch size B (default: 4)")
+    p.add_argument("--dim", type=positive, help="channels D (default: 256)")
+    p.add_argument("--head-dim", type=positive, default=64,
                    help="SDPA head width; SDPA runs D / head-dim heads (default: 64, i.e. "
                         "4 heads for D=256; one head of width D when D is smaller)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
@@ -66,23 +59,23 @@ def add_arguments(p: argparse.ArgumentParser, suite: OpBench) -> None:
                    help="device (default: cuda if available, else cpu)")
     p.add_argument("--methods", type=_method_list(suite), nargs="+", metavar="NAME",
                    help=f"methods to compare, space or comma separated, {methods_help}")
-    p.add_argument("--repeats", type=int,
+    p.add_argument("--repeats", type=positive,
                    help="timed runs per measurement, the median is reported (default: 15 for "
                         "L <= 2048, 7 for L <= 4096, 3 above)")
-    p.add_argument("--warmup", type=int, default=1,
+    p.add_argument("--warmup", type=at_least(0), default=1,
                    help="untimed runs before each timing (default: 1)")
     if suite.cap is not None:
-        p.add_argument(suite.cap.option, dest="cap_max_len", type=int, metavar="L",
+        p.add_argument(suite.cap.option, dest="cap_max_len", type=at_least(0), metavar="L",
                        default=suite.cap.default, help=suite.cap.help)
     if suite.variants is not None:
         v = suite.variants
         p.add_argument(v.option, dest="variant", choices=v.choices, default=v.default,
                        help=v.help)
-    p.add_argument("--threads", type=int,
+    p.add_argument("--threads", type=positive,
                    help="torch threads (default: torch's default); memory children use the same")
     p.add_argument("--no-memory", dest="memory", action="store_false",
                    help="skip the peak-memory measurement")
-    p.add_argument("--mem-jobs", type=int,
+    p.add_argument("--mem-jobs", type=positive,
                    help="CPU memory children run at once after all timings; they measure "
                         "their own RSS, so this changes no number (default: 1, --quick: 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from weirdnet_lab.harness.arguments import above, at_least, positive
 from weirdnet_lab.recall.settings import DEFAULT_LR, DIAGNOSTICS, TEST_SEQUENCES, diagnostic_options
 from weirdnet_lab.sweep.store import CellStore
 from weirdnet_lab.variants import MECHANISMS, Variant, get_variant
@@ -176,32 +177,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated (default: every mechanism with a causal form; "
                              "zoology: and the Transformer++); transformers peers by name: "
                              "mamba, mamba2, rwkv (slow on a CPU without mamba_ssm)")
-    parser.add_argument("--lengths", type=int, nargs="+", default=None,
+    parser.add_argument("--lengths", type=positive, nargs="+", default=None,
                         help=f"default: {' '.join(map(str, LENGTHS))}; zoology: "
                              f"{' '.join(map(str, zoology.PAIRS))}")
-    parser.add_argument("--widths", type=int, nargs="+", default=None,
+    parser.add_argument("--widths", type=positive, nargs="+", default=None,
                         help=f"default: {' '.join(map(str, WIDTHS))}; zoology: "
                              f"{' '.join(map(str, zoology.WIDTHS))}")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds per cell (default 1)")
-    parser.add_argument("--lrs", type=float, nargs="+", default=None,
+    parser.add_argument("--seeds", type=positive, default=1, help="seeds per cell (default 1)")
+    parser.add_argument("--lrs", type=above(0), nargs="+", default=None,
                         help=f"learning rates to sweep (default {DEFAULT_LR:g}; zoology: "
                              f"{' '.join(f'{r:g}' for r in zoology.LRS)}); the report "
                              "shows the one with the best validation accuracy")
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+    parser.add_argument("--steps", type=positive, default=DEFAULT_STEPS,
                         help="training steps per cell, batch 32 (default %(default)s)")
-    parser.add_argument("--epochs", type=int, default=zoology.EPOCHS,
+    parser.add_argument("--epochs", type=positive, default=zoology.EPOCHS,
                         help="zoology: epochs of 100,000 sequences at most (default "
                              "%(default)s, early stopping at 99%%)")
-    parser.add_argument("--train-sequences", type=int, default=zoology.TRAIN_SEQUENCES,
+    parser.add_argument("--train-sequences", type=positive, default=zoology.TRAIN_SEQUENCES,
                         help="zoology: generated training sequences, an epoch (default "
                              "%(default)s; fewer is a deviation the report states)")
-    parser.add_argument("--vocab-size", type=int, default=zoology.VOCAB,
+    parser.add_argument("--vocab-size", type=positive, default=zoology.VOCAB,
                         help="zoology: MQAR's vocabulary (default %(default)s)")
     parser.add_argument("--all-rates", action="store_true",
                         help="zoology: run every learning rate named, also for a model that "
                              "already reached 99%% validation accuracy at another (by "
                              "default such cells are left out, and the report counts them)")
-    parser.add_argument("--short-convs", type=int, nargs="+", default=[0, zoology.SHORT_CONV],
+    parser.add_argument("--short-convs", type=at_least(0), nargs="+",
+                        default=[0, zoology.SHORT_CONV],
                         help="zoology: short_conv widths each model runs with (default "
                              "%(default)s)")
     from weirdnet_lab.sweep.engine import add_sweep_arguments
@@ -230,8 +232,6 @@ def _plan(args: argparse.Namespace, store: CellStore):
     from weirdnet_lab.recall import zoology
     from weirdnet_lab.recall.report import write_report
 
-    if args.seeds < 1 or args.steps < 1:
-        raise ValueError("--seeds and --steps must be >= 1")
     if args.recipe == "weirdnet":
         mechanisms = _names(args.mechanisms) if args.mechanisms else causal_mechanisms()
         cells = plan(_names(args.diagnostics), args.lengths or LENGTHS, args.widths or WIDTHS,

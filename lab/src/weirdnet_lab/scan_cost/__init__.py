@@ -29,6 +29,7 @@ import json
 import os
 
 from weirdnet_lab.harness import output
+from weirdnet_lab.harness.arguments import above, positive
 
 from .budgets import BUDGETS, LAUNCH_LENGTHS, SHAPE, SMALL
 
@@ -44,22 +45,14 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="triton",
                         help="a Triton scan backend of weird_scan (default: triton)")
-    parser.add_argument("--length", type=_length, default=16384, metavar="L",
+    parser.add_argument("--length", type=positive, default=16384, metavar="L",
                         help="sequence length of the bytes count (default 16384)")
     parser.add_argument("--no-ptx", action="store_true", help="skip compiling the PTX")
-    parser.add_argument("--timeout", type=float, default=3600.0,
+    parser.add_argument("--timeout", type=above(0), default=3600.0,
                         help="seconds for each child process (default 3600)")
     output.add_out_arguments(parser, "scan_cost_BACKEND.{json,md}")
 
 
-def _length(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def child_env(interpret: bool) -> dict[str, str]:

@@ -21,19 +21,13 @@ from pathlib import Path
 
 from weirdnet.run import Interrupted
 from weirdnet_lab.harness import output
+from weirdnet_lab.harness.arguments import positive
 from weirdnet_lab.sweep.store import CellStore, config_hash
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 def add_jobs_argument(parser: argparse.ArgumentParser) -> None:
     """``--jobs N``: cells run at once (:func:`run_cells`)."""
-    parser.add_argument("--jobs", type=_positive, default=1, metavar="N",
+    parser.add_argument("--jobs", type=positive, default=1, metavar="N",
                         help="cells to run at once (default 1), each with an equal share "
                              "of the cores unless OMP_NUM_THREADS is set; small models "
                              "gain little from more threads, so a sweep can finish sooner, "
