@@ -328,8 +328,8 @@ def sequence_length(cp: ContextParallel, x: torch.Tensor) -> int:
 def checkpoint_context_fn():
     """The ``context_fn`` a block's ``torch.utils.checkpoint`` takes now: under an
     entered context that keeps its exchanges' outputs (``recompute_exchanges=False``),
-    :func:`sharded_checkpoint_context`, so the
-    recomputation sends nothing; else None (the plain checkpoint)."""
+    :func:`sharded_checkpoint_context`, so the recomputation sends nothing; else None
+    (the plain checkpoint)."""
     cp = active()
     return None if cp is None or cp.recompute_exchanges else sharded_checkpoint_context
 
