@@ -83,6 +83,29 @@ def test_eval_reports_the_truncation_test(tmp_path, capsys):
     assert "--truncation needs windows of 68 bytes" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("options, line", [
+    (["--truncation", "0"], "--truncation contexts and --span must be >= 1"),
+    (["--truncation", "4", "--span", "0"], "--truncation contexts and --span must be >= 1"),
+    (["--span", "8"], "--span applies to --truncation only"),
+    (["--truncation", "60", "--span", "8"], "--truncation needs windows of 68 bytes"),
+])
+def test_eval_refuses_a_truncation_test_before_it_evaluates(tmp_path, capsys, monkeypatch,
+                                                            options, line):
+    """One line, exit status 2, and no split evaluated first."""
+    import weirdnet.train.evaluation
+    from weirdnet.cli import main
+
+    def no_evaluation(*args, **kwargs):
+        raise AssertionError("a split was evaluated before the options were checked")
+
+    monkeypatch.setattr(weirdnet.train.evaluation, "evaluate", no_evaluation)
+    model = _lm()
+    model.save(tmp_path / "model")
+    assert main(["eval", str(tmp_path / "model"), "--set", "data.dataset=python-stdlib",
+                 "--set", "data.options={seq_len = 48}", "--split", "val", *options]) == 2
+    assert line in capsys.readouterr().err
+
+
 def test_one_pass_gives_the_split_metrics_and_the_buckets():
     """evaluate_positions: the metrics evaluate() gives, from the same single pass."""
     from weirdnet.data.registry import get

@@ -90,21 +90,19 @@ def evaluate_target(args: argparse.Namespace) -> dict:
     from weirdnet.run.processes import Processes, resolve_device
     from weirdnet.train.config import TrainConfig, apply_overrides
     from weirdnet.train.evaluation import evaluate
-    from weirdnet.train.positions import BOUNDS, check_bounds, evaluate_positions
+    from weirdnet.train.positions import evaluate_positions
     from weirdnet.train.setup import eval_dataset
     from weirdnet.train.trained import load_trained
 
-    if args.batch_size < 1 or args.limit < 0:
-        raise ValueError("--batch-size must be >= 1 and --limit >= 0")
+    bounds = _check_options(args)
     device = resolve_device(args.device, what="--device")
     model, config_dict, _, model_dir = load_trained(Path(args.target), device)
+    truncation = None if args.truncation is None else _truncation_plan(args, model)
     overridden = apply_overrides(config_dict or {}, args.overrides)
     _check_task(model, overridden.get("data"), model_dir)
     config = TrainConfig.from_dict(overridden)
     data = config.data
     splits = args.split or [data.eval_split] + ([data.test_split] if data.test_split else [])
-    bounds = None if args.positions is None else \
-        check_bounds(args.positions or BOUNDS)
     results, positions = {}, {}
     for split in splits:
         dataset = eval_dataset(data, split)
@@ -125,26 +123,50 @@ def evaluate_target(args: argparse.Namespace) -> dict:
                "parameters": model.num_parameters(), "results": results}
     if positions:
         summary["positions"] = positions
-    if args.truncation is not None:
-        summary["truncation"] = _truncation(args, model, data, splits, device)
+    if truncation is not None:
+        summary["truncation"] = _truncation(args, model, data, splits, device, *truncation)
     return summary
 
 
-def _truncation(args: argparse.Namespace, model, data, splits: list[str], device) -> dict:
-    """The truncation test of every split (:func:`weirdnet.train.positions.
-    evaluate_truncation`), its windows as long as the largest context plus the span."""
-    from weirdnet.train.positions import SPAN, TRUNCATIONS, evaluate_truncation
-    from weirdnet.train.setup import eval_dataset
+def _check_options(args: argparse.Namespace) -> list[int] | None:
+    """ValueError for options no evaluation can take, before anything is loaded; the
+    ``--positions`` bucket edges (None: not asked for)."""
+    from weirdnet.train.positions import BOUNDS, check_bounds
+
+    if args.batch_size < 1 or args.limit < 0:
+        raise ValueError("--batch-size must be >= 1 and --limit >= 0")
+    if args.span is not None and args.truncation is None:
+        raise ValueError("--span applies to --truncation only")
+    too_small = [c for c in args.truncation or () if c < 1] + \
+        ([args.span] if args.span is not None and args.span < 1 else [])
+    if too_small:
+        raise ValueError("--truncation contexts and --span must be >= 1")
+    return None if args.positions is None else check_bounds(args.positions or BOUNDS)
+
+
+def _truncation_plan(args: argparse.Namespace, model) -> tuple[list[int], int]:
+    """(contexts, span) of the truncation test; ValueError, before any evaluation, when
+    its windows (the largest context plus the span) are longer than the model holds."""
+    from weirdnet.train.positions import SPAN, TRUNCATIONS
 
     contexts = sorted(set(args.truncation or TRUNCATIONS))
     span = SPAN if args.span is None else args.span
-    if contexts[0] < 1 or span < 1:
-        raise ValueError("--truncation contexts and --span must be >= 1")
     window = contexts[-1] + span
     if window > model.max_len:
         raise ValueError(f"--truncation needs windows of {window} bytes (the largest "
                          f"context {contexts[-1]} + --span {span}); the model holds "
                          f"max_len={model.max_len}")
+    return contexts, span
+
+
+def _truncation(args: argparse.Namespace, model, data, splits: list[str], device,
+                contexts: list[int], span: int) -> dict:
+    """The truncation test of every split (:func:`weirdnet.train.positions.
+    evaluate_truncation`), its windows as long as the largest context plus the span."""
+    from weirdnet.train.positions import evaluate_truncation
+    from weirdnet.train.setup import eval_dataset
+
+    window = contexts[-1] + span
     tests = {}
     for split in splits:
         dataset = eval_dataset(data, split, seq_len=window, random_crops=False)
