@@ -31,7 +31,7 @@ def test_a_bad_argument_is_one_line_and_writes_nothing(tmp_path, capsys, suite, 
     assert not out.exists()
 
 
-def test_a_negative_seed_within_64_bits_is_taken(tmp_path):
+def test_a_negative_seed_within_64_bits_is_taken():
     """What torch's generators take is taken (the seeds of `weirdnet train` alike)."""
     from weirdnet.cli import check_seed
 

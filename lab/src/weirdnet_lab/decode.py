@@ -202,6 +202,15 @@ def _build(name: str, context: int, device):
         return matching.build(table, max_len=context)
 
 
+def _context_problem(name: str, context: int, new_tokens: int, max_len: int) -> str | None:
+    """Why model ``name`` cannot decode ``new_tokens`` after ``context`` tokens in all
+    (None: it can): the context must exceed the new tokens and fit its ``max_len``."""
+    if new_tokens < context <= max_len:
+        return None
+    return (f"{name}: context {context} must exceed the {new_tokens} new tokens and stay "
+            f"within its max_len={max_len}")
+
+
 def _check_models(models: list[str], contexts: list[int], new_tokens: int) -> None:
     """BenchError (one line, status 2) for a name that is neither a preset nor a bench lm
     model, a model that cannot be matched, or a context that does not exceed the new
@@ -211,11 +220,10 @@ def _check_models(models: list[str], contexts: list[int], new_tokens: int) -> No
     for name in models:
         if name in PRESETS:
             max_len = preset_config(name)["backbone"].get("max_len") or max(contexts)
-            bad = [L for L in contexts if not new_tokens < L <= max_len]
-            if bad:
-                raise output.BenchError(
-                    f"{name}: context {bad[0]} must exceed the {new_tokens} new tokens and "
-                    f"stay within its max_len={max_len}")
+            for L in contexts:
+                problem = _context_problem(name, L, new_tokens, max_len)
+                if problem:
+                    raise output.BenchError(problem)
             continue
         if min(contexts) <= new_tokens:
             raise output.BenchError(f"{name}: context {min(contexts)} must exceed the "
@@ -269,9 +277,9 @@ def measure(model_name: str, context: int, new_tokens: int, device, batch: int =
 
     torch.manual_seed(0)
     model = _build(model_name, context, device).eval()
-    if context > model.max_len or context <= new_tokens:
-        raise ValueError(f"{model_name}: context {context} must exceed the {new_tokens} new "
-                         f"tokens and stay within its max_len={model.max_len}")
+    problem = _context_problem(model_name, context, new_tokens, model.max_len)
+    if problem:
+        raise ValueError(problem)
     from weirdnet.models.decoding.graph_decode import supported
 
     peer = hasattr(model, "peer")

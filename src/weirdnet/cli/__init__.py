@@ -30,7 +30,7 @@ import sys
 from types import ModuleType
 
 from weirdnet import __version__
-from weirdnet.cli.commands._common import check_seed  # noqa: F401 - public: the lab checks its seeds so
+from weirdnet.cli.commands._common import check_seed as check_seed  # public: the lab's seeds
 from weirdnet.config import plugins
 from weirdnet.run.line_end import LineEndTracker, end_the_line
 from weirdnet.run.signals import STOP, Interrupted

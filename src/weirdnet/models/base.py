@@ -32,6 +32,8 @@ HF_MODEL_TYPE = "weirdnet"
 """The ``model_type`` of a Hugging Face ``config.json`` written by :mod:`weirdnet.hf`; it
 holds the document of :meth:`WeirdNetModel.document` under the key ``weirdnet``, so one
 folder loads both with ``weirdnet.models.load`` and with ``from_pretrained``."""
+
+
 def plugin_model_modules() -> tuple[str, ...]:
     """The ``MODEL_MODULES`` the installed plugins' modules list
     (:func:`weirdnet.config.plugins.plugin_modules`), in entry-point name order."""
